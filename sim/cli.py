@@ -1,0 +1,150 @@
+"""Command line: ``clustersim`` / ``python -m sim``. Commands and flags as in DESIGN.md.
+
+Every expected error (bad input, impossible plan) is one line on stderr and exit 2 (input) or 3
+(infeasible plan); a traceback means a bug in clustersim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from .errors import ConfigError, InfeasibleError, SimError
+
+EXIT_INPUT = 2
+EXIT_INFEASIBLE = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (and exit 2) instead of usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _cluster_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chips", type=_positive_int, help="cluster size (GPU: whole nodes of 8)")
+    p.add_argument("--slice", dest="slice_", metavar="AxBxC", help="TPU slice shape instead of --chips")
+    p.add_argument("--twisted", action="store_true", help="TPU v4/v5p twisted torus")
+    p.add_argument("--oversubscription", type=float, help="fat-tree leaf oversubscription (>= 1)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="clustersim", description="Simulate accelerator clusters training large models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="simulate one scenario")
+    run.add_argument("scenario", help="scenario YAML (path, or a name in scenarios/)")
+    run.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto timeline")
+    run.set_defaults(func=_cmd_run)
+
+    topo = sub.add_parser("topo", help="inspect topologies")
+    tsub = topo.add_subparsers(dest="topo_command", required=True, parser_class=_Parser)
+    show = tsub.add_parser("show", help="chips, switches, links, bisection and diameter")
+    show.add_argument("topology", help="bundled name (dgx-h100, tpu-v4, ...) or a YAML path")
+    _cluster_flags(show)
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=_cmd_topo_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except InfeasibleError as e:
+        print(f"clustersim: infeasible: {e}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    except SimError as e:
+        print(f"clustersim: error: {_one_line(str(e))}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("clustersim: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# ----------------------------------------------------------------------------- commands
+
+def _cmd_topo_show(args: argparse.Namespace) -> int:
+    from .config import load_cluster
+    from .topology import build_topology
+    from .topology.analysis import summarize
+
+    cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
+                           where="topo show")
+    info = summarize(build_topology(cluster))
+    if args.json:
+        print(json.dumps(info))
+    else:
+        print(_format_topology(info))
+    return 0
+
+
+def _format_topology(info: dict[str, Any]) -> str:
+    lines = [f"{info['topology']}: {info['chips']} x {info['chip']}"]
+    if "slice" in info:
+        wrap = "".join("w" if w else "-" for w in info["wraparound"])
+        lines.append(f"  slice            {info['slice']} x {info['pods']} pod(s)  (wraparound {wrap}"
+                     f"{', twisted' if info['twisted'] else ''})")
+        lines.append(f"  hosts            {info['nodes']}")
+    else:
+        lines.append(f"  nodes            {info['nodes']}  ({info['scalable_units']} scalable unit(s), "
+                     f"{info['fabric_tiers']}-tier fabric, oversubscription {info['oversubscription']:g}:1)")
+    sw = ", ".join(f"{n} {k}" for k, n in info["switches"].items()) or "none"
+    lines.append(f"  switches         {sw}")
+    lines.append("  links            " + ", ".join(f"{n} {k}" for k, n in info["links"].items()))
+    lines.append(f"  bisection        {info['bisection_GBps']:,.0f} GB/s (one direction)")
+    lines.append(f"  diameter         {info['diameter_hops']} hops")
+    return "\n".join(lines)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .config import load_scenario
+    from .topology import build_topology
+    from .topology.analysis import summarize
+
+    scn = load_scenario(args.scenario)
+    topo = summarize(build_topology(scn.cluster))
+    m, p = scn.model, scn.parallelism
+    plan = {
+        "scenario": scn.name,
+        "chips": scn.cluster.chips,
+        "topology": topo,
+        "model": m.name,
+        "model_params": m.total_params(),
+        "parallelism": {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "dp": p.dp, "zero": p.zero},
+        "seed": scn.seed if args.seed is None else args.seed,
+        "status": "plan validated; the training-step simulation is not implemented yet",
+    }
+    if args.json:
+        print(json.dumps(plan))
+    else:
+        print(f"scenario {scn.name}: {m.name} ({m.total_params() / 1e9:.1f} B parameters)")
+        print(f"  parallelism      tp={p.tp} pp={p.pp} cp={p.cp} ep={p.ep} dp={p.dp} zero={p.zero}")
+        print(_format_topology(topo))
+        print(f"  status           {plan['status']}")
+    return 0
+
+
+if __name__ == "__main__":                                     # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,523 @@
+"""Scenario and topology files -> validated, frozen config objects.
+
+The only module that reads YAML (with ``yaml.safe_load``). Every error is a ``ConfigError`` that
+names the file, the dotted field, the value found and what would be valid. Nothing downstream sees
+a dict.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+from .hardware import Chip, get_chip
+from .models import PRESETS, MoE, ModelSpec
+from .topology_spec import GpuClusterSpec, SliceShape, TopologySpec, TpuPodSpec
+from .units import Gbps_to_Bps, GB, us_to_s
+
+__all__ = [
+    "ClusterConfig", "CostConfig", "FailuresConfig", "ParallelismConfig", "Scenario",
+    "StragglersConfig", "TrainingConfig", "load_scenario", "load_topology_spec", "scenario_from_dict",
+    "topology_dir", "scenario_dir", "load_cluster",
+]
+
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def topology_dir() -> Path:
+    """Folder of the bundled topologies (``$CLUSTERSIM_TOPOLOGIES`` overrides)."""
+    return Path(os.environ.get("CLUSTERSIM_TOPOLOGIES", _REPO / "topologies"))
+
+
+def scenario_dir() -> Path:
+    return _REPO / "scenarios"
+
+
+# ----------------------------------------------------------------------------- field readers
+
+class _Section:
+    """A mapping being read: tracks its place for messages and rejects unknown keys."""
+
+    def __init__(self, raw: object, where: str, allowed: frozenset[str] | set[str]) -> None:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {_show(raw)}")
+        if unknown := sorted(set(map(str, raw)) - set(allowed)):
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        self.raw = raw
+        self.where = where
+
+    def at(self, key: str) -> str:
+        if self.where == "scenario":           # top level: fields are named by their own key
+            return key
+        return f"{self.where}.{key}" if not self.where.endswith(":") else f"{self.where} {key}"
+
+    def has(self, key: str) -> bool:
+        return key in self.raw and self.raw[key] is not None
+
+    def int(self, key: str, default: int | None = None, minimum: int | None = 1) -> int:
+        v = self.raw.get(key, default)
+        if v is None:
+            raise ConfigError(f"{self.at(key)}: required (an integer)")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{self.at(key)}: expected an integer, got {_show(v)}")
+        if minimum is not None and v < minimum:
+            raise ConfigError(f"{self.at(key)}: must be >= {minimum}, got {v}")
+        return v
+
+    def opt_int(self, key: str, minimum: int = 1) -> int | None:
+        return self.int(key, minimum=minimum) if self.has(key) else None
+
+    def float(self, key: str, default: float | None = None, minimum: float | None = 0.0,
+              maximum: float | None = None, strict_min: bool = False) -> float:
+        v = self.raw.get(key, default)
+        if v is None:
+            raise ConfigError(f"{self.at(key)}: required (a number)")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"{self.at(key)}: expected a number, got {_show(v)}")
+        if minimum is not None and (v < minimum or (strict_min and v == minimum)):
+            op = ">" if strict_min else ">="
+            raise ConfigError(f"{self.at(key)}: must be {op} {minimum}, got {v}")
+        if maximum is not None and v > maximum:
+            raise ConfigError(f"{self.at(key)}: must be <= {maximum}, got {v}")
+        return float(v)
+
+    def str(self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None) -> str:
+        v = self.raw.get(key, default)
+        if v is None:
+            raise ConfigError(f"{self.at(key)}: required (a string)")
+        if not isinstance(v, str):
+            raise ConfigError(f"{self.at(key)}: expected a string, got {_show(v)}")
+        if choices is not None and v not in choices:
+            raise ConfigError(f"{self.at(key)}: got {v!r}; valid: {', '.join(choices)}")
+        return v
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.raw.get(key, default)
+        if not isinstance(v, bool):
+            raise ConfigError(f"{self.at(key)}: expected true or false, got {_show(v)}")
+        return v
+
+    def int_list(self, key: str) -> tuple[int, ...]:
+        v = self.raw.get(key)
+        if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, int)
+                                                  or x <= 0 for x in v):
+            raise ConfigError(f"{self.at(key)}: expected a list of positive integers, got {_show(v)}")
+        return tuple(v)
+
+    def shapes(self, key: str, ndims: int) -> tuple[SliceShape, ...]:
+        v = self.raw.get(key, [])
+        if not isinstance(v, list):
+            raise ConfigError(f"{self.at(key)}: expected a list of shapes, got {_show(v)}")
+        out = []
+        for i, s in enumerate(v):
+            if (not isinstance(s, list) or len(s) != ndims
+                    or any(isinstance(x, bool) or not isinstance(x, int) or x <= 0 for x in s)):
+                raise ConfigError(f"{self.at(key)}[{i}]: expected {ndims} positive integers, got {_show(s)}")
+            out.append(tuple(s))
+        return tuple(out)
+
+    def section(self, key: str, allowed: frozenset[str] | set[str]) -> "_Section":
+        return _Section(self.raw.get(key), self.at(key), allowed)
+
+
+def _show(v: object) -> str:
+    text = repr(v)
+    return (text[:60] + "...") if len(text) > 60 else f"{text} ({type(v).__name__})"
+
+
+def _read_yaml(path: Path, what: str) -> Mapping[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read {what}: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}:{at}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{path}: a {what} file must be a YAML mapping, got {_show(raw)}")
+    return raw
+
+
+# ----------------------------------------------------------------------------- topology files
+
+_GPU_NODE_KEYS = frozenset({"gpus", "nvswitches", "gpu_switch_links", "nvlink_latency_us", "nics",
+                            "nic_Gbps", "pcie_GBps", "pcie_latency_us"})
+_GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf_down_ports",
+                              "leaf_up_ports", "two_tier_max_sus", "max_gpus", "sharp",
+                              "oversubscription"})
+_TPU_KEYS = frozenset({"name", "kind", "chip", "default_chips", "ndims", "cube", "max_shape",
+                       "subcube_shapes", "pod_shapes", "wrap_len", "chips_per_host", "ici_latency_us",
+                       "pcie_GBps", "pcie_latency_us", "dcn_latency_us", "twisted_allowed",
+                       "multi_pod"})
+
+
+def resolve_topology_path(name_or_path: str, where: str = "cluster.topology") -> Path:
+    """A bundled topology name (``dgx-h100``) or a path to a YAML file."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"{where}: no topology file {str(p)!r}")
+        return p
+    bundled = topology_dir() / f"{name_or_path}.yaml"
+    if bundled.is_file():
+        return bundled
+    names = sorted(f.stem for f in topology_dir().glob("*.yaml"))
+    raise ConfigError(f"{where}: unknown topology {name_or_path!r}; valid: {', '.join(names)} "
+                      "or a path to a topology YAML file")
+
+
+def load_topology_spec(name_or_path: str, where: str = "cluster.topology") -> TopologySpec:
+    """Parse a topology file (bundled name or path) into a spec."""
+    path = resolve_topology_path(name_or_path, where)
+    raw = _read_yaml(path, "topology")
+    kind = raw.get("kind")
+    f = str(path)
+    if kind == "gpu_cluster":
+        return _gpu_spec(_Section(raw, f"{f}:", {"name", "kind", "chip", "default_chips", "node",
+                                                  "fabric"}))
+    if kind == "tpu_pod":
+        return _tpu_spec(_Section(raw, f"{f}:", _TPU_KEYS))
+    raise ConfigError(f"{f}: kind: got {kind!r}; valid: gpu_cluster, tpu_pod")
+
+
+def _chip(s: _Section) -> Chip:
+    return get_chip(s.str("chip"), s.at("chip"))
+
+
+def _gpu_spec(s: _Section) -> GpuClusterSpec:
+    node = s.section("node", _GPU_NODE_KEYS)
+    fab = s.section("fabric", _GPU_FABRIC_KEYS)
+    chip = _chip(s)
+    nvswitches = node.int("nvswitches")
+    links = node.int_list("gpu_switch_links")
+    if len(links) != nvswitches:
+        raise ConfigError(f"{node.at('gpu_switch_links')}: needs one entry per NVSwitch "
+                          f"({nvswitches}), got {len(links)}")
+    if sum(links) != chip.scaleup_links:
+        raise ConfigError(f"{node.at('gpu_switch_links')}: {sum(links)} links in all, but a "
+                          f"{chip.name} has {chip.scaleup_links} NVLink links")
+    gpus = node.int("gpus")
+    spec = GpuClusterSpec(
+        name=s.str("name"), chip=chip, gpus_per_node=gpus, nvswitches_per_node=nvswitches,
+        gpu_switch_links=links, nvlink_latency_s=us_to_s(node.float("nvlink_latency_us")),
+        nics_per_node=node.int("nics"), nic_Bps=Gbps_to_Bps(node.float("nic_Gbps", strict_min=True)),
+        pcie_Bps=node.float("pcie_GBps", strict_min=True) * GB,
+        pcie_latency_s=us_to_s(node.float("pcie_latency_us")),
+        ib_port_Bps=Gbps_to_Bps(fab.float("ib_port_Gbps", strict_min=True)),
+        ib_latency_s=us_to_s(fab.float("ib_latency_us")), su_nodes=fab.int("su_nodes"),
+        leaf_down_ports=fab.int("leaf_down_ports"), leaf_up_ports=fab.int("leaf_up_ports"),
+        two_tier_max_sus=fab.int("two_tier_max_sus"), max_gpus=fab.int("max_gpus"),
+        ib_sharp=fab.bool("sharp", False),
+        oversubscription=fab.float("oversubscription", 1.0, minimum=1.0),
+        default_chips=s.int("default_chips", gpus),
+    )
+    if spec.nics_per_node != gpus:
+        raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need one NIC per GPU "
+                          f"({gpus}), got {spec.nics_per_node}")
+    spec.resolve_chips(spec.default_chips, s.at("default_chips"))
+    return spec
+
+
+def _tpu_spec(s: _Section) -> TpuPodSpec:
+    ndims = s.int("ndims")
+    if ndims not in (2, 3):
+        raise ConfigError(f"{s.at('ndims')}: got {ndims}; valid: 2, 3")
+    max_shape = s.int_list("max_shape")
+    if len(max_shape) != ndims:
+        raise ConfigError(f"{s.at('max_shape')}: needs {ndims} dimensions, got {list(max_shape)}")
+    spec = TpuPodSpec(
+        name=s.str("name"), chip=_chip(s), ndims=ndims,
+        cube=s.int("cube") if ndims == 3 else 0, max_shape=max_shape,
+        subcube_shapes=s.shapes("subcube_shapes", ndims), pod_shapes=s.shapes("pod_shapes", ndims),
+        wrap_len=s.int("wrap_len", max(max_shape)), chips_per_host=s.int("chips_per_host"),
+        ici_latency_s=us_to_s(s.float("ici_latency_us")),
+        pcie_Bps=s.float("pcie_GBps", strict_min=True) * GB,
+        pcie_latency_s=us_to_s(s.float("pcie_latency_us")),
+        dcn_latency_s=us_to_s(s.float("dcn_latency_us")),
+        twisted_allowed=s.bool("twisted_allowed", False), multi_pod=s.bool("multi_pod", False),
+        default_chips=s.int("default_chips", math.prod(max_shape)),
+    )
+    if ndims == 2 and not spec.pod_shapes:
+        raise ConfigError(f"{s.at('pod_shapes')}: a 2-D pod needs its list of slice shapes")
+    if spec.chip.dcn_Bps is None and spec.multi_pod:
+        raise ConfigError(f"{s.at('multi_pod')}: chip {spec.chip.name} has no DCN bandwidth")
+    spec.resolve_shape(spec.default_chips, None, s.at("default_chips"))
+    return spec
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    topology: TopologySpec
+    chips: int
+    shape: SliceShape | None = None       # TPU: per-pod slice shape
+    pods: int = 1                         # TPU 2-D: pods over DCN
+    twisted: bool = False
+    oversubscription: float | None = None # None: the topology file's value
+
+    @property
+    def chip(self) -> Chip:
+        return self.topology.chip
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingConfig:
+    seq_len: int = 4096
+    global_batch: int | None = None       # sequences per step; None: dp x micro_batch x max(1, 4 x pp)
+    micro_batch: int = 1
+    precision: str = "bf16"
+    recompute: str = "selective"
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelismConfig:
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    dp: int = 1                           # derived: chips / (tp x pp x cp)
+    zero: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    sequence_parallel: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StragglersConfig:
+    compute_jitter_sigma: float = 0.0
+    slow_fraction: float = 0.0
+    slow_factor: float = 1.0
+    link_degrade_fraction: float = 0.0
+    link_bandwidth_factor: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FailuresConfig:
+    horizon_days: float = 30.0
+    checkpoint_interval_min: float | None = None   # None: "auto" (Young/Daly)
+    checkpoint_write_s: float = 60.0
+    checkpoint_load_s: float = 120.0
+    detect_s: float = 300.0
+    restart_s: float = 600.0
+    spare_nodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CostConfig:
+    usd_per_chip_hour: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    source: str                           # file it came from ("<dict>" when built in code)
+    cluster: ClusterConfig
+    model: ModelSpec
+    training: TrainingConfig
+    parallelism: ParallelismConfig
+    stragglers: StragglersConfig | None
+    failures: FailuresConfig | None
+    cost: CostConfig
+    seed: int = 0
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+_TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
+                       "failures", "cost", "seed"})
+_MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
+                         "vocab", "mlp", "moe"})
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read and validate a scenario file (DESIGN.md schema)."""
+    p = Path(path)
+    if not p.is_file():
+        bundled = scenario_dir() / f"{p}.yaml"
+        if p.suffix == "" and bundled.is_file():
+            p = bundled
+        else:
+            raise ConfigError(f"{path}: no such scenario file")
+    return scenario_from_dict(_read_yaml(p, "scenario"), str(p), default_name=p.stem)
+
+
+def scenario_from_dict(raw: Mapping[str, Any], source: str = "<dict>",
+                       default_name: str = "scenario") -> Scenario:
+    """Validate an already-parsed scenario mapping; *source* prefixes every message."""
+    try:
+        return _scenario(raw, source, default_name)
+    except ConfigError as e:
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+
+
+def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenario:
+    top = _Section(raw, "scenario", _TOP_KEYS)
+    cluster = _cluster(top.section("cluster", {"topology", "chips", "slice", "twisted",
+                                               "oversubscription"}))
+    if not top.has("model"):
+        raise ConfigError(f"model: required; a preset name ({', '.join(sorted(PRESETS))}) "
+                          "or a mapping with layers, hidden, ffn_hidden, heads, kv_heads, vocab")
+    model = _model(raw["model"])
+    training = _training(top.section("training", {"seq_len", "global_batch", "micro_batch",
+                                                  "precision", "recompute"}), cluster)
+    par = _parallelism(top.section("parallelism", {"tp", "pp", "cp", "ep", "zero", "schedule",
+                                                   "virtual_stages", "sequence_parallel"}),
+                       cluster, model)
+    strag = (_stragglers(top.section("stragglers", {f for f in StragglersConfig.__slots__}))
+             if "stragglers" in raw else None)
+    fail = (_failures(top.section("failures", {f for f in FailuresConfig.__slots__}))
+            if "failures" in raw else None)
+    cost_s = top.section("cost", {"usd_per_chip_hour"})
+    default_price = cluster.chip.usd_per_chip_hour
+    if not cost_s.has("usd_per_chip_hour") and default_price is None:
+        raise ConfigError(f"cost.usd_per_chip_hour: required, the catalogue has no price for "
+                          f"{cluster.chip.name}")
+    cost = CostConfig(cost_s.float("usd_per_chip_hour", default_price))
+    name = top.str("name", default_name)
+    seed = top.int("seed", 0, minimum=0)
+    return Scenario(name=name, source=source, cluster=cluster, model=model, training=training,
+                    parallelism=par, stragglers=strag, failures=fail, cost=cost, seed=seed, raw=raw)
+
+
+def _cluster(s: _Section) -> ClusterConfig:
+    spec = load_topology_spec(s.str("topology", "dgx-h100"), s.at("topology"))
+    chips = s.opt_int("chips")
+    twisted = s.bool("twisted", False)
+    over = s.float("oversubscription", minimum=1.0) if s.has("oversubscription") else None
+    if isinstance(spec, GpuClusterSpec):
+        if s.has("slice"):
+            raise ConfigError(f"{s.at('slice')}: only TPU topologies take a slice shape; "
+                              f"{spec.name} is sized by cluster.chips")
+        if twisted:
+            raise ConfigError(f"{s.at('twisted')}: only TPU 3-D tori can be twisted, not {spec.name}")
+        return ClusterConfig(spec, spec.resolve_chips(chips, s.at("chips")), oversubscription=over)
+    if over is not None:
+        raise ConfigError(f"{s.at('oversubscription')}: only fat-tree GPU topologies have one")
+    slice_ = s.str("slice") if s.has("slice") else None
+    shape, pods = spec.resolve_shape(chips, slice_, s.where)
+    if twisted:
+        spec.check_twist(shape, s.where)
+    return ClusterConfig(spec, math.prod(shape) * pods, shape=shape, pods=pods, twisted=twisted)
+
+
+def _model(raw: object) -> ModelSpec:
+    if isinstance(raw, str):
+        raw = {"preset": raw}
+    s = _Section(raw, "model", _MODEL_KEYS)
+    base: ModelSpec | None = None
+    if s.has("preset"):
+        name = s.str("preset")
+        if name not in PRESETS:
+            raise ConfigError(f"model.preset: unknown model {name!r}; valid: {', '.join(sorted(PRESETS))}")
+        base = PRESETS[name]
+
+    def pick(key: str) -> int:
+        if base is not None and not s.has(key):
+            return int(getattr(base, key))
+        return s.int(key)
+
+    moe = base.moe if base is not None else None
+    if s.has("moe"):
+        m = s.section("moe", {"experts", "top_k", "capacity_factor"})
+        moe = MoE(experts=m.int("experts"), top_k=m.int("top_k"),
+                  capacity_factor=m.float("capacity_factor", 1.0, minimum=0.0, strict_min=True))
+        if moe.top_k > moe.experts:
+            raise ConfigError(f"model.moe.top_k: {moe.top_k} exceeds experts = {moe.experts}")
+    spec = ModelSpec(
+        name=s.str("name", base.name if base else "custom"),
+        layers=pick("layers"), hidden=pick("hidden"), ffn_hidden=pick("ffn_hidden"),
+        heads=pick("heads"), kv_heads=pick("kv_heads"), vocab=pick("vocab"),
+        mlp=s.str("mlp", base.mlp if base else "swiglu", ("swiglu", "gelu")), moe=moe,
+    )
+    if spec.hidden % spec.heads:
+        raise ConfigError(f"model.heads: {spec.heads} does not divide hidden = {spec.hidden}")
+    if spec.heads % spec.kv_heads:
+        raise ConfigError(f"model.kv_heads: {spec.kv_heads} does not divide heads = {spec.heads}")
+    return spec
+
+
+def _training(s: _Section, cluster: ClusterConfig) -> TrainingConfig:
+    t = TrainingConfig(
+        seq_len=s.int("seq_len", 4096),
+        global_batch=s.opt_int("global_batch"),
+        micro_batch=s.int("micro_batch", 1),
+        precision=s.str("precision", "bf16", ("bf16", "fp8")),
+        recompute=s.str("recompute", "selective", ("none", "selective", "full")),
+    )
+    if t.precision == "fp8" and cluster.chip.fp8_flops is None:
+        raise ConfigError(f"training.precision: fp8 is not supported on {cluster.chip.name}; use bf16")
+    return t
+
+
+def _parallelism(s: _Section, cluster: ClusterConfig, model: ModelSpec) -> ParallelismConfig:
+    tp, pp, cp, ep = (s.int(k, 1) for k in ("tp", "pp", "cp", "ep"))
+    chips = cluster.chips
+    if chips % (tp * pp * cp):
+        raise ConfigError(f"parallelism: tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide "
+                          f"the {chips} chips of the cluster; valid: a product that divides {chips}")
+    dp = chips // (tp * pp * cp)
+    schedule = s.str("schedule", "1f1b", ("1f1b", "interleaved", "gpipe"))
+    vs = s.int("virtual_stages", 1)
+    if vs > 1 and schedule != "interleaved":
+        raise ConfigError(f"parallelism.virtual_stages: {vs} needs schedule: interleaved, got {schedule!r}")
+    return ParallelismConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp,
+                             zero=s.int("zero", 1, minimum=0), schedule=schedule, virtual_stages=vs,
+                             sequence_parallel=s.bool("sequence_parallel", True))
+
+
+def _stragglers(s: _Section) -> StragglersConfig:
+    return StragglersConfig(
+        compute_jitter_sigma=s.float("compute_jitter_sigma", 0.0),
+        slow_fraction=s.float("slow_fraction", 0.0, maximum=1.0),
+        slow_factor=s.float("slow_factor", 1.0, minimum=1.0),
+        link_degrade_fraction=s.float("link_degrade_fraction", 0.0, maximum=1.0),
+        link_bandwidth_factor=s.float("link_bandwidth_factor", 1.0, minimum=0.0, maximum=1.0,
+                                      strict_min=True),
+    )
+
+
+def _failures(s: _Section) -> FailuresConfig:
+    interval: float | None = None
+    if s.has("checkpoint_interval_min") and s.raw["checkpoint_interval_min"] != "auto":
+        interval = s.float("checkpoint_interval_min", strict_min=True)
+    f = FailuresConfig(
+        horizon_days=s.float("horizon_days", 30.0, strict_min=True),
+        checkpoint_interval_min=interval,
+        checkpoint_write_s=s.float("checkpoint_write_s", 60.0),
+        checkpoint_load_s=s.float("checkpoint_load_s", 120.0),
+        detect_s=s.float("detect_s", 300.0),
+        restart_s=s.float("restart_s", 600.0),
+        spare_nodes=s.int("spare_nodes", 0, minimum=0),
+    )
+    if interval is not None and interval * 60 <= f.checkpoint_write_s:
+        raise ConfigError(f"failures.checkpoint_interval_min: {interval} min is not longer than "
+                          f"checkpoint_write_s = {f.checkpoint_write_s} s")
+    return f
+
+
+def load_cluster(topology: str, chips: int | None = None, slice_: str | None = None,
+                 twisted: bool = False, oversubscription: float | None = None,
+                 where: str = "cluster") -> ClusterConfig:
+    """A sized cluster from command-line style options (``topo show``, ``collective``)."""
+    raw: dict[str, Any] = {"topology": topology, "twisted": twisted}
+    if chips is not None:
+        raw["chips"] = chips
+    if slice_ is not None:
+        raw["slice"] = slice_
+    if oversubscription is not None:
+        raw["oversubscription"] = oversubscription
+    return _cluster(_Section(raw, where, {"topology", "chips", "slice", "twisted",
+                                          "oversubscription"}))

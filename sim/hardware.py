@@ -1,0 +1,163 @@
+"""Hardware catalogue: one frozen record per accelerator, every figure with its source.
+
+Values come from ../shared/reference/specs.yaml and FACTS.md (source keys such as SB-GPU, GK-H100,
+GCP-v5e are defined in FACTS.md "Source key"). Peaks are dense (no 2:4 sparsity). Units are SI:
+FLOP/s, bytes, bytes/s (one direction of a full-duplex link), watts, US dollars per chip-hour.
+Where two sources disagree the choice is stated next to the value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .units import GB, GiB, TFLOPS, Gbps_to_Bps
+
+__all__ = ["Chip", "CATALOGUE", "get_chip"]
+
+
+@dataclass(frozen=True, slots=True)
+class Chip:
+    """One accelerator model.
+
+    ``scaleup_*`` is the chip's fast fabric: NVLink for GPUs, ICI for TPUs. ``links`` is the number
+    of such links per chip and ``link_Bps`` the bandwidth of one link in one direction.
+    ``dcn_Bps`` is a TPU's share of its host's data-center network, per direction.
+    ``tdp_W`` and ``usd_per_chip_hour`` are None where no source gives them.
+    """
+
+    name: str
+    vendor: str                 # "nvidia" | "google"
+    family: str                 # "A100" | "H100" | "B200" | "TPU": the validation grouping
+    arch: str                   # "ampere" | "hopper" | "blackwell" | "tpu-v4" | ...
+    bf16_flops: float
+    fp8_flops: float | None     # None: no FP8 tensor-core path
+    hbm_bytes: float
+    hbm_Bps: float
+    scaleup_links: int
+    scaleup_link_Bps: float
+    tdp_W: float | None
+    usd_per_chip_hour: float | None
+    dcn_Bps: float | None = None
+    in_network_reduction: bool = False   # NVSwitch SHARP (NVLS) on Hopper and later
+
+    @property
+    def scaleup_Bps(self) -> float:
+        """Total scale-up bandwidth per chip, one direction."""
+        return self.scaleup_links * self.scaleup_link_Bps
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak for *precision* ("bf16" or "fp8"), FLOP/s."""
+        if precision == "bf16":
+            return self.bf16_flops
+        if precision == "fp8":
+            if self.fp8_flops is None:
+                raise ConfigError(f"training.precision: fp8 is not supported on {self.name}; use bf16")
+            return self.fp8_flops
+        raise ConfigError(f"training.precision: got {precision!r}; valid: bf16, fp8")
+
+
+_CHIPS = (
+    Chip(
+        name="A100-SXM-80GB", vendor="nvidia", family="A100", arch="ampere",
+        bf16_flops=312 * TFLOPS,            # GK-A100 (NVIDIA A100 datasheet); SB-GPU 3.1e14
+        fp8_flops=None,                     # Ampere has no FP8 (GK-A100)
+        hbm_bytes=80 * GB,                  # GK-A100: 80 GB HBM2e
+        hbm_Bps=2039 * GB,                  # thundercompute A100 guide; SB-GPU 2.0e12
+        scaleup_links=12, scaleup_link_Bps=25 * GB,   # NVLink3: 12 x 25 GB/s per dir (SB-GPU)
+        tdp_W=400,                          # GK-A100 (SXM)
+        usd_per_chip_hour=27.44705 / 8,     # AWS p4de.24xlarge $27.44705/h for 8 GPUs (AWSGPU)
+    ),
+    Chip(
+        name="H100-SXM", vendor="nvidia", family="H100", arch="hopper",
+        bf16_flops=989.4 * TFLOPS,          # GK-H100; SB-GPU "990"
+        fp8_flops=1978.9 * TFLOPS,          # GK-H100; SB-GPU 2.0e15
+        hbm_bytes=80 * GB,                  # GK-H100: 80 GB HBM3
+        hbm_Bps=3350 * GB,                  # GK-H100; SB-GPU
+        scaleup_links=18, scaleup_link_Bps=25 * GB,   # NVLink4: 18 x 25 = 450 GB/s per dir (SB-GPU)
+        tdp_W=700,                          # GK-H100
+        usd_per_chip_hour=55.04 / 8,        # AWS p5.48xlarge $55.04/h for 8 GPUs (AWSGPU, 2026-01)
+        in_network_reduction=True,          # NVSwitch gen3 SHARP (NV-NVS3; SB-GPU)
+    ),
+    Chip(
+        name="H200", vendor="nvidia", family="H100", arch="hopper",
+        bf16_flops=990 * TFLOPS,            # SB-GPU 9.9e14 (same GH100 compute as H100)
+        fp8_flops=1980 * TFLOPS,            # SB-GPU 2.0e15
+        hbm_bytes=141 * GB,                 # SB-GPU; MLPERF-H200 141 GB (GK says 144 physical: we use usable)
+        hbm_Bps=4800 * GB,                  # SB-GPU 4.8e12
+        scaleup_links=18, scaleup_link_Bps=25 * GB,   # MLPERF-H200 "18x 4th Gen NVLink, 900GB/s" bidi
+        tdp_W=700,                          # MLPERF-H200 "H200 TGP 700W"
+        usd_per_chip_hour=63.296 / 8,       # AWS p5en.48xlarge $63.296/h for 8 GPUs (AWSGPU)
+        in_network_reduction=True,
+    ),
+    Chip(
+        name="B200", vendor="nvidia", family="B200", arch="blackwell",
+        bf16_flops=2250 * TFLOPS,           # GK-B200 (HGX 1000 W); SB-GPU 2.3e15; VERDA 2.25 PF
+        fp8_flops=4500 * TFLOPS,            # GK-B200; SB-GPU 4.5e15
+        hbm_bytes=192 * GB,                 # GK-B200, SB-GPU (VERDA 180 GB: we follow the two agreeing)
+        hbm_Bps=8000 * GB,                  # SB-GPU table 8.0e12 (VERDA 7.7e12, SB prose 9e12)
+        scaleup_links=18, scaleup_link_Bps=50 * GB,   # NVLink5: 18 x 50 = 900 GB/s per dir (SB-GPU)
+        tdp_W=1000,                         # GK-B200; VERDA
+        usd_per_chip_hour=113.9328 / 8,     # AWS p6-b200.48xlarge $113.9328/h for 8 GPUs (AWSGPU)
+        in_network_reduction=True,
+    ),
+    Chip(
+        name="TPU-v4", vendor="google", family="TPU", arch="tpu-v4",
+        bf16_flops=275 * TFLOPS,            # GCP-v4; SB-TPU 2.75e14
+        fp8_flops=None,                     # no FP8 on v4 (GCP-v4 lists bf16/int8 only)
+        hbm_bytes=32 * GiB,                 # GCP-v4: 32 GiB HBM2
+        hbm_Bps=1200 * GB,                  # GCP-v4; SB-TPU 1.2e12
+        scaleup_links=6, scaleup_link_Bps=45 * GB,    # SB-TPU 4.5e10 one-way per link (GK says 50)
+        tdp_W=192,                          # GCP-v4 measured max power (mean 170 W)
+        usd_per_chip_hour=3.22,             # GPUHUNT us-central2 on-demand
+        dcn_Bps=25 * GB / 4,                # SB-TPU (Feb 2025): ~2.5e10 B/s per host of 4 chips
+    ),
+    Chip(
+        name="TPU-v5e", vendor="google", family="TPU", arch="tpu-v5e",
+        bf16_flops=197 * TFLOPS,            # GCP-v5e; SB-TPU 1.97e14
+        fp8_flops=None,                     # no FP8 peak listed (GCP-v5e: bf16, int8)
+        hbm_bytes=16 * GB,                  # GCP-v5e
+        hbm_Bps=819 * GB,                   # GCP-v5e
+        # GCP-v5e: 400 GB/s bidi per chip over 4 ICI ports -> 50 GB/s per link per direction.
+        # SB-TPU rounds to 45; we take Google's figure, which also reproduces its 1.6 TB/s pod bisection.
+        scaleup_links=4, scaleup_link_Bps=400 * GB / 4 / 2,
+        tdp_W=None,                         # not found (FACTS.md)
+        usd_per_chip_hour=1.20,             # GPUHUNT us-central1 on-demand
+        dcn_Bps=Gbps_to_Bps(25),            # SB-TPU-site 3.125e9 B/s per chip (2 x 100 Gb/s per 8-chip host)
+    ),
+    Chip(
+        name="TPU-v5p", vendor="google", family="TPU", arch="tpu-v5p",
+        bf16_flops=459 * TFLOPS,            # GCP-v5p; SB-TPU 4.59e14
+        fp8_flops=459 * TFLOPS,             # GCP-7x table: no FP8 speed-up on v5p
+        hbm_bytes=95 * GiB,                 # GCP-v5p: 95 GiB usable of 96
+        hbm_Bps=2765 * GB,                  # GCP-v5p
+        # GCP-v5p: 1200 GB/s bidi per chip over 6 ports -> 100 GB/s per link per direction
+        # (SB-TPU says 90 and notes the docs' 100); Google's figure, as for v5e/v6e.
+        scaleup_links=6, scaleup_link_Bps=1200 * GB / 6 / 2,
+        tdp_W=None,                         # not found
+        usd_per_chip_hour=4.20,             # GPUHUNT us-east1/us-east5 on-demand
+        dcn_Bps=Gbps_to_Bps(50),            # GCP-v5p: 50 Gb/s per chip
+    ),
+    Chip(
+        name="TPU-v6e", vendor="google", family="TPU", arch="tpu-v6e",
+        bf16_flops=918 * TFLOPS,            # GCP-v6e; SB-TPU 9.2e14
+        fp8_flops=918 * TFLOPS,             # GCP-7x comparison table
+        hbm_bytes=32 * GB,                  # GCP-v6e
+        hbm_Bps=1638 * GB,                  # GCP-v6e
+        # GCP-v6e: 800 GB/s bidi per chip over 4 ports -> 100 GB/s per link per direction (SB: 90).
+        scaleup_links=4, scaleup_link_Bps=800 * GB / 4 / 2,
+        tdp_W=None,                         # not found
+        usd_per_chip_hour=2.70,             # GPUHUNT us-east1 on-demand
+        dcn_Bps=Gbps_to_Bps(100),           # SB-TPU-site 12.5e9 B/s per chip
+    ),
+)
+
+CATALOGUE: dict[str, Chip] = {c.name: c for c in _CHIPS}
+
+
+def get_chip(name: str, where: str = "chip") -> Chip:
+    """The catalogue entry *name*; a ConfigError naming *where* and the valid names otherwise."""
+    try:
+        return CATALOGUE[name]
+    except KeyError:
+        raise ConfigError(f"{where}: unknown chip {name!r}; valid: {sorted(CATALOGUE)}") from None

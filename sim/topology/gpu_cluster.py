@@ -1,0 +1,112 @@
+"""DGX nodes on a rail-optimized InfiniBand fat-tree, as a networkx graph.
+
+Node ids: devices are ints 0..N-1 in rank order (GPU g of node n is ``n * gpus_per_node + g``);
+everything else is a string: ``n3/nvs1`` (NVSwitch), ``n3/nic5`` (NIC), ``leaf/s2/r5`` (leaf of
+rail 5 in scalable unit 2), ``spine/r5/7`` or ``spine/7``, ``core/4``.
+Edges carry ``bandwidth_GBps`` (one direction), ``latency_us``, ``kind`` and ``cables`` (physical
+links bundled into the edge; may be fractional where a spine's ports are shared by more leaves than
+it has ports, see ``_spread``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+
+from ..config import ClusterConfig
+from ..errors import TopologyError
+from ..units import Bps_to_GBps, s_to_us
+from ..topology_spec import GpuClusterSpec
+
+
+def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, object]]:
+    """Graph of ``cluster.chips`` GPUs; returns (graph, facts for the Topology record)."""
+    spec = cluster.topology
+    assert isinstance(spec, GpuClusterSpec)
+    g = nx.Graph()
+    gpn = spec.gpus_per_node
+    nodes = cluster.chips // gpn
+    nvlink_Bps = spec.chip.scaleup_link_Bps
+    over = cluster.oversubscription if cluster.oversubscription is not None else spec.oversubscription
+    # Oversubscription N:1 at the leaf: down ports stay, up ports shrink (and with them the spines).
+    up_ports = spec.leaf_down_ports / over
+    if up_ports < 1:
+        raise TopologyError(f"cluster.oversubscription: {over} leaves a leaf switch less than one "
+                            f"uplink ({spec.leaf_down_ports} down ports)")
+    port = spec.ib_port_Bps
+    radix = spec.leaf_down_ports + spec.leaf_up_ports
+    nvl_lat, pcie_lat, ib_lat = (s_to_us(x) for x in (spec.nvlink_latency_s, spec.pcie_latency_s,
+                                                      spec.ib_latency_s))
+
+    def link(u: object, v: object, Bps: float, lat_us: float, kind: str, cables: float) -> None:
+        g.add_edge(u, v, bandwidth_GBps=Bps_to_GBps(Bps), latency_us=lat_us, kind=kind,
+                   cables=cables)
+
+    sus = math.ceil(nodes / spec.su_nodes)
+    rails = spec.nics_per_node
+    for n in range(nodes):
+        su = n // spec.su_nodes
+        for s in range(spec.nvswitches_per_node):
+            g.add_node(f"n{n}/nvs{s}", kind="nvswitch", node=n, nvls=spec.chip.in_network_reduction)
+        for local in range(gpn):
+            dev = n * gpn + local
+            g.add_node(dev, kind="gpu", node=n, local=local, rail=local)
+            for s, nl in enumerate(spec.gpu_switch_links):
+                link(dev, f"n{n}/nvs{s}", nl * nvlink_Bps, nvl_lat, "nvlink", nl)
+            nic = f"n{n}/nic{local}"
+            g.add_node(nic, kind="nic", node=n, rail=local)
+            link(dev, nic, spec.pcie_Bps, pcie_lat, "pcie", 1)
+            leaf = f"leaf/s{su}/r{local}"
+            if leaf not in g:
+                g.add_node(leaf, kind="leaf", su=su, rail=local, sharp=spec.ib_sharp)
+            link(nic, leaf, min(spec.nic_Bps, port), ib_lat, "ib", 1)
+
+    leaves = [(su, r) for su in range(sus) for r in range(rails)]
+    tiers = 1 if nodes == 1 else (2 if sus <= spec.two_tier_max_sus else 3)
+    if tiers == 2:
+        # Every leaf reaches every spine (NV-SPOD-H100 4-SU layout: 32 leaves x 2 cables to 16 spines).
+        n_spines = math.ceil(len(leaves) * up_ports / radix)
+        spines = [f"spine/{i}" for i in range(n_spines)]
+        for sp in spines:
+            g.add_node(sp, kind="spine", sharp=spec.ib_sharp)
+        for su, r in leaves:
+            for sp in spines:
+                link(f"leaf/s{su}/r{r}", sp, up_ports * port / n_spines, ib_lat, "ib",
+                     up_ports / n_spines)
+    elif tiers == 3:
+        # One spine group per rail (half of each spine's ports down), cores join the groups.
+        per_rail = math.ceil(sus * up_ports / (radix / 2))
+        n_cores = math.ceil(rails * per_rail * (radix / 2) / radix)
+        cores = [f"core/{i}" for i in range(n_cores)]
+        for c in cores:
+            g.add_node(c, kind="core", sharp=spec.ib_sharp)
+        for r in range(rails):
+            group = [f"spine/r{r}/{i}" for i in range(per_rail)]
+            for i, sp in enumerate(group):
+                g.add_node(sp, kind="spine", rail=r, sharp=spec.ib_sharp)
+                # Spine i of every rail uses the same slice of cores, so the core layer mixes rails.
+                for c, share in _spread(i, radix // 2, n_cores).items():
+                    link(sp, cores[c], share * port, ib_lat, "ib", share)
+            for su in range(sus):
+                for sp in group:
+                    link(f"leaf/s{su}/r{r}", sp, up_ports * port / per_rail, ib_lat, "ib",
+                         up_ports / per_rail)
+    facts = {"nodes": nodes, "tiers": tiers, "scalable_units": sus, "oversubscription": over,
+             "shape": None, "pods": 1}
+    return g, facts
+
+
+def _spread(i: int, ports: int, targets: int) -> dict[int, float]:
+    """Cables from the i-th switch's *ports* up-ports to *targets* switches, round-robin.
+
+    Switch i starts at target ``i * ports mod targets``; with more ports than targets each target
+    gets ``ports / targets`` cables.
+    """
+    out: dict[int, float] = {}
+    if ports >= targets:
+        return {t: ports / targets for t in range(targets)}
+    for k in range(ports):
+        t = (i * ports + k) % targets
+        out[t] = out.get(t, 0.0) + 1.0
+    return out

@@ -1,0 +1,217 @@
+"""Topology specifications: what a file in topologies/ describes, and how a size is resolved.
+
+Pure data and arithmetic (no YAML, no graphs): ``sim.config`` parses a topology file into one of
+these specs, and ``sim.topology.build`` turns a spec plus a size into a networkx graph.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .hardware import Chip
+
+__all__ = ["GpuClusterSpec", "TpuPodSpec", "TopologySpec", "SliceShape", "parse_shape"]
+
+SliceShape = tuple[int, ...]
+
+
+def parse_shape(text: str, ndims: int, where: str) -> SliceShape:
+    """'4x4x8' -> (4, 4, 8); a ConfigError naming *where* for anything else."""
+    parts = str(text).lower().split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) != ndims or any(d <= 0 for d in dims):
+        example = "x".join(["4"] * ndims)
+        raise ConfigError(f"{where}: {text!r} is not a {ndims}-D slice shape like {example!r}")
+    return dims
+
+
+def shape_str(shape: SliceShape) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuClusterSpec:
+    """NVLink/NVSwitch nodes joined by a rail-optimized InfiniBand fat-tree (DGX SuperPOD RA).
+
+    Fabric rules (NV-SPOD-H100, NV-SPOD-B200 switch-count table in FACTS.md 2a): scalable units (SU)
+    of ``su_nodes`` nodes; one leaf switch per rail per SU with ``leaf_down_ports`` down and
+    ``leaf_up_ports`` up; up to ``two_tier_max_sus`` SUs every leaf reaches every spine (4 spines per
+    SU); above that, spines form one group per rail (8 per SU in all) and a core layer (4 per SU)
+    joins the groups.
+    """
+
+    name: str
+    chip: Chip
+    gpus_per_node: int
+    nvswitches_per_node: int
+    gpu_switch_links: tuple[int, ...]     # NVLink links from each GPU to each NVSwitch
+    nvlink_latency_s: float
+    nics_per_node: int
+    nic_Bps: float                        # per NIC, one direction
+    pcie_Bps: float                       # GPU <-> NIC through the PCIe switch, one direction
+    pcie_latency_s: float
+    ib_port_Bps: float                    # one switch port, one direction
+    ib_latency_s: float                   # per IB link, switch traversal included
+    su_nodes: int
+    leaf_down_ports: int
+    leaf_up_ports: int
+    two_tier_max_sus: int
+    max_gpus: int
+    ib_sharp: bool                        # InfiniBand SHARP in the switches
+    oversubscription: float               # leaf (and spine) down:up capacity ratio, 1 = non-blocking
+    default_chips: int
+    source: str = ""
+
+    kind = "gpu_cluster"
+
+    def resolve_chips(self, chips: int | None, where: str) -> int:
+        """Validated GPU count: whole nodes, at most ``max_gpus``."""
+        n = self.default_chips if chips is None else chips
+        g = self.gpus_per_node
+        if not isinstance(n, int) or n <= 0 or n % g or n > self.max_gpus:
+            raise ConfigError(
+                f"{where}: {n!r} GPUs is not a whole number of {g}-GPU nodes up to "
+                f"{self.max_gpus} for topology {self.name!r}; valid: {g}, {2 * g}, ..., {self.max_gpus}"
+            )
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class TpuPodSpec:
+    """TPU slices: 3-D tori of 4x4x4 cubes joined by OCS (v4, v5p) or 2-D 16x16 pods (v5e, v6e)."""
+
+    name: str
+    chip: Chip
+    ndims: int                            # 3: cubes + OCS; 2: single-pod 2-D torus, pods over DCN
+    cube: int                             # edge of a cube (4) for 3-D; 0 for 2-D
+    max_shape: SliceShape                 # the largest single slice, e.g. (16, 16, 16)
+    subcube_shapes: tuple[SliceShape, ...]  # 3-D slices smaller than a cube (no wraparound)
+    pod_shapes: tuple[SliceShape, ...]    # 2-D slice shapes inside one pod
+    wrap_len: int                         # 2-D: an axis wraps only at this length (16)
+    chips_per_host: int
+    ici_latency_s: float
+    pcie_Bps: float
+    pcie_latency_s: float
+    dcn_latency_s: float
+    twisted_allowed: bool
+    multi_pod: bool                       # 2-D: more chips = whole pods joined over DCN
+    default_chips: int
+    source: str = ""
+
+    kind = "tpu_pod"
+
+    @property
+    def max_chips(self) -> int:
+        return math.prod(self.max_shape)
+
+    def resolve_shape(self, chips: int | None, slice_: str | None, where: str) -> tuple[SliceShape, int]:
+        """(per-pod shape, number of pods) from ``cluster.chips`` and/or ``cluster.slice``."""
+        if slice_ is not None:
+            shape = parse_shape(slice_, self.ndims, f"{where}.slice")
+            self._check_shape(shape, f"{where}.slice")
+            pods = 1
+            if chips is not None and chips != math.prod(shape):
+                if self.multi_pod and shape == self.max_shape and chips % math.prod(shape) == 0:
+                    pods = chips // math.prod(shape)
+                else:
+                    raise ConfigError(
+                        f"{where}.chips: {chips} disagrees with slice {slice_!r} "
+                        f"({math.prod(shape)} chips); give one of them")
+            return shape, pods
+        n = self.default_chips if chips is None else chips
+        if not isinstance(n, int) or n <= 0:
+            raise ConfigError(f"{where}.chips: must be a positive integer, got {n!r}")
+        if self.multi_pod and n > self.max_chips:
+            if n % self.max_chips:
+                raise ConfigError(
+                    f"{where}.chips: {n} chips on {self.name} needs whole {self.max_chips}-chip pods "
+                    f"beyond one pod; valid: {self.max_chips}, {2 * self.max_chips}, ...")
+            return self.max_shape, n // self.max_chips
+        shape = self.standard_shape(n)
+        if shape is None:
+            raise ConfigError(
+                f"{where}.chips: {n} is not a valid {self.name} slice size; valid: "
+                f"{self.valid_counts_text()}")
+        return shape, 1
+
+    def standard_shape(self, chips: int) -> SliceShape | None:
+        """The most cubic valid slice with *chips* chips, or None."""
+        small = [s for s in (self.subcube_shapes if self.ndims == 3 else self.pod_shapes)
+                 if math.prod(s) == chips]
+        if small:
+            return small[0]
+        if self.ndims == 2:
+            return None
+        c = self.cube
+        best: SliceShape | None = None
+        for dims in itertools.combinations_with_replacement(range(c, max(self.max_shape) + 1, c), 3):
+            if math.prod(dims) != chips or not _fits(dims, self.max_shape):
+                continue
+            if best is None or dims[-1] - dims[0] < best[-1] - best[0]:
+                best = dims
+        return best
+
+    def _check_shape(self, shape: SliceShape, where: str) -> None:
+        if self.ndims == 2:
+            if shape not in self.pod_shapes:
+                raise ConfigError(f"{where}: {shape_str(shape)} is not a {self.name} slice; valid: "
+                                  f"{', '.join(shape_str(s) for s in self.pod_shapes)}")
+            return
+        if all(d % self.cube == 0 for d in shape):
+            if not _fits(tuple(sorted(shape)), self.max_shape):
+                raise ConfigError(
+                    f"{where}: {shape_str(shape)} exceeds the largest {self.name} slice "
+                    f"{shape_str(self.max_shape)}")
+            return
+        if tuple(sorted(shape)) not in {tuple(sorted(s)) for s in self.subcube_shapes}:
+            raise ConfigError(
+                f"{where}: {shape_str(shape)} is not a {self.name} slice; valid: whole "
+                f"{self.cube}x{self.cube}x{self.cube} cubes (every dimension a multiple of "
+                f"{self.cube}, up to {shape_str(self.max_shape)}) or "
+                f"{', '.join(shape_str(s) for s in self.subcube_shapes)}")
+
+    def wraps(self, shape: SliceShape) -> tuple[bool, ...]:
+        """Which axes have wraparound links.
+
+        3-D: only slices of whole cubes wrap, on every axis (SB-TPU: "wraparounds only on full-cube
+        multiples"). 2-D: an axis wraps only at the full pod length (SB-TPU: "8x16 wraps the long axis").
+        """
+        if self.ndims == 3:
+            whole = all(d % self.cube == 0 for d in shape)
+            return tuple(whole for _ in shape)
+        return tuple(d == self.wrap_len for d in shape)
+
+    def check_twist(self, shape: SliceShape, where: str) -> None:
+        """Twisted tori: GCP-v4 allows AxBxC with 2A=B=C or 2A=2B=C (sorted), whole cubes."""
+        a, b, c = sorted(shape) if len(shape) == 3 else (0, 0, 0)
+        ok = (self.twisted_allowed and len(shape) == 3 and all(self.wraps(shape))
+              and (2 * a == b == c or 2 * a == 2 * b == c))
+        if not ok:
+            raise ConfigError(
+                f"{where}.twisted: {self.name} slice {shape_str(shape)} cannot be twisted; valid: "
+                "whole-cube 3-D slices AxBxC with 2A=B=C or 2A=2B=C (e.g. 4x4x8, 4x8x8, 8x8x16)"
+                + ("" if self.twisted_allowed else f" on a topology that allows twists (not {self.name})"))
+
+    def valid_counts_text(self) -> str:
+        if self.ndims == 2:
+            counts = sorted({math.prod(s) for s in self.pod_shapes})
+            more = f", then multiples of {self.max_chips} (pods over DCN)" if self.multi_pod else ""
+            return ", ".join(str(c) for c in counts) + more
+        counts = sorted({math.prod(s) for s in self.subcube_shapes})
+        c3 = self.cube ** 3
+        return (", ".join(str(c) for c in counts)
+                + f", or multiples of {c3} that form an AxBxC slice of whole cubes up to "
+                  f"{shape_str(self.max_shape)} ({self.max_chips} chips)")
+
+
+def _fits(dims: SliceShape, max_shape: SliceShape) -> bool:
+    return all(d <= m for d, m in zip(sorted(dims), sorted(max_shape)))
+
+
+TopologySpec = GpuClusterSpec | TpuPodSpec

@@ -1,0 +1,52 @@
+"""The command line: JSON fields of DESIGN.md, one-line errors with exit 2, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_topo_show_json_fields(capsys) -> None:
+    assert main(["topo", "show", "dgx-h100", "--chips", "1024", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    for field in ("chips", "nodes", "switches", "links", "bisection_GBps", "diameter_hops"):
+        assert field in info
+    assert info["chips"] == 1024 and info["nodes"] == 128
+
+
+def test_topo_show_table(capsys) -> None:
+    assert main(["topo", "show", "tpu-v4", "--slice", "4x4x8", "--twisted"]) == 0
+    out = capsys.readouterr().out
+    assert "bisection" in out and "twisted" in out and "48 ocs" in out
+
+
+def test_run_default_scenario(capsys) -> None:
+    assert main(["run", str(REPO / "scenarios" / "default.yaml"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"] == "default-llama3-8b-8xh100" and out["chips"] == 8
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["topo", "show", "dgx-h100", "--chips", "12"], "not a whole number of 8-GPU nodes"),
+        (["topo", "show", "nosuch"], "unknown topology 'nosuch'"),
+        (["topo", "show", "dgx-h100", "--chips", "-8"], "expected a positive integer"),
+        (["run", "does-not-exist.yaml"], "no such scenario file"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_errors_are_one_line_and_exit_2(argv, fragment) -> None:
+    r = subprocess.run([sys.executable, "-m", "sim", *argv], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2
+    assert fragment in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr
