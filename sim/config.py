@@ -267,6 +267,7 @@ class ClusterConfig:
     pods: int = 1                         # TPU 2-D: pods over DCN
     twisted: bool = False
     oversubscription: float | None = None # None: the topology file's value
+    sharp: bool | None = None             # InfiniBand SHARP in the switches; None: the file's value
 
     @property
     def chip(self) -> Chip:
@@ -335,6 +336,7 @@ class Scenario:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
+_CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "twisted", "oversubscription", "sharp"})
 _TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
                        "failures", "cost", "seed"})
 _MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
@@ -365,8 +367,7 @@ def scenario_from_dict(raw: Mapping[str, Any], source: str = "<dict>",
 
 def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenario:
     top = _Section(raw, "scenario", _TOP_KEYS)
-    cluster = _cluster(top.section("cluster", {"topology", "chips", "slice", "twisted",
-                                               "oversubscription"}))
+    cluster = _cluster(top.section("cluster", _CLUSTER_KEYS))
     if not top.has("model"):
         raise ConfigError(f"model: required; a preset name ({', '.join(sorted(PRESETS))}) "
                           "or a mapping with layers, hidden, ffn_hidden, heads, kv_heads, vocab")
@@ -397,13 +398,17 @@ def _cluster(s: _Section) -> ClusterConfig:
     chips = s.opt_int("chips")
     twisted = s.bool("twisted", False)
     over = s.float("oversubscription", minimum=1.0) if s.has("oversubscription") else None
+    sharp = s.bool("sharp", False) if s.has("sharp") else None
     if isinstance(spec, GpuClusterSpec):
         if s.has("slice"):
             raise ConfigError(f"{s.at('slice')}: only TPU topologies take a slice shape; "
                               f"{spec.name} is sized by cluster.chips")
         if twisted:
             raise ConfigError(f"{s.at('twisted')}: only TPU 3-D tori can be twisted, not {spec.name}")
-        return ClusterConfig(spec, spec.resolve_chips(chips, s.at("chips")), oversubscription=over)
+        return ClusterConfig(spec, spec.resolve_chips(chips, s.at("chips")), oversubscription=over,
+                             sharp=sharp)
+    if sharp:
+        raise ConfigError(f"{s.at('sharp')}: InfiniBand SHARP is for GPU fat-trees, not {spec.name}")
     if over is not None:
         raise ConfigError(f"{s.at('oversubscription')}: only fat-tree GPU topologies have one")
     slice_ = s.str("slice") if s.has("slice") else None
@@ -510,7 +515,7 @@ def _failures(s: _Section) -> FailuresConfig:
 
 def load_cluster(topology: str, chips: int | None = None, slice_: str | None = None,
                  twisted: bool = False, oversubscription: float | None = None,
-                 where: str = "cluster") -> ClusterConfig:
+                 sharp: bool | None = None, where: str = "cluster") -> ClusterConfig:
     """A sized cluster from command-line style options (``topo show``, ``collective``)."""
     raw: dict[str, Any] = {"topology": topology, "twisted": twisted}
     if chips is not None:
@@ -519,5 +524,6 @@ def load_cluster(topology: str, chips: int | None = None, slice_: str | None = N
         raw["slice"] = slice_
     if oversubscription is not None:
         raw["oversubscription"] = oversubscription
-    return _cluster(_Section(raw, where, {"topology", "chips", "slice", "twisted",
-                                          "oversubscription"}))
+    if sharp is not None:
+        raw["sharp"] = sharp
+    return _cluster(_Section(raw, where, _CLUSTER_KEYS))

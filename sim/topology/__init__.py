@@ -44,7 +44,7 @@ class Topology:
 
     def with_graph(self, graph: nx.Graph) -> "Topology":
         """The same topology over an edited graph (see ``sim.topology.edits``)."""
-        return Topology(self.spec, self.cluster, graph, self.devices, dict(self.facts))
+        return Topology(self.spec, self.cluster, graph, self.devices, {**self.facts, "edited": True})
 
 
 def build_topology(cluster: ClusterConfig) -> Topology:

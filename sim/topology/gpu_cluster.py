@@ -34,6 +34,7 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, objec
     if up_ports < 1:
         raise TopologyError(f"cluster.oversubscription: {over} leaves a leaf switch less than one "
                             f"uplink ({spec.leaf_down_ports} down ports)")
+    sharp = spec.ib_sharp if cluster.sharp is None else cluster.sharp
     port = spec.ib_port_Bps
     radix = spec.leaf_down_ports + spec.leaf_up_ports
     nvl_lat, pcie_lat, ib_lat = (s_to_us(x) for x in (spec.nvlink_latency_s, spec.pcie_latency_s,
@@ -59,7 +60,7 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, objec
             link(dev, nic, spec.pcie_Bps, pcie_lat, "pcie", 1)
             leaf = f"leaf/s{su}/r{local}"
             if leaf not in g:
-                g.add_node(leaf, kind="leaf", su=su, rail=local, sharp=spec.ib_sharp)
+                g.add_node(leaf, kind="leaf", su=su, rail=local, sharp=sharp)
             link(nic, leaf, min(spec.nic_Bps, port), ib_lat, "ib", 1)
 
     leaves = [(su, r) for su in range(sus) for r in range(rails)]
@@ -69,7 +70,7 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, objec
         n_spines = math.ceil(len(leaves) * up_ports / radix)
         spines = [f"spine/{i}" for i in range(n_spines)]
         for sp in spines:
-            g.add_node(sp, kind="spine", sharp=spec.ib_sharp)
+            g.add_node(sp, kind="spine", sharp=sharp)
         for su, r in leaves:
             for sp in spines:
                 link(f"leaf/s{su}/r{r}", sp, up_ports * port / n_spines, ib_lat, "ib",
@@ -80,11 +81,11 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, objec
         n_cores = math.ceil(rails * per_rail * (radix / 2) / radix)
         cores = [f"core/{i}" for i in range(n_cores)]
         for c in cores:
-            g.add_node(c, kind="core", sharp=spec.ib_sharp)
+            g.add_node(c, kind="core", sharp=sharp)
         for r in range(rails):
             group = [f"spine/r{r}/{i}" for i in range(per_rail)]
             for i, sp in enumerate(group):
-                g.add_node(sp, kind="spine", rail=r, sharp=spec.ib_sharp)
+                g.add_node(sp, kind="spine", rail=r, sharp=sharp)
                 # Spine i of every rail uses the same slice of cores, so the core layer mixes rails.
                 for c, share in _spread(i, radix // 2, n_cores).items():
                     link(sp, cores[c], share * port, ib_lat, "ib", share)
@@ -93,6 +94,7 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, objec
                     link(f"leaf/s{su}/r{r}", sp, up_ports * port / per_rail, ib_lat, "ib",
                          up_ports / per_rail)
     facts = {"nodes": nodes, "tiers": tiers, "scalable_units": sus, "oversubscription": over,
+             "sharp": sharp,
              "shape": None, "pods": 1}
     return g, facts
 

@@ -1,0 +1,268 @@
+"""How long a collective takes on a topology: algorithm choice, flows on the graph, NCCL latencies.
+
+``CollectiveModel(topo)`` holds the link table and router of one topology and answers
+``time(op, size_bytes, group=None, algo=None)`` with a ``CollectiveResult``. Bandwidth comes from
+the flow model (max-min fair sharing of the routed flows of the algorithm's steps; identical steps
+are solved once, and the per-byte cost of each algorithm is cached, so a size sweep costs one
+solve per algorithm). Latency is NCCL's tuning model for GPUs and the per-hop ICI latency for TPU
+tori. Without ``algo``, the algorithm and protocol with the smallest predicted time is chosen, the
+way NCCL's tuner picks from its own cost model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..calibration import LINK_EFFICIENCY
+from ..errors import ConfigError
+from ..network.fluid import FlowSet, play_flows
+from ..network.links import LinkTable
+from ..network.routing import Router
+from ..topology import Topology
+from . import nccl
+from .algorithms import ALGORITHMS, GroupInfo, Phase, Stage, build, group_info
+
+__all__ = ["OPS", "ALGORITHMS", "CollectiveModel", "CollectiveResult", "busbw_factor",
+           "DTYPE_BYTES"]
+
+OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
+DTYPE_BYTES = {"int8": 1, "uint8": 1, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2, "float": 4,
+               "float32": 4, "int32": 4, "double": 8, "float64": 8, "int64": 8}
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests bus-bandwidth factor (NVIDIA/nccl-tests doc/PERFORMANCE.md)."""
+    if n <= 1:
+        return 1.0
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("allgather", "reducescatter", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveResult:
+    op: str
+    algo: str
+    proto: str
+    size_bytes: int
+    ranks: int
+    time_s: float
+    latency_s: float
+    transfer_s: float
+
+    @property
+    def algbw_GBps(self) -> float:
+        return self.size_bytes / self.time_s / 1e9 if self.time_s > 0 else math.inf
+
+    @property
+    def busbw_GBps(self) -> float:
+        return self.algbw_GBps * busbw_factor(self.op, self.ranks)
+
+
+class CollectiveModel:
+    """Collective timings on one topology (build once, ask many times)."""
+
+    def __init__(self, topo: Topology, efficiency: dict[str, float] | None = None) -> None:
+        self.topo = topo
+        self.links = LinkTable(topo, LINK_EFFICIENCY if efficiency is None else efficiency)
+        self.router = Router(topo, self.links)
+        self._per_byte: dict[tuple, tuple[float, int]] = {}
+        self._tpu = topo.facts.get("shape") is not None
+        g = topo.graph
+        self._nvls = any(d.get("nvls") for _, d in g.nodes(data=True) if d.get("kind") == "nvswitch")
+        self._sharp = bool(topo.facts.get("sharp"))
+
+    # ------------------------------------------------------------------ public
+
+    def algorithms(self, op: str, gi: GroupInfo) -> list[str]:
+        """Algorithms the hardware and library offer for *op* on this group."""
+        if op == "alltoall":
+            return ["pairwise"]
+        if op == "sendrecv":
+            return ["p2p"]
+        if self._tpu:
+            pods = len({self.topo.graph.nodes[d]["pod"] for d in gi.devices})
+            if pods > 1:
+                return ["hierarchical", "ring"] if op == "allreduce" else ["ring"]
+            return ["torus", "ring"]
+        algos = ["ring"]
+        multi = gi.nodes > 1
+        if op == "allreduce" and multi:
+            algos.append("tree")
+        if self._nvls and gi.ppn > 1 and op in ("allreduce", "allgather", "reducescatter") and not multi:
+            algos.append("nvls")
+        if self._nvls and multi and gi.ppn > 1 and op == "allreduce":
+            algos.append("nvls_tree")
+        if self._sharp and multi and op == "allreduce":
+            algos.append("collnet")
+        if op == "allreduce" and multi and gi.ppn > 1:
+            algos.append("hierarchical")
+        return algos
+
+    def time(self, op: str, size_bytes: int, group: Sequence[int] | None = None,
+             algo: str | None = None) -> CollectiveResult:
+        """Predicted time of one collective call (``size_bytes`` as nccl-tests counts it)."""
+        if op not in OPS:
+            raise ConfigError(f"--op: unknown collective {op!r}; valid: {', '.join(OPS)}")
+        if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, np.integer)) or size_bytes <= 0:
+            raise ConfigError(f"size: must be a positive integer number of bytes, got {size_bytes!r}")
+        gi = self._group(group)
+        offered = self.algorithms(op, gi)
+        if algo is not None:
+            if algo not in ALGORITHMS:
+                raise ConfigError(f"--algo: unknown algorithm {algo!r}; valid: {', '.join(ALGORITHMS)}")
+            if algo not in offered:
+                raise ConfigError(self._why_not(algo, op, gi, offered))
+            candidates = [algo]
+        else:
+            candidates = [a for a in offered if a != "hierarchical" or self._tpu]
+        if gi.n == 1:
+            return CollectiveResult(op, "none", "none", int(size_bytes), 1, 0.0, 0.0, 0.0)
+        best: CollectiveResult | None = None
+        for a in candidates:
+            for proto in self._protocols(a):
+                r = self._predict(op, int(size_bytes), gi, a, proto)
+                if best is None or r.time_s < best.time_s:
+                    best = r
+        assert best is not None
+        return best
+
+    # ------------------------------------------------------------------ internals
+
+    def _group(self, group: Sequence[int] | None) -> GroupInfo:
+        devs = self.topo.devices
+        if group is None:
+            return group_info(self.topo, devs)
+        members = list(group)
+        if len(members) > len(devs):
+            raise ConfigError(f"group: {len(members)} ranks but the topology has {len(devs)} chips")
+        if len(set(members)) != len(members) or any(not (0 <= m < len(devs)) for m in members):
+            raise ConfigError(f"group: ranks must be distinct chips in 0..{len(devs) - 1}")
+        return group_info(self.topo, members)
+
+    def _why_not(self, algo: str, op: str, gi: GroupInfo, offered: list[str]) -> str:
+        chip = self.topo.spec.chip.name
+        reason = {
+            "nvls": f"needs NVLink SHARP (NVSwitch gen 3+) inside one node; {self.topo.name} "
+                    f"({chip}) {'has none' if not self._nvls else 'is used across nodes here'}",
+            "nvls_tree": f"needs NVLink SHARP and several nodes; {self.topo.name} ({chip}) "
+                         f"{'has no NVLS' if not self._nvls else 'group is on one node'}",
+            "collnet": "needs InfiniBand SHARP switches (cluster.sharp: true) and several nodes",
+            "tree": "is an all-reduce across several nodes",
+            "torus": "is for TPU slices",
+        }.get(algo, f"does not implement {op} here")
+        return f"--algo {algo}: {reason}; available for {op}: {', '.join(offered)}"
+
+    def _protocols(self, algo: str) -> tuple[str, ...]:
+        if self._tpu or algo in ("nvls", "nvls_tree", "collnet", "pairwise", "p2p", "hierarchical"):
+            return ("Simple",)
+        return nccl.PROTOCOLS
+
+    def _predict(self, op: str, size: int, gi: GroupInfo, algo: str, proto: str) -> CollectiveResult:
+        per_byte, hops = self._cost(op, gi, algo)
+        transfer = per_byte * size
+        arch = self.topo.spec.chip.arch
+        if self._tpu:
+            lat = hops * float(np.max(self.links.latency_s[self.links.kind == "ici"], initial=1e-6))
+            return CollectiveResult(op, algo, "ici", size, gi.n, lat + transfer, lat, transfer)
+        transfer /= nccl.protocol_factor(algo, proto, gi.nodes)
+        if algo in ("nvls", "nvls_tree", "collnet"):
+            transfer /= nccl.NVLS_EFFICIENCY.get(arch, 0.85)
+        factor = busbw_factor(op, gi.n)
+        cap = nccl.busbw_cap_GBps(algo, proto, arch, gi.nodes)
+        if math.isfinite(cap) and transfer > 0:
+            busbw = factor * size / transfer / 1e9
+            if busbw > cap:
+                transfer = factor * size / (cap * 1e9)
+        lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet") else "ring"
+        lat_op = op if algo != "hierarchical" else "allreduce"
+        if algo in ("pairwise", "p2p"):          # no p2p entry in NCCL's model: one ring Simple step
+            lat = nccl.latency_s("ring", proto, "sendrecv", 2, min(gi.nodes, 2), size)
+        else:
+            lat = nccl.latency_s(lat_algo, proto, lat_op, gi.n, gi.nodes, size)
+        return CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
+
+    def _cost(self, op: str, gi: GroupInfo, algo: str) -> tuple[float, int]:
+        """(transfer seconds per byte of ``size``, latency-bearing steps) of an algorithm; cached.
+
+        The fluid model is scale-free (every flow's bytes scale with ``size``, so every completion
+        time does), so one solve at 1 MB gives the per-byte cost for every size.
+        """
+        key = (op, gi.devices, algo)
+        if key not in self._per_byte:
+            ref = 1e6
+            stages = build(algo, op, gi, ref, self.topo)
+            total, steps = 0.0, 0
+            for stage in stages:
+                times = [self.phase_time_s(p) for p in stage]
+                total += max(times)
+                steps += max(p.steps * p.hops_per_step for p in stage)
+            self._per_byte[key] = (total / ref, steps)
+        return self._per_byte[key]
+
+    def flowset(self, phase: Phase) -> FlowSet:
+        """The phase's one-step flows routed on the graph (fast bulk routing where it applies)."""
+        rows, cols, vals = self.router.routes_coo(phase.src, phase.dst)
+        k = len(phase.nbytes)
+        r2, c2, v2 = [rows], [cols], [vals]
+        sizes = [phase.nbytes]
+        for spec, up in ((phase.to_switch, True), (phase.from_switch, False)):
+            if spec is not None:
+                devs, vol = spec
+                r, c, v = self.router.switch_routes_coo(devs, up, col0=k)
+                r2.append(r), c2.append(c), v2.append(v)
+                sizes.append(np.full(len(devs), vol))
+                k += len(devs)
+        for j, (s, d, _) in enumerate(phase.extra):
+            ids, fr = self.router.route(s, d)
+            r2.append(ids)
+            c2.append(np.full(len(ids), k + j))
+            v2.append(fr)
+        nbytes = np.concatenate(sizes + [np.asarray([b for _, _, b in phase.extra], float)])
+        return FlowSet(len(self.links), np.concatenate(r2), np.concatenate(c2), np.concatenate(v2),
+                       nbytes)
+
+    def phase_time_s(self, phase: Phase) -> float:
+        """Fast path: one step played to completion on the fluid model, times ``steps``."""
+        if len(phase.nbytes) == 0 and not phase.extra and phase.to_switch is None:
+            return 0.0
+        makespan, _ = play_flows(self.flowset(phase), self.links.capacity_Bps)
+        return phase.steps * makespan
+
+
+def stages_for(model: CollectiveModel, op: str, size: float, group: Sequence[int] | None,
+               algo: str) -> list[Stage]:
+    """The stages an algorithm runs (for the event engine and tests)."""
+    gi = model._group(group)
+    return build(algo, op, gi, size, model.topo)
+
+
+class CasePredictor:
+    """``sim.validate`` predictor: one measured nccl-tests point -> predicted seconds.
+
+    Keeps one ``CollectiveModel`` per (topology, size, SHARP) so a run's sizes share the per-byte
+    costs.
+    """
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, int, bool], CollectiveModel] = {}
+
+    def model(self, topology: str, chips: int, sharp: bool) -> CollectiveModel:
+        key = (topology, chips, sharp)
+        if key not in self._models:
+            from ..config import load_cluster
+            from ..topology import build_topology
+
+            cluster = load_cluster(topology, chips, sharp=sharp, where="validate")
+            self._models[key] = CollectiveModel(build_topology(cluster))
+        return self._models[key]
+
+    def __call__(self, case: "object") -> float:
+        m = self.model(case.topology, case.gpus, case.sharp)       # type: ignore[attr-defined]
+        return m.time(case.op, int(case.size_bytes), algo=case.algo).time_s  # type: ignore[attr-defined]

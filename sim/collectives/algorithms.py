@@ -1,0 +1,382 @@
+"""Collective algorithms as stages of concurrent flows along routed paths.
+
+Each algorithm turns (operation, group, bytes) into a list of *stages* run one after another; a
+stage is a set of *phases* run at the same time; a phase is ``steps`` identical steps, each a set
+of flows that start together (ring steps, torus steps) or, for pipelined algorithms (trees, NVLS,
+SHARP), one step carrying the whole volume. Sizes follow nccl-tests: ``size`` is the full array
+for all-reduce, all-gather and reduce-scatter, the bytes each rank sends for all-to-all, and the
+message for send/recv and broadcast.
+
+References: ring and tree schedules as NCCL builds them (rings cross each node once, entering and
+leaving on the same rail; NVIDIA/nccl ``src/graph``); NVLS and SHARP as in-switch reduction with
+multicast (NV-NVS3; SB-GPU "in-network reductions"); TPU collectives as bidirectional rings per
+torus axis, the axes worked on at once by splitting the data (SB-SHARD).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..topology import Topology
+
+__all__ = ["Phase", "Stage", "GroupInfo", "build", "ALGORITHMS"]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """``steps`` repetitions of one step whose flows (src[i] -> dst[i], nbytes[i]) start together."""
+
+    name: str
+    steps: int
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    extra: tuple[tuple[Hashable, Hashable, float], ...] = ()   # flows with pseudo-endpoints
+    hops_per_step: int = 1                                    # TPU: links crossed per step
+    # NVLink SHARP traffic: GPU -> its node's NVSwitch fabric and back, (devices, bytes each)
+    to_switch: tuple[np.ndarray, float] | None = None
+    from_switch: tuple[np.ndarray, float] | None = None
+
+
+Stage = tuple[Phase, ...]
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """The ranks of a collective and how they sit on the machine."""
+
+    devices: tuple[int, ...]
+    by_node: dict[int, tuple[int, ...]] = field(default_factory=dict)   # GPU node -> its ranks
+
+    @property
+    def n(self) -> int:
+        return len(self.devices)
+
+    @property
+    def nodes(self) -> int:
+        return max(1, len(self.by_node))
+
+    @property
+    def ppn(self) -> int:
+        return max(len(v) for v in self.by_node.values()) if self.by_node else 1
+
+
+def group_info(topo: Topology, devices: Sequence[int]) -> GroupInfo:
+    g = topo.graph
+    if topo.facts.get("shape") is not None:
+        return GroupInfo(tuple(devices))
+    by: dict[int, list[int]] = {}
+    for d in devices:
+        by.setdefault(g.nodes[d]["node"], []).append(d)
+    return GroupInfo(tuple(devices), {k: tuple(v) for k, v in by.items()})
+
+
+def _phase(name: str, steps: int, pairs: list[tuple[int, int]], nbytes: float | Sequence[float],
+           extra: tuple[tuple[Hashable, Hashable, float], ...] = (), hops: int = 1) -> Phase:
+    src = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
+    dst = np.fromiter((p[1] for p in pairs), dtype=np.int64, count=len(pairs))
+    b = np.full(len(pairs), float(nbytes)) if np.isscalar(nbytes) else np.asarray(nbytes, float)
+    return Phase(name, steps, src, dst, b, extra, hops)
+
+
+# --------------------------------------------------------------------------- GPU algorithms
+
+def _rings(gi: GroupInfo) -> list[list[int]]:
+    """NCCL-style rings: one per rank of a node, each crossing every node once on one rail.
+
+    A ring enters a node on one rail and leaves on a neighbouring rail, alternating direction from
+    node to node so that it closes on the rail it started from (no PXN detour on the way back),
+    the way NCCL's ring search pairs NICs on DGX nodes. Each node then sends and receives exactly
+    one ring on each of its NICs.
+    """
+    if gi.nodes == 1:
+        return [list(gi.devices)]
+    nodes = sorted(gi.by_node)
+    ppn = gi.ppn
+    if any(len(gi.by_node[k]) != ppn for k in nodes):
+        return [list(gi.devices)]
+    if ppn == 1:
+        return [[gi.by_node[k][0] for k in nodes]]
+    rings = []
+    for r in range(ppn):
+        ring: list[int] = []
+        entry = r
+        for i, k in enumerate(nodes):
+            local = gi.by_node[k]
+            step = -1 if i % 2 == 0 else 1
+            exit_ = (entry + step) % ppn
+            if i == len(nodes) - 1 and entry != r:
+                exit_ = r
+            rest = [j for j in (((entry - step * m) % ppn) for m in range(1, ppn)) if j != exit_]
+            order = [entry] + rest + ([exit_] if exit_ != entry else [])
+            ring += [local[j] for j in order]
+            entry = exit_
+        rings.append(ring)
+    return rings
+
+
+def ring(op: str, gi: GroupInfo, size: float) -> list[Stage]:
+    rings = _rings(gi)
+    n, R = gi.n, len(rings)
+    pairs = [(ring[i], ring[(i + 1) % n]) for ring in rings for i in range(n)]
+    if op == "allreduce":
+        return [(_phase("ring", 2 * (n - 1), pairs, size / (n * R)),)]
+    if op in ("allgather", "reducescatter"):
+        return [(_phase("ring", n - 1, pairs, size / (n * R)),)]
+    if op == "broadcast":                    # pipelined chain from rank 0 round each ring
+        chain = [(ring[i], ring[i + 1]) for ring in rings for i in range(n - 1)]
+        return [(_phase("ring-bcast", 1, chain, size / R),)]
+    raise AssertionError(op)
+
+
+def _tree_edges(nodes: int) -> list[list[tuple[int, int]]]:
+    """NCCL's double binary tree over node indices: (child, parent) edges of the two trees."""
+    def btree(k: int) -> list[tuple[int, int]]:
+        return [(i, (i - 1) // 2) for i in range(1, k)]
+    t0 = btree(nodes)
+    # Second tree: the mirror (node i -> nodes-1-i), so a node inner in one is a leaf in the other.
+    t1 = [(nodes - 1 - c, nodes - 1 - p) for c, p in t0]
+    return [t0, t1]
+
+
+def tree(op: str, gi: GroupInfo, size: float) -> list[Stage]:
+    """All-reduce: reduce up and broadcast down the two trees (half the data each), pipelined,
+    over every rail of the node; inside a node a chain over NVLink."""
+    nodes = sorted(gi.by_node)
+    ppn = gi.ppn
+    pairs: list[tuple[int, int]] = []
+    nbytes: list[float] = []
+    for t in _tree_edges(len(nodes)):
+        for c, p in t:
+            for r in range(ppn):                  # one channel per rail
+                a, b = gi.by_node[nodes[c]][r], gi.by_node[nodes[p]][r]
+                share = size / 2 / ppn
+                pairs += [(a, b), (b, a)]          # reduce up, broadcast down
+                nbytes += [share, share]
+    for k in nodes:                               # intra-node chain, both trees, both directions
+        local = gi.by_node[k]
+        for i in range(ppn - 1):
+            pairs += [(local[i], local[i + 1]), (local[i + 1], local[i])]
+            nbytes += [size, size]
+    return [(_phase("tree", 1, pairs, nbytes),)]
+
+
+def nvls(op: str, gi: GroupInfo, size: float) -> list[Stage]:
+    """NVLink SHARP inside one node: the switch reduces (multimem loads) and multicasts (stores).
+
+    All-reduce moves S + S/n up and S/n + S down each GPU's NVLinks; reduce-scatter S up, S/n down;
+    all-gather S/n up, S down.
+    """
+    n = gi.n
+    up = {"allreduce": size * (1 + 1 / n), "reducescatter": size, "allgather": size / n}[op]
+    down = {"allreduce": size * (1 + 1 / n), "reducescatter": size / n, "allgather": size}[op]
+    devs = np.asarray(gi.devices, dtype=np.int64)
+    empty = np.zeros(0, np.int64)
+    return [(Phase("nvls", 1, empty, empty, np.zeros(0), to_switch=(devs, up),
+                   from_switch=(devs, down)),)]
+
+
+def _intra_nvls(gi: GroupInfo, size: float) -> dict[str, tuple[np.ndarray, float]]:
+    """All-reduce inside each node through NVLink SHARP: S + S/ppn up and down every GPU."""
+    devs = np.asarray(gi.devices, dtype=np.int64)
+    vol = size * (1 + 1 / gi.ppn)
+    return {"to_switch": (devs, vol), "from_switch": (devs, vol)}
+
+
+def nvls_tree(op: str, gi: GroupInfo, size: float) -> list[Stage]:
+    """NVLSTree: NVLS reduce/multicast inside each node, a double binary tree between nodes with
+    each GPU carrying its 1/ppn shard over its own rail; pipelined."""
+    nodes = sorted(gi.by_node)
+    ppn = gi.ppn
+    pairs: list[tuple[int, int]] = []
+    nbytes: list[float] = []
+    for t in _tree_edges(len(nodes)):
+        for c, p in t:
+            for r in range(ppn):
+                a, b = gi.by_node[nodes[c]][r], gi.by_node[nodes[p]][r]
+                pairs += [(a, b), (b, a)]
+                nbytes += [size / 2 / ppn] * 2
+    ph = _phase("nvls_tree", 1, pairs, nbytes)
+    return [(Phase(ph.name, 1, ph.src, ph.dst, ph.nbytes, **_intra_nvls(gi, size)),)]
+
+
+def collnet(op: str, gi: GroupInfo, size: float, leaf_of: dict[int, str]) -> list[Stage]:
+    """InfiniBand SHARP (CollNet) all-reduce: NVLS (or NVLink) reduce-scatter in the node, each GPU's
+    shard up to its leaf's reduction engine and the result back, multicast in the node; pipelined."""
+    ppn = gi.ppn
+    extra = []
+    for d in gi.devices:
+        leaf = leaf_of[d]
+        extra += [(d, ("sharp", leaf), size / ppn), (("sharp", leaf), d, size / ppn)]
+    empty = np.zeros(0, np.int64)
+    return [(Phase("collnet", 1, empty, empty, np.zeros(0), tuple(extra), **_intra_nvls(gi, size)),)]
+
+
+def pairwise(op: str, gi: GroupInfo, size: float) -> list[Stage]:
+    """All-to-all: every rank sends size/n to every other rank at once (NCCL's grouped send/recv)."""
+    n = gi.n
+    if n > 2048:
+        raise ConfigError(f"--op alltoall: groups of more than 2048 ranks are not modelled yet, got {n}")
+    devs = gi.devices
+    pairs = [(a, b) for a in devs for b in devs if a != b]
+    return [(_phase("pairwise", 1, pairs, size / n),)]
+
+
+def p2p(op: str, gi: GroupInfo, size: float) -> list[Stage]:
+    """send/recv as nccl-tests runs it: every rank sends ``size`` to the next, receives from the last."""
+    n = gi.n
+    pairs = [(gi.devices[i], gi.devices[(i + 1) % n]) for i in range(n)]
+    return [(_phase("sendrecv", 1, pairs, size),)]
+
+
+# --------------------------------------------------------------------------- TPU algorithms
+
+def _grid(topo: Topology, gi: GroupInfo) -> tuple[list[int], dict[tuple[int, ...], int]] | None:
+    """Axes along which the group spans a full sub-grid (same pod), and coords -> device."""
+    g = topo.graph
+    coords = {tuple(g.nodes[d]["coords"]): d for d in gi.devices}
+    if len({g.nodes[d]["pod"] for d in gi.devices}) != 1:
+        return None
+    ndim = len(next(iter(coords)))
+    values = [sorted({c[a] for c in coords}) for a in range(ndim)]
+    if math.prod(len(v) for v in values) != len(coords):
+        return None
+    axes = [a for a in range(ndim) if len(values[a]) > 1]
+    return axes, coords
+
+
+def torus(op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
+    """Bidirectional rings along each torus axis, all axes at once on 1/D of the data each.
+
+    All-gather on one axis of length L with wraparound: each step every chip passes a chunk to both
+    neighbours, so a chunk travels at most L/2 hops (floor(L/2) steps, the last one half a chunk
+    each way when L is even). Without wraparound the axis is a line: L-1 steps, each link carrying
+    one chunk per step in each direction (twice the wrapped time, SB-TPU). Reduce-scatter is the
+    same traffic in reverse; all-reduce = reduce-scatter then all-gather (SB-SHARD).
+    """
+    grid = _grid(topo, gi)
+    if grid is None or not grid[0]:
+        return ring(op, gi, size) if op != "broadcast" else ring(op, gi, size)
+    axes, coords = grid
+    shape, wraps = topo.facts["shape"], topo.facts["wraps"]
+    D = len(axes)
+    n = gi.n
+    lengths = {a: len({c[a] for c in coords}) for a in axes}
+
+    def axis_phase(axis: int, data: float, tag: str) -> Phase:
+        """All-gather-style traffic on every line along *axis*: data = bytes gathered per chip."""
+        L = lengths[axis]
+        full_wrap = wraps[axis] and L == shape[axis]
+        pairs: list[tuple[int, int]] = []
+        for c, d in coords.items():
+            for step in (1, -1):
+                nb = list(c)
+                nb[axis] = c[axis] + step
+                if full_wrap:
+                    nb[axis] %= L
+                if tuple(nb) in coords:
+                    pairs.append((d, coords[tuple(nb)]))
+        chunk = data / L
+        if full_wrap:
+            steps = L // 2
+            if L % 2 == 0:              # the last step carries half a chunk each way
+                return _phase(f"{tag}-axis{axis}", steps, pairs, chunk * (L - 1) / 2 / steps)
+            return _phase(f"{tag}-axis{axis}", steps, pairs, chunk)
+        return _phase(f"{tag}-axis{axis}", L - 1, pairs, chunk)
+
+    def gather_stages(total: float, tag: str) -> list[Stage]:
+        # Part p gathers over axes in the order rotated by p; at stage k it holds total/D/prod(later).
+        stages = []
+        for k in range(D):
+            phases = []
+            for p in range(D):
+                order = [axes[(p + j) % D] for j in range(D)]
+                later = math.prod(lengths[a] for a in order[k + 1:])
+                phases.append(axis_phase(order[k], total / D / later, tag))
+            stages.append(tuple(phases))
+        return stages
+
+    if op == "allgather":
+        return gather_stages(size, "ag")
+    if op == "reducescatter":
+        return list(reversed(gather_stages(size, "rs")))
+    if op == "allreduce":
+        return list(reversed(gather_stages(size, "rs"))) + gather_stages(size, "ag")
+    if op == "broadcast":               # scatter then all-gather (van de Geijn)
+        return gather_stages(size, "bcast")
+    raise AssertionError(op)
+
+
+def hierarchical(op: str, gi: GroupInfo, size: float, topo: Topology,
+                 inner: list[list[int]]) -> list[Stage]:
+    """All-reduce as reduce-scatter inside each island (NVLink node / TPU pod), all-reduce of the
+    shards across islands (a ring per shard position), all-gather inside the island."""
+    if op != "allreduce":
+        raise ConfigError(f"--algo hierarchical: only for allreduce, got {op}")
+    k = len(inner[0])
+    islands = len(inner)
+    subs = [GroupInfo(tuple(m), {0: tuple(m)}) for m in inner]
+    # Islands run their own stages side by side: stage j of every island is one stage.
+    rs = [_inner_stage("reducescatter", sub, size, topo) for sub in subs]
+    ag = [_inner_stage("allgather", sub, size, topo) for sub in subs]
+    pairs = [(inner[i][j], inner[(i + 1) % islands][j]) for j in range(k) for i in range(islands)]
+    cross = _phase("hier-cross", 2 * (islands - 1), pairs, size / k / islands)
+    stages: list[Stage] = _zip_stages(rs) + [(cross,)] + _zip_stages(ag)
+    return [s for s in stages if s]
+
+
+def _inner_stage(op: str, sub: GroupInfo, size: float, topo: Topology) -> list[Stage]:
+    if sub.n == 1:
+        return []
+    if topo.facts.get("shape") is not None:
+        return torus(op, sub, size, topo)
+    return ring(op, sub, size)
+
+
+def _zip_stages(per_island: list[list[Stage]]) -> list[Stage]:
+    depth = max((len(s) for s in per_island), default=0)
+    return [tuple(p for st in per_island if j < len(st) for p in st[j]) for j in range(depth)]
+
+
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical", "torus", "pairwise",
+              "p2p")
+
+
+def build(algo: str, op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
+    """Stages of *algo* for *op* (the caller has checked that the pair is valid)."""
+    if algo == "ring":
+        return ring(op, gi, size)
+    if algo == "tree":
+        return tree(op, gi, size)
+    if algo == "nvls":
+        return nvls(op, gi, size)
+    if algo == "nvls_tree":
+        return nvls_tree(op, gi, size)
+    if algo == "collnet":
+        g = topo.graph
+        leaf_of = {d: next(x for x in g[f"n{g.nodes[d]['node']}/nic{g.nodes[d]['rail']}"]
+                           if g.nodes[x]["kind"] == "leaf") for d in gi.devices}
+        return collnet(op, gi, size, leaf_of)
+    if algo == "pairwise":
+        return pairwise(op, gi, size)
+    if algo == "p2p":
+        return p2p(op, gi, size)
+    if algo == "torus":
+        return torus(op, gi, size, topo)
+    if algo == "hierarchical":
+        if topo.facts.get("shape") is None:
+            inner = [list(v) for _, v in sorted(gi.by_node.items())]
+        else:
+            pods: dict[int, list[int]] = {}
+            for d in gi.devices:
+                pods.setdefault(topo.graph.nodes[d]["pod"], []).append(d)
+            inner = [v for _, v in sorted(pods.items())]
+        if len({len(x) for x in inner}) != 1:
+            raise ConfigError("--algo hierarchical: needs the same number of ranks on every node/pod")
+        return hierarchical(op, gi, size, topo, inner)
+    raise AssertionError(algo)

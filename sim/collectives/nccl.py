@@ -1,0 +1,117 @@
+"""NCCL's tuning model: per-algorithm latency, protocol bandwidth factors and caps.
+
+Every constant is read from NVIDIA/nccl ``src/graph/tuning.cc`` (+ ``topo.h``, ``search.cc``) @
+5067397c2676d5aed50042fc39e5c8ee96eb0027 as quoted in ../shared/reference/FACTS.md section 3b, or
+from NCCL logs where named (channel counts). These are the library's own numbers, not fits: the
+simulator uses them for what they describe (software latency per step, protocol overheads and the
+empirical bandwidth ceilings NCCL assumes) and takes the physics (link rates, sharing) from the
+flow model.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["PROTOCOLS", "latency_s", "protocol_factor", "busbw_cap_GBps", "channels"]
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+_P = {p: i for i, p in enumerate(PROTOCOLS)}
+
+# baseLatencies [LL, LL128, Simple], microseconds
+_BASE = {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0),
+         "nvls_tree": (0.0, 0.0, 0.0), "collnet": (0.0, 0.0, 0.0), "pat": (8.0, 8.0, 8.0)}
+# hwLatencies[NVLINK] and [NET], microseconds
+_NVLINK = {"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0), "nvls": (0.0, 0.0, 25.0),
+           "nvls_tree": (0.0, 0.0, 25.0), "collnet": (0.0, 0.0, 3.7)}
+_NET = {"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0), "nvls": (0.0, 0.0, 18.0),
+        "nvls_tree": (0.0, 0.0, 20.9), "collnet": (0.0, 0.0, 31.0)}
+_NET_OVERHEAD_US = 1.0          # getNetOverhead, Intel x86 host; x3 for Simple
+
+# llMaxBws [row][col] GB/s: single node row = GPU arch, col 0; multi-node row = CPU (Intel = 0),
+# col 1 (2 nodes) or 2 (>= 3 nodes)
+_LL_MAX = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
+_ARCH_ROW = {"volta": 0, "ampere": 1, "hopper": 2, "blackwell": 3}
+_RING_LL128_PER_CH = {"ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
+_TREE_PER_CH = {"ampere": (24.0, 23.6, 17.8), "hopper": (38.7, 41.4, 36.0),
+                "blackwell": (70.0, 42.8, 24.0)}
+_TREE_LL128_PER_CH = {"ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 29.0),
+                      "blackwell": (55.6, 31.67, 20.0)}
+_NVLS_TREE_PER_CH = {"hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)}
+NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
+
+# Channels the tuning model counts (graph channels, before the runtime doubling): 12 for ring/tree
+# on an 8-GPU NVSwitch node (NCCL logs: "Pattern 4, nChannels 12, bw 20/20" on A100, "nChannels 12,
+# bw 30/30" on DGX H100); NVLS 8 (DGX H100 log in NVIDIA/nccl#1197); 16 multi-node rings/trees
+# (8 NICs, two channels each).
+_CHANNELS = {("ring", True): 12, ("ring", False): 16, ("tree", False): 16, ("nvls", True): 8,
+             ("nvls", False): 8, ("nvls_tree", False): 8, ("collnet", False): 8}
+
+
+def channels(algo: str, single_node: bool) -> int:
+    return _CHANNELS.get((algo, single_node), 16)
+
+
+def _col(nodes: int) -> int:
+    return 0 if nodes == 1 else (1 if nodes == 2 else 2)
+
+
+def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: float) -> float:
+    """NCCL's modelled latency of one collective call (``ncclTopoTuneModel`` + plateau), seconds."""
+    p = _P[proto]
+    base = _BASE.get(algo, _BASE["ring"])[p]
+    intra = _NVLINK.get(algo, _NVLINK["ring"])[p]
+    inter = _NET.get(algo, _NET["ring"])[p]
+    ppn = max(1, ranks // max(nodes, 1))
+    if algo == "ring":
+        nsteps = 2 * (ranks - 1) if op == "allreduce" else (ranks - 1 if op in
+                                                             ("allgather", "reducescatter") else ranks)
+        n_inter = (2 * (nodes - 1) if op == "allreduce" else nodes - 1) if nodes > 1 else 0
+        if nodes > 1:
+            intra = max(intra, _NET_OVERHEAD_US * (3 if proto == "Simple" else 1))
+        lat = base + (nsteps - n_inter) * intra + n_inter * inter
+        nch = channels("ring", nodes == 1)
+        if nodes > 1 and op == "allreduce" and proto == "Simple" and bytes_ / (nch * ranks) >= 64:
+            lat *= 1.4
+    elif algo == "tree":
+        lat = base + 2 * ((ppn - 1) * intra + math.log2(max(nodes, 1)) * inter)
+    elif algo == "nvls":
+        lat = intra + (inter if nodes > 1 else 0.0)
+    elif algo == "nvls_tree":
+        lat = base + intra + 2 * math.log2(max(nodes, 1)) * inter
+    elif algo == "collnet":
+        lat = base + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * 0.4) + inter
+    else:
+        raise AssertionError(algo)
+    return lat * 1e-6
+
+
+def protocol_factor(algo: str, proto: str, nodes: int) -> float:
+    """Fraction of the link bandwidth a protocol delivers (NCCL: LL 1/2 - half of each 8-byte
+    store is a flag; LL128 0.92; tree LL 1/3.8; tree LL128 7/9 on one node, 120/128 across)."""
+    if proto == "Simple":
+        return 1.0
+    if algo == "tree":
+        if proto == "LL":
+            return 1 / 3.8
+        return 7 / 9 if nodes == 1 else 120 / 128
+    return 0.5 if proto == "LL" else 0.92
+
+
+def busbw_cap_GBps(algo: str, proto: str, arch: str, nodes: int) -> float:
+    """NCCL's empirical ceilings on bus bandwidth (GB/s) for this algorithm and protocol."""
+    col = _col(nodes)
+    single = nodes == 1
+    nch = channels(algo, single)
+    cap = math.inf
+    if proto == "LL":
+        row = _ARCH_ROW.get(arch, 2) if single else 0
+        cap = _LL_MAX[row][col]
+    if algo == "ring" and proto == "LL128":
+        cap = min(cap, nch * _RING_LL128_PER_CH.get(arch, 36.7))
+    if algo == "tree":
+        if proto == "LL128":
+            cap = min(cap, nch * _TREE_LL128_PER_CH.get(arch, _TREE_LL128_PER_CH["hopper"])[col])
+        cap = min(cap, nch * _TREE_PER_CH.get(arch, _TREE_PER_CH["hopper"])[col])
+    if algo == "nvls_tree":
+        cap = min(cap, nch * _NVLS_TREE_PER_CH.get(arch, _NVLS_TREE_PER_CH["hopper"])[col])
+    return cap

@@ -1,0 +1,111 @@
+"""The general path: flows as simpy events on a shared fluid network.
+
+``FluidNetwork`` keeps every flow in flight, gives them max-min fair rates over the links, and
+recomputes the rates whenever a flow starts or finishes, so flows of different collectives that
+overlap in time share the links they have in common. ``run_stages`` plays an algorithm's stages
+step by step (each step's flows start together; the next step starts when all are delivered).
+The fast path in ``sim.collectives`` solves one step and multiplies; tests check the two agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import simpy
+
+from .fluid import maxmin_rates
+from .links import LinkTable
+from .routing import Router
+import scipy.sparse as sp
+
+__all__ = ["FluidNetwork", "run_stages"]
+
+ProcGen = Generator[simpy.Event, Any, Any]
+
+
+class FluidNetwork:
+    """Links shared max-min fairly by all flows in flight on one simpy clock."""
+
+    def __init__(self, env: simpy.Environment, links: LinkTable, router: Router) -> None:
+        self.env = env
+        self.links = links
+        self.router = router
+        self._flows: dict[int, dict[str, Any]] = {}
+        self._next_id = 0
+        self._last = 0.0
+        self._version = 0
+
+    def send(self, src: Hashable, dst: Hashable, nbytes: float) -> simpy.Event:
+        """An event that fires when *nbytes* from *src* have reached *dst*."""
+        done = self.env.event()
+        ids, fr = self.router.route(src, dst)
+        if nbytes <= 0 or len(ids) == 0:
+            done.succeed()
+            return done
+        self._advance()
+        self._flows[self._next_id] = {"ids": ids, "fr": fr, "left": float(nbytes), "done": done,
+                                      "rate": 0.0}
+        self._next_id += 1
+        self._reschedule()
+        return done
+
+    def _advance(self) -> None:
+        dt = self.env.now - self._last
+        if dt > 0:
+            for f in self._flows.values():
+                f["left"] -= f["rate"] * dt
+        self._last = self.env.now
+
+    def _reschedule(self) -> None:
+        self._version += 1
+        if not self._flows:
+            return
+        keys = list(self._flows)
+        rows = np.concatenate([self._flows[k]["ids"] for k in keys])
+        vals = np.concatenate([self._flows[k]["fr"] for k in keys])
+        cols = np.repeat(np.arange(len(keys)), [len(self._flows[k]["ids"]) for k in keys])
+        m = sp.csr_array((vals, (rows, cols)), shape=(len(self.links), len(keys)))
+        m.sum_duplicates()
+        rates = maxmin_rates(m, self.links.capacity_Bps)
+        for k, r in zip(keys, rates):
+            self._flows[k]["rate"] = float(r)
+        wait = min(max(self._flows[k]["left"], 0.0) / self._flows[k]["rate"] for k in keys)
+        self.env.process(self._wake(self._version, wait))
+
+    def _wake(self, version: int, wait: float) -> ProcGen:
+        yield self.env.timeout(wait)
+        if version != self._version:
+            return
+        self._advance()
+        finished = [k for k, f in self._flows.items()
+                    if f["left"] <= 1e-9 * max(1.0, f["rate"] * 1e-6) or f["left"] <= 1e-6]
+        if not finished:           # rounding: finish the flow(s) closest to done
+            least = min(f["left"] / f["rate"] for f in self._flows.values())
+            finished = [k for k, f in self._flows.items() if f["left"] / f["rate"] <= least * (1 + 1e-9)]
+        for k in finished:
+            self._flows.pop(k)["done"].succeed()
+        self._reschedule()
+
+
+def run_stages(env: simpy.Environment, net: FluidNetwork, stages: Sequence[Sequence[Any]]) -> ProcGen:
+    """Play an algorithm's stages (``sim.collectives.algorithms``): phases of a stage at once,
+    steps of a phase one after another, flows of a step together."""
+    for stage in stages:
+        yield env.all_of([env.process(_run_phase(env, net, p)) for p in stage])
+
+
+def _run_phase(env: simpy.Environment, net: FluidNetwork, phase: Any) -> ProcGen:
+    for _ in range(phase.steps):
+        events = [net.send(int(s), int(d), float(b))
+                  for s, d, b in zip(phase.src, phase.dst, phase.nbytes)]
+        events += [net.send(s, d, b) for s, d, b in phase.extra]
+        g = net.router.g
+        if phase.to_switch is not None:
+            devs, vol = phase.to_switch
+            events += [net.send(int(d), ("nvls", g.nodes[int(d)]["node"]), vol) for d in devs]
+        if phase.from_switch is not None:
+            devs, vol = phase.from_switch
+            events += [net.send(("nvls", g.nodes[int(d)]["node"]), int(d), vol) for d in devs]
+        yield env.all_of(events)
