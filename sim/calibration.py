@@ -17,6 +17,6 @@ from __future__ import annotations
 #   calibration runs are capped by NCCL's NVLSTree ceiling), so no fit: the InfiniBand data rate
 #   after 64b/66b encoding, 64/66 = 0.97 (IBTA: NDR and HDR use 64b/66b).
 LINK_EFFICIENCY: dict[str, float] = {
-    "nvlink": 0.80,
+    "nvlink": 0.77,
     "ib": 64 / 66,
 }

@@ -35,6 +35,19 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _size(text: str) -> int:
+    """A byte count: 1048576, 64K, 64M, 8G (binary multiples, as nccl-tests reads them)."""
+    t = text.strip().upper().rstrip("B")
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(t[-1:], 1)
+    try:
+        v = int(t[:-1] if mult > 1 else t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive byte count like 8, 64K, 8G; got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive byte count, got {text!r}")
+    return v
+
+
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chips", type=_positive_int, help="cluster size (GPU: whole nodes of 8)")
     p.add_argument("--slice", dest="slice_", metavar="AxBxC", help="TPU slice shape instead of --chips")
@@ -52,6 +65,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto timeline")
     run.set_defaults(func=_cmd_run)
+
+    coll = sub.add_parser("collective", help="nccl-tests-style sweep of one collective")
+    coll.add_argument("--topology", required=True, help="bundled name or YAML path")
+    _cluster_flags(coll)
+    coll.add_argument("--sharp", action="store_true", help="InfiniBand SHARP switches (GPU fat-trees)")
+    coll.add_argument("--op", required=True, help="allreduce, allgather, reducescatter, alltoall, "
+                                                  "broadcast or sendrecv")
+    coll.add_argument("--algo", help="force an algorithm (ring, tree, nvls, nvls_tree, collnet, "
+                                     "hierarchical, torus, pairwise, p2p)")
+    coll.add_argument("--group", type=_positive_int, help="ranks 0..N-1 only (default: all chips)")
+    coll.add_argument("--min-bytes", type=_size, default=8, help="smallest size (default 8)")
+    coll.add_argument("--max-bytes", type=_size, default=128 * 2**20, help="largest (default 128M)")
+    coll.add_argument("--factor", type=_positive_int, default=2, help="size multiplier (default 2)")
+    coll.add_argument("--dtype", default="float", help="element type (default float)")
+    coll.add_argument("--csv", action="store_true", help="CSV with nccl-tests' columns")
+    coll.set_defaults(func=_cmd_collective)
+
+    from .validate import add_parser as add_validate_parser
+    add_validate_parser(sub)
 
     topo = sub.add_parser("topo", help="inspect topologies")
     tsub = topo.add_subparsers(dest="topo_command", required=True, parser_class=_Parser)
@@ -116,6 +148,49 @@ def _format_topology(info: dict[str, Any]) -> str:
     lines.append(f"  bisection        {info['bisection_GBps']:,.0f} GB/s (one direction)")
     lines.append(f"  diameter         {info['diameter_hops']} hops")
     return "\n".join(lines)
+
+
+def _cmd_collective(args: argparse.Namespace) -> int:
+    from .collectives import DTYPE_BYTES, OPS, CollectiveModel
+    from .config import load_cluster
+    from .topology import build_topology
+
+    if args.op not in OPS:
+        raise ConfigError(f"--op: unknown collective {args.op!r}; valid: {', '.join(OPS)}")
+    if args.dtype not in DTYPE_BYTES:
+        raise ConfigError(f"--dtype: unknown type {args.dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
+    if args.min_bytes > args.max_bytes:
+        raise ConfigError(f"--min-bytes {args.min_bytes} is larger than --max-bytes {args.max_bytes}")
+    if args.factor < 2:
+        raise ConfigError(f"--factor: must be >= 2, got {args.factor}")
+    cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
+                           sharp=True if args.sharp else None, where="collective")
+    topo = build_topology(cluster)
+    if args.group is not None and args.group > topo.chips:
+        raise ConfigError(f"--group: {args.group} ranks but the topology has {topo.chips} chips")
+    group = list(range(args.group)) if args.group else None
+    model = CollectiveModel(topo)
+    tsize = DTYPE_BYTES[args.dtype]
+    rows = []
+    size = args.min_bytes
+    while size <= args.max_bytes:
+        size_bytes = max(tsize, size - size % tsize)
+        r = model.time(args.op, size_bytes, group, args.algo)
+        rows.append((size_bytes, size_bytes // tsize, r))
+        size *= args.factor
+    if args.csv:
+        print("size_bytes,count,dtype,time_us,algbw_GBps,busbw_GBps")
+        for b, c, r in rows:
+            print(f"{b},{c},{args.dtype},{r.time_s * 1e6:.2f},{r.algbw_GBps:.2f},{r.busbw_GBps:.2f}")
+        return 0
+    n = len(group) if group else topo.chips
+    print(f"# {args.op} on {n} ranks of {topo.name} ({topo.spec.chip.name}); GB = 1e9 bytes")
+    print(f"# {'size':>12} {'count':>12} {'type':>8} {'time(us)':>11} {'algbw(GB/s)':>12} "
+          f"{'busbw(GB/s)':>12}  algorithm")
+    for b, c, r in rows:
+        print(f"  {b:>12} {c:>12} {args.dtype:>8} {r.time_s * 1e6:>11.2f} {r.algbw_GBps:>12.2f} "
+              f"{r.busbw_GBps:>12.2f}  {r.algo}/{r.proto}")
+    return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

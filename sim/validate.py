@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import ConfigError, SimError
 from .units import GB, KiB, MiB, us_to_s
 
@@ -648,3 +650,29 @@ def run_cli(args: argparse.Namespace) -> int:
         print("budgets (test split): " + ", ".join(f"{k} = {v:g}%" for k, v in budgets[args.suite].items()))
         print("\n".join(f"BUDGET EXCEEDED: {v}" for v in violations) if violations else "within budget")
     return 1 if violations else 0
+
+
+# ----------------------------------------------------------------------------- calibration fits
+
+def fit_nvlink_efficiency(data_dir: Path, predict_full_rate: Predictor) -> float:
+    """Fit of ``sim.calibration.LINK_EFFICIENCY["nvlink"]`` on the calibration split.
+
+    Over the bandwidth-regime points (>= 64 MiB) of supported, non-anomalous, single-node
+    calibration runs: the median of measured busbw / busbw predicted with links at their full
+    line rate (*predict_full_rate*). Single-node runs are bound by NVLink alone, so the ratio is
+    the achievable fraction of the NVLink rate.
+    """
+    ratios: list[float] = []
+    for meta in _load_runs(data_dir):
+        if meta.split != "calibration" or not meta.supported or meta.anomalous or meta.nodes != 1:
+            continue
+        for m in _load_measured(data_dir / meta.file):
+            if m.size_bytes < BW_MIN_BYTES:
+                continue
+            case = CaseSpec(topology=meta.topology, gpus=meta.gpus, sharp=meta.sharp, op=meta.op,
+                            size_bytes=m.size_bytes, dtype=m.dtype, algo=meta.algo)
+            pred_busbw = m.size_bytes / predict_full_rate(case) / 1e9 * busbw_factor(meta.op, meta.gpus)
+            ratios.append(m.busbw_GBps / pred_busbw)
+    if not ratios:
+        raise ConfigError(f"{data_dir}: no calibration points to fit the NVLink efficiency on")
+    return float(np.median(ratios))

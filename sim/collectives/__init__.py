@@ -250,8 +250,9 @@ class CasePredictor:
     costs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, efficiency: dict[str, float] | None = None) -> None:
         self._models: dict[tuple[str, int, bool], CollectiveModel] = {}
+        self._efficiency = efficiency
 
     def model(self, topology: str, chips: int, sharp: bool) -> CollectiveModel:
         key = (topology, chips, sharp)
@@ -260,7 +261,7 @@ class CasePredictor:
             from ..topology import build_topology
 
             cluster = load_cluster(topology, chips, sharp=sharp, where="validate")
-            self._models[key] = CollectiveModel(build_topology(cluster))
+            self._models[key] = CollectiveModel(build_topology(cluster), self._efficiency)
         return self._models[key]
 
     def __call__(self, case: "object") -> float:

@@ -36,6 +36,7 @@ class FluidNetwork:
         self._next_id = 0
         self._last = 0.0
         self._version = 0
+        self._pending = False
 
     def send(self, src: Hashable, dst: Hashable, nbytes: float) -> simpy.Event:
         """An event that fires when *nbytes* from *src* have reached *dst*."""
@@ -48,8 +49,16 @@ class FluidNetwork:
         self._flows[self._next_id] = {"ids": ids, "fr": fr, "left": float(nbytes), "done": done,
                                       "rate": 0.0}
         self._next_id += 1
-        self._reschedule()
+        if not self._pending:       # PERF: flows started at one instant cost one rate update
+            self._pending = True
+            self.env.process(self._settle())
         return done
+
+    def _settle(self) -> ProcGen:
+        yield self.env.timeout(0)
+        self._pending = False
+        self._advance()
+        self._reschedule()
 
     def _advance(self) -> None:
         dt = self.env.now - self._last
@@ -79,11 +88,10 @@ class FluidNetwork:
         if version != self._version:
             return
         self._advance()
-        finished = [k for k, f in self._flows.items()
-                    if f["left"] <= 1e-9 * max(1.0, f["rate"] * 1e-6) or f["left"] <= 1e-6]
-        if not finished:           # rounding: finish the flow(s) closest to done
-            least = min(f["left"] / f["rate"] for f in self._flows.values())
-            finished = [k for k, f in self._flows.items() if f["left"] / f["rate"] <= least * (1 + 1e-9)]
+        # Flows due now (up to rounding) finish together, so identical flows cost one update.
+        due = {k: max(f["left"], 0.0) / f["rate"] for k, f in self._flows.items()}
+        least = min(due.values())
+        finished = [k for k, t in due.items() if t <= least + 1e-9 * max(wait, 1e-12)]
         for k in finished:
             self._flows.pop(k)["done"].succeed()
         self._reschedule()

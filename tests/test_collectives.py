@@ -1,0 +1,191 @@
+"""Collectives: closed forms on uncontended regular cases, fast path = event path, choice, errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import simpy
+
+from sim.collectives import CollectiveModel, busbw_factor, stages_for
+from sim.config import load_cluster
+from sim.errors import ConfigError
+from sim.network.events import FluidNetwork, run_stages
+from sim.topology import build_topology
+
+FULL_RATE: dict[str, float] = {}          # every link at its line rate, for closed-form checks
+GiB = 2**30
+
+
+def model(name: str, chips: int | None = None, efficiency=FULL_RATE, **kw) -> CollectiveModel:
+    return CollectiveModel(build_topology(load_cluster(name, chips, **kw)), efficiency)
+
+
+def transfer_s(m: CollectiveModel, op: str, size: int, algo: str, group=None) -> float:
+    per_byte, _ = m._cost(op, m._group(group), algo)
+    return per_byte * size
+
+
+# --------------------------------------------------------------------------- closed forms
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_allreduce_on_a_switch_is_the_alpha_beta_form(n: int) -> None:
+    # Ring all-reduce moves 2(n-1)/n of the buffer through each GPU's link (Thakur et al. 2005);
+    # an H100 has 18 x 25 GB/s of NVLink per direction.
+    m = model("dgx-h100", 8)
+    t = transfer_s(m, "allreduce", GiB, "ring", group=list(range(n)))
+    assert t == pytest.approx(2 * (n - 1) / n * GiB / 450e9, rel=1e-9)
+
+
+def test_ring_allgather_across_nodes_is_node_egress_bound() -> None:
+    # SB-GPU: cross-node all-gather ~ B / W_node_egress = B / (8 x 50 GB/s) for large n; exact for
+    # the rail rings: each node sends (n-1)/n of the buffer over its 8 NICs.
+    m = model("dgx-h100", 64)
+    t = transfer_s(m, "allgather", GiB, "ring")
+    assert t == pytest.approx(63 / 64 * GiB / 400e9, rel=0.02)
+
+
+@pytest.mark.parametrize("name, slice_, link_GBps", [
+    ("tpu-v4", "16x16x16", 45), ("tpu-v4", "8x8x8", 45), ("tpu-v4", "4x4x4", 45),
+    ("tpu-v5p", "16x16x16", 100), ("tpu-v5e", "16x16", 50), ("tpu-v6e", "16x16", 100)])
+def test_torus_allgather_matches_scaling_book(name: str, slice_: str, link_GBps: float) -> None:
+    # SB-SHARD: AllGather over D axes T = V / (W_ici_bidi * D) when bandwidth bound;
+    # T_min * sum(X_i) / 2 when latency bound (T_min = 1 us per hop).
+    m = model(name, slice_=slice_)
+    dims = [int(x) for x in slice_.split("x")]
+    w_bidi = 2 * link_GBps * 1e9
+    big = 4 * GiB
+    t = m.time("allgather", big, algo="torus")
+    assert t.transfer_s == pytest.approx(big / (w_bidi * len(dims)), rel=0.05)
+    small = m.time("allgather", 3 * 4096, algo="torus")
+    assert small.latency_s == pytest.approx(1e-6 * sum(dims) / 2, rel=0.05)
+
+
+def test_torus_allreduce_is_twice_allgather() -> None:
+    m = model("tpu-v4", 4096)
+    ag = m.time("allgather", GiB, algo="torus").transfer_s
+    ar = m.time("allreduce", GiB, algo="torus").transfer_s
+    assert ar == pytest.approx(2 * ag, rel=1e-6)                 # SB-SHARD: AR = RS + AG
+
+
+def test_one_axis_allgather_on_a_2d_pod() -> None:
+    # 16 chips along one wrapped axis of a v5e pod. SB-SHARD: each hop moves a V/X chunk both ways,
+    # T_hop = 2V / (X W_ici_bidi); SB counts X/2 hops (T = V / W_ici_bidi) where the last of them
+    # carries half chunks, i.e. (X-1)/2 hops' worth of data: T = V (X-1) / (X W_ici_bidi).
+    m = model("tpu-v5e", 256)
+    t = m.time("allgather", GiB, group=list(range(16)), algo="torus")
+    assert t.transfer_s == pytest.approx(GiB * 15 / 16 / 100e9, rel=1e-9)
+    assert t.transfer_s == pytest.approx(GiB / 100e9, rel=0.07)         # SB's rounded form
+
+
+def test_no_wraparound_doubles_the_time() -> None:
+    # SB-TPU: without wraparound "typically doubles the time"; exactly 2x for a line vs a ring of 4.
+    wrapped = model("tpu-v4", slice_="4x4x4")
+    line = model("tpu-v4", slice_="2x4x4")
+    g_wrap = [d for d in range(64) if d // 16 == 0 and (d // 4) % 4 == 0]      # 4 chips along z
+    g_line = [d for d in range(32) if d // 16 == 0 and (d // 4) % 4 == 0]
+    a = wrapped.time("allgather", GiB, group=g_wrap, algo="torus").transfer_s
+    b = line.time("allgather", GiB, group=g_line, algo="torus").transfer_s
+    assert b / a == pytest.approx(2.0, rel=1e-6)
+
+
+def test_busbw_factors_are_nccl_tests() -> None:
+    assert busbw_factor("allreduce", 8) == pytest.approx(1.75)
+    assert busbw_factor("allgather", 8) == busbw_factor("reducescatter", 8) == pytest.approx(0.875)
+    assert busbw_factor("sendrecv", 8) == busbw_factor("broadcast", 8) == 1.0
+
+
+# --------------------------------------------------------------------------- fast = general path
+
+CASES = [
+    ("dgx-h100", 16, {}, "allreduce", "ring"),
+    ("dgx-h100", 24, {}, "allgather", "ring"),
+    ("dgx-h100", 32, {}, "allreduce", "tree"),
+    ("dgx-h100", 8, {}, "allreduce", "nvls"),
+    ("dgx-h100", 16, {}, "allreduce", "nvls_tree"),
+    ("dgx-h100", 32, {"sharp": True}, "allreduce", "collnet"),
+    ("dgx-h100", 32, {}, "allreduce", "hierarchical"),
+    ("dgx-h100", 16, {}, "alltoall", "pairwise"),
+    ("dgx-a100", 16, {}, "sendrecv", "p2p"),
+    ("tpu-v4", 64, {}, "allreduce", "torus"),
+    ("tpu-v4", 32, {}, "reducescatter", "torus"),
+    ("tpu-v5e", 512, {}, "allreduce", "hierarchical"),
+]
+
+
+@pytest.mark.parametrize("name, chips, kw, op, algo", CASES)
+def test_fast_path_equals_event_simulation(name, chips, kw, op, algo) -> None:
+    """The fast path solves one step and multiplies; the simpy engine plays every step."""
+    m = model(name, chips, efficiency=None, **kw)
+    size = 2**24
+    env = simpy.Environment()
+    net = FluidNetwork(env, m.links, m.router)
+    env.process(run_stages(env, net, stages_for(m, op, size, None, algo)))
+    env.run()
+    assert env.now == pytest.approx(transfer_s(m, op, size, algo), rel=1e-9)
+
+
+def test_two_collectives_sharing_nics_each_take_twice_as_long() -> None:
+    m = model("dgx-h100", 32, efficiency=None)
+    group = [0, 8, 16, 24]                 # one GPU per node: every byte crosses its rail-0 NIC
+    size = 2**26
+    solo = transfer_s(m, "allreduce", size, "ring", group)
+    env = simpy.Environment()
+    net = FluidNetwork(env, m.links, m.router)
+    ends: list[float] = []
+
+    def call():
+        yield env.process(run_stages(env, net, stages_for(m, "allreduce", size, group, "ring")))
+        ends.append(env.now)
+
+    env.process(call())
+    env.process(call())
+    env.run()
+    assert ends == pytest.approx([2 * solo, 2 * solo], rel=0.01)
+
+
+# --------------------------------------------------------------------------- algorithm choice
+
+def test_protocols_by_size_like_nccl() -> None:
+    m = model("dgx-h100", 8, efficiency=None)
+    assert m.time("allreduce", 1024).proto == "LL"                 # latency regime
+    big = m.time("allreduce", GiB)
+    assert (big.algo, big.proto) == ("nvls", "Simple")             # NVLink SHARP on Hopper
+    a100 = model("dgx-a100", 8, efficiency=None).time("allreduce", GiB)
+    assert (a100.algo, a100.proto) == ("ring", "Simple")           # no NVLS on A100
+
+
+def test_multi_node_uses_trees_for_small_messages() -> None:
+    m = model("dgx-h100", 64, efficiency=None)
+    assert m.time("allreduce", 4096).algo == "tree"
+    assert m.time("allreduce", 4096, algo="ring").time_s > m.time("allreduce", 4096).time_s
+
+
+def test_latency_grows_with_scale_and_bandwidth_saturates() -> None:
+    small = [model("dgx-h100", n, efficiency=None).time("allreduce", 8).time_s for n in (16, 128, 1024)]
+    assert small == sorted(small)
+    m = model("dgx-h100", 16, efficiency=None)
+    bw = [m.time("allreduce", s).busbw_GBps for s in (2**20, 2**24, 2**28, 2**32)]
+    assert bw == sorted(bw)
+
+
+# --------------------------------------------------------------------------- bad input
+
+def test_bad_input_messages() -> None:
+    m = model("dgx-a100", 8, efficiency=None)
+    with pytest.raises(ConfigError, match=r"--op: unknown collective 'allreduc'; valid: allreduce"):
+        m.time("allreduc", 1024)
+    with pytest.raises(ConfigError, match=r"--algo nvls: needs NVLink SHARP .* available for allreduce: ring"):
+        m.time("allreduce", 1024, algo="nvls")
+    with pytest.raises(ConfigError, match=r"--algo: unknown algorithm 'magic'"):
+        m.time("allreduce", 1024, algo="magic")
+    with pytest.raises(ConfigError, match=r"group: 16 ranks but the topology has 8 chips"):
+        m.time("allreduce", 1024, group=list(range(16)))
+    for bad in (0, -5, 1.5, True):
+        with pytest.raises(ConfigError, match="size: must be a positive integer"):
+            m.time("allreduce", bad)
+
+
+def test_single_rank_group_costs_nothing() -> None:
+    assert model("dgx-h100", 8).time("allreduce", GiB, group=[3]).time_s == 0.0
+    assert math.isfinite(model("tpu-v4", 64).time("alltoall", GiB).time_s)

@@ -1,0 +1,119 @@
+"""Max-min fair fluid sharing, the simpy event engine, and routing, against hand-computed cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import simpy
+
+from sim.config import load_cluster
+from sim.network.fluid import FlowSet, maxmin_rates, play_flows
+from sim.network.links import LinkTable
+from sim.network.routing import Router
+from sim.topology import build_topology
+from sim.topology.edits import fail_link
+
+
+def matrix(entries: list[tuple[int, int, float]], links: int, flows: int) -> sp.csr_array:
+    r, c, v = zip(*entries)
+    return sp.csr_array((v, (r, c)), shape=(links, flows))
+
+
+def test_one_flow_on_one_link() -> None:
+    fs = FlowSet(1, np.array([0]), np.array([0]), np.array([1.0]), [1e6])
+    t, _ = play_flows(fs, np.array([25e9]))
+    assert t == pytest.approx(1e6 / 25e9)
+
+
+def test_classic_maxmin_example() -> None:
+    # Link A (cap 1) carries f0 and f1; link B (cap 2) carries f1 and f2. Max-min: f0 = f1 = 0.5 on
+    # A (its bottleneck), then f2 takes what B has left: 1.5 (Bertsekas & Gallager 6.5.2).
+    m = matrix([(0, 0, 1), (0, 1, 1), (1, 1, 1), (1, 2, 1)], 2, 3)
+    assert maxmin_rates(m, np.array([1.0, 2.0])) == pytest.approx([0.5, 0.5, 1.5])
+
+
+def test_split_flow_uses_both_branches() -> None:
+    m = matrix([(0, 0, 0.5), (1, 0, 0.5)], 2, 1)
+    assert maxmin_rates(m, np.array([1.0, 1.0])) == pytest.approx([2.0])
+
+
+def test_finished_flows_hand_their_bandwidth_on() -> None:
+    # Two flows share a 1 B/s link: 1 B and 3 B. Both at 0.5 until t=2 (1 B done); then the
+    # second runs alone at 1 B/s for its last 2 B: done at t=4.
+    fs = FlowSet(1, np.array([0, 0]), np.array([0, 1]), np.array([1.0, 1.0]), [1.0, 3.0])
+    t, finish = play_flows(fs, np.array([1.0]))
+    assert finish == pytest.approx([2.0, 4.0]) and t == pytest.approx(4.0)
+
+
+def test_event_engine_matches_play_flows() -> None:
+    from sim.network.events import FluidNetwork
+
+    topo = build_topology(load_cluster("dgx-h100", 16))
+    links = LinkTable(topo)
+    router = Router(topo, links)
+    pairs = [(0, 8, 3e6), (1, 9, 1e6), (0, 1, 2e6), (2, 8, 5e5)]
+    env = simpy.Environment()
+    net = FluidNetwork(env, links, router)
+    done: list[float] = []
+
+    def go(s: int, d: int, b: float):
+        yield net.send(s, d, b)
+        done.append(env.now)
+
+    for s, d, b in pairs:
+        env.process(go(s, d, b))
+    env.run()
+    r, c, v = router.routes_coo(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
+    t, finish = play_flows(FlowSet(len(links), r, c, v, [p[2] for p in pairs]), links.capacity_Bps)
+    assert sorted(done) == pytest.approx(sorted(finish))
+
+
+@pytest.mark.parametrize("name, chips", [("dgx-h100", 1024), ("dgx-h100", 4096), ("tpu-v4", 128),
+                                          ("tpu-v5e", 512)])
+def test_bulk_routes_equal_per_pair_routes(name: str, chips: int) -> None:
+    topo = build_topology(load_cluster(name, chips))
+    links = LinkTable(topo)
+    fast = Router(topo, links)
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, chips, 500)
+    b = (a + rng.integers(1, chips, 500)) % chips
+    rows, cols, vals = fast.routes_coo(a, b)
+    m = sp.coo_array((vals, (rows, cols)), shape=(len(links), len(a))).toarray()
+    for i in range(len(a)):
+        ids, fr = fast.route(int(a[i]), int(b[i]))
+        want = np.zeros(len(links))
+        np.add.at(want, ids, fr)
+        assert np.allclose(m[:, i], want), (a[i], b[i])
+
+
+def test_routes_conserve_flow_and_follow_policies() -> None:
+    topo = build_topology(load_cluster("dgx-h100", 512))
+    links = LinkTable(topo)
+    r = Router(topo, links)
+    ids, fr = r.route(0, 1)                 # same node: 2 hops, split over 4 NVSwitches 5:4:4:5
+    assert fr.sum() == pytest.approx(2.0) and len(ids) == 8
+    ids, fr = r.route(0, 8)                 # same rail, same leaf: GPU-NIC-leaf-NIC-GPU
+    assert fr.sum() == pytest.approx(4.0)
+    ids, fr = r.route(0, 9)                 # other rail: PXN over NVLink first, then rail 1
+    assert fr.sum() == pytest.approx(6.0)
+    ids, fr = r.route(0, 511)               # other SU: through the spines
+    assert set(links.kind[ids]) == {"nvlink", "pcie", "ib"}
+
+
+def test_torus_routes_take_the_short_way_and_split_ties() -> None:
+    topo = build_topology(load_cluster("tpu-v4", slice_="4x4x4"))
+    links = LinkTable(topo)
+    r = Router(topo, links)
+    ids, fr = r.route(0, 3)                  # x: 0 -> 3 is one hop backwards over the wrap
+    assert len(ids) == 1 and fr.sum() == pytest.approx(1.0)
+    ids, fr = r.route(0, 2)                  # x: 0 -> 2 is two hops either way: half each
+    assert len(ids) == 4 and fr.sum() == pytest.approx(2.0)
+
+
+def test_failed_link_is_routed_around() -> None:
+    topo = build_topology(load_cluster("tpu-v4", slice_="4x4x4"))
+    broken = fail_link(topo, 0, 1)
+    r = Router(broken, LinkTable(broken))
+    ids, fr = r.route(0, 1)
+    assert fr.sum() == pytest.approx(3.0)     # no direct link: around a neighbour ring, 3 hops
