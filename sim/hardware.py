@@ -69,6 +69,16 @@ _CHIPS = (
         usd_per_chip_hour=27.44705 / 8,     # AWS p4de.24xlarge $27.44705/h for 8 GPUs (AWSGPU)
     ),
     Chip(
+        name="A100-SXM-40GB", vendor="nvidia", family="A100", arch="ampere",
+        bf16_flops=312 * TFLOPS,            # same GA100 compute as the 80 GB part (GK-A100)
+        fp8_flops=None,
+        hbm_bytes=40 * GB,                  # 40 GB HBM2
+        hbm_Bps=1555 * GB,                  # spec quoted by FlagPerf (validation/compute_and_tpu.md B4)
+        scaleup_links=12, scaleup_link_Bps=25 * GB,
+        tdp_W=400,                          # GK-A100 (SXM)
+        usd_per_chip_hour=21.957642 / 8,    # AWS p4d.24xlarge $21.957642/h for 8 GPUs (AWSGPU)
+    ),
+    Chip(
         name="H100-SXM", vendor="nvidia", family="H100", arch="hopper",
         bf16_flops=989.4 * TFLOPS,          # GK-H100; SB-GPU "990"
         fp8_flops=1978.9 * TFLOPS,          # GK-H100; SB-GPU 2.0e15

@@ -96,7 +96,7 @@ def test_wrong_type() -> None:
 
 
 def test_unknown_topology_lists_the_valid_ones() -> None:
-    bad(r"cluster.topology: unknown topology 'dgx-h800'; valid: dgx-a100, dgx-h100, dgx-h200, "
+    bad(r"cluster.topology: unknown topology .dgx-h800.; valid: dgx-a100, dgx-a100-40gb, dgx-h100, dgx-h200, "
         r"tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e", cluster={"topology": "dgx-h800"})
 
 
