@@ -195,30 +195,41 @@ def _cmd_collective(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .config import load_scenario
-    from .topology import build_topology
-    from .topology.analysis import summarize
+    from .training import run_step
 
     scn = load_scenario(args.scenario)
-    topo = summarize(build_topology(scn.cluster))
-    m, p = scn.model, scn.parallelism
-    plan = {
-        "scenario": scn.name,
-        "chips": scn.cluster.chips,
-        "topology": topo,
-        "model": m.name,
-        "model_params": m.total_params(),
-        "parallelism": {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "dp": p.dp, "zero": p.zero},
-        "seed": scn.seed if args.seed is None else args.seed,
-        "status": "plan validated; the training-step simulation is not implemented yet",
-    }
+    if args.seed is not None and args.seed < 0:
+        raise ConfigError(f"--seed: must be >= 0, got {args.seed}")
+    result, eng = run_step(scn, seed=args.seed, trace=bool(args.trace))
+    if args.trace:
+        from .trace import write_trace
+
+        write_trace(args.trace, eng.intervals, scn.name)
     if args.json:
-        print(json.dumps(plan))
-    else:
-        print(f"scenario {scn.name}: {m.name} ({m.total_params() / 1e9:.1f} B parameters)")
-        print(f"  parallelism      tp={p.tp} pp={p.pp} cp={p.cp} ep={p.ep} dp={p.dp} zero={p.zero}")
-        print(_format_topology(topo))
-        print(f"  status           {plan['status']}")
+        print(json.dumps(result.to_json()))
+        return 0
+    print(_format_step(result, scn))
+    if args.trace:
+        print(f"  trace            {args.trace} (open in ui.perfetto.dev)")
     return 0
+
+
+def _format_step(r: Any, scn: Any) -> str:
+    p = r.parallelism
+    m = scn.model
+    lines = [
+        f"{r.scenario}: {m.name} ({m.total_params() / 1e9:.1f} B parameters) on {r.chips} x {r.chip} "
+        f"({r.topology})",
+        f"  parallelism      tp={p['tp']} pp={p['pp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} "
+        f"zero={p['zero']} {p['schedule']}, {p['microbatches']} micro-batches",
+        f"  step time        {r.step_time_s:.3f} s",
+        f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.chips:,.0f} per chip)",
+        f"  MFU              {100 * r.mfu:.1f} %",
+        f"  memory per chip  {r.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.hbm_bytes / 2**30:.1f} GiB",
+        f"  cost             ${r.cost_usd_per_million_tokens:.3f} per million tokens",
+        "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in r.breakdown_s.items() if v > 0),
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":                                     # pragma: no cover

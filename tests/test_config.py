@@ -38,7 +38,7 @@ def test_default_scenario_fields() -> None:
     s = load_scenario(REPO / "scenarios" / "default.yaml")
     assert s.cluster.topology.name == "dgx-h100" and s.cluster.chips == 8
     assert s.model == PRESETS["llama3-8b"]
-    assert s.parallelism.dp == 8
+    assert s.parallelism.dp == 4 and s.parallelism.tp == 2
 
 
 def test_defaults_and_derived_dp() -> None:

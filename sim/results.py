@@ -1,0 +1,64 @@
+"""Result records of a run and their JSON form (field names as in DESIGN.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["StepResult"]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    scenario: str
+    topology: str
+    chip: str
+    chips: int
+    step_time_s: float
+    tokens_per_step: int
+    model_flops_per_step: float
+    peak_flops_per_chip: float
+    memory_per_chip_GiB: float
+    memory_breakdown_GiB: dict[str, float]
+    breakdown_s: dict[str, float]
+    usd_per_chip_hour: float
+    parallelism: dict[str, Any]
+    critical_stage: int
+    engine_events: int
+    seed: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def mfu(self) -> float:
+        """PaLM appendix B: model FLOPs per second over the chips' dense BF16 peak."""
+        return self.model_flops_per_step / (self.step_time_s * self.chips * self.peak_flops_per_chip)
+
+    @property
+    def cost_usd_per_million_tokens(self) -> float:
+        return self.chips * self.usd_per_chip_hour / 3600 / self.tokens_per_s * 1e6
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "scenario": self.scenario,
+            "topology": self.topology,
+            "chip": self.chip,
+            "chips": self.chips,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_chip": self.tokens_per_s / self.chips,
+            "mfu": self.mfu,
+            "model_flops_per_step": self.model_flops_per_step,
+            "memory_per_chip_GiB": self.memory_per_chip_GiB,
+            "memory_breakdown_GiB": self.memory_breakdown_GiB,
+            "breakdown_s": self.breakdown_s,
+            "cost_usd_per_million_tokens": self.cost_usd_per_million_tokens,
+            "parallelism": self.parallelism,
+            "critical_stage": self.critical_stage,
+            "seed": self.seed,
+        }
+        out.update(self.extra)
+        return out

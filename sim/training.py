@@ -1,0 +1,157 @@
+"""One training step of a scenario: workload -> per-stage plan -> simpy engine -> StepResult.
+
+This is the chain of calls and the translation of work into seconds: compute ops through the
+compute model, collectives through the network model on the scenario's topology.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .collectives import CollectiveModel
+from .compute import ComputeModel
+from .config import Scenario, scenario_from_dict
+from .engine import Segment, StagePlan, simulate
+from .results import StepResult
+from .topology import Topology, build_topology
+from .units import GiB
+from .workload.layout import Layout
+from .workload.memory import check_fits, memory_per_chip
+from .workload.transformer import Comm, Item, Op, Workload, build_workload
+
+__all__ = ["run_step", "TrainingPredictor", "plan_stages"]
+
+OPTIMIZER_BYTES_PER_PARAM = 30      # Adam: read fp32 param, grad, m, v; write param, m, v, bf16 copy
+
+
+def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel, lay: Layout,
+              stage: int) -> tuple[Segment, ...]:
+    out: list[Segment] = []
+    acc = 0.0
+    for it in items:
+        if isinstance(it, Op):
+            acc += cm.op_time_s(it)
+            continue
+        if acc:
+            out.append(Segment("compute", acc))
+            acc = 0.0
+        group = {"tp": lay.tp_group, "cp": lay.cp_group, "ep": lay.ep_group, "dp": lay.dp_group}[it.group](stage)
+        out.append(Segment(it.group, net.time(it.op, max(1, it.size_bytes), group).time_s, it.group))
+    if acc:
+        out.append(Segment("compute", acc))
+    return tuple(out)
+
+
+def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel) -> list[StagePlan]:
+    scn = wl.scenario
+    par = scn.parallelism
+    lay = Layout.of(par)
+    cm = ComputeModel(scn.cluster.chip, scn.training.precision)
+    plans = []
+    for stage in range(par.pp):
+        fwd = _segments(wl.layer.forward, cm, net, lay, stage)
+        bwd = _segments(wl.layer.recompute + wl.layer.backward, cm, net, lay, stage)
+        if par.cp > 1:
+            ring = lay.cp_group(stage)
+            kv = net.time("sendrecv", wl.layer.cp_kv_bytes, ring).time_s * (par.cp - 1)
+            attn = sum(cm.op_time_s(o) for o in wl.layer.forward if isinstance(o, Op) and o.kind == "attention")
+            fwd += (Segment("cp", max(0.0, kv - attn), "cp"),)
+            bwd += (Segment("cp", max(0.0, 2 * kv - 2.5 * attn), "cp"),)
+        dpg = lay.dp_group(stage)
+        shard = len(dpg)
+        grad_bytes = 2 * wl.layer.params
+        if shard > 1:
+            dp_op = "reducescatter" if par.zero >= 1 else "allreduce"
+            dp_layer = net.time(dp_op, max(1, grad_bytes), dpg).time_s
+        else:
+            dp_layer = 0.0
+        fsdp = par.zero >= 3 and shard > 1
+        gather = net.time("allgather", max(1, grad_bytes), dpg).time_s if fsdp else 0.0
+        layers = wl.layers_per_chunk * (wl.chunks // par.pp)
+        params = layers * wl.layer.params + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
+        opt_params = params / (shard if par.zero >= 1 else 1)
+        optimizer = OPTIMIZER_BYTES_PER_PARAM * opt_params / cm.hbm
+        pg = (net.time("allgather", max(1, 2 * params), dpg).time_s
+              if par.zero in (1, 2) and shard > 1 else 0.0)
+        if par.pp > 1:
+            a, b = lay.stage_pair(stage)
+            p2p = net.time("sendrecv", max(1, wl.pp_bytes), [a, b]).time_s
+        else:
+            p2p = 0.0
+        def t(items: tuple[Item, ...]) -> float:
+            return sum(cm.op_time_s(i) for i in items if isinstance(i, Op))
+        plans.append(StagePlan(
+            layer_fwd=fwd, layer_bwd=bwd, layers_per_chunk=wl.layers_per_chunk,
+            first_fwd=t(wl.first_forward), first_bwd=t(wl.first_backward),
+            last_fwd=t(wl.last_forward), last_bwd=t(wl.last_backward), p2p_s=p2p,
+            dp_layer_s=dp_layer, dp_per_microbatch=fsdp, fsdp_layer_gather_s=gather,
+            optimizer_s=optimizer, param_gather_s=pg))
+    return plans
+
+
+def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
+             trace: bool = False, topo: Topology | None = None,
+             net: CollectiveModel | None = None) -> tuple[StepResult, Any]:
+    """Simulate one step; returns the result and the engine's record (for traces)."""
+    wl = build_workload(scn)
+    mem = memory_per_chip(wl)
+    check_fits(wl, mem)
+    topo = topo or build_topology(scn.cluster)
+    net = net or CollectiveModel(topo)
+    plans = plan_stages(wl, topo, net)
+    par = scn.parallelism
+    vs = par.virtual_stages if par.schedule == "interleaved" else 1
+    lay = Layout.of(par)
+    per_stage = par.tp * par.cp * par.dp if per_rank else 1
+
+    def groups(kind: str, local: int) -> tuple[Any, int]:
+        t = local % lay.tp
+        c = (local // lay.tp) % lay.cp
+        d = local // (lay.tp * lay.cp)
+        if kind == "tp":
+            return (d, c), lay.tp
+        if kind == "cp":
+            return (d, t), lay.cp
+        if kind == "ep":
+            return (d // lay.ep, c, t), lay.ep
+        return t, lay.dp * lay.cp
+
+    eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
+                   ranks_per_stage=per_stage, groups=groups if per_rank else None, trace=trace)
+    chip = scn.cluster.chip
+    result = StepResult(
+        scenario=scn.name, topology=topo.name, chip=chip.name, chips=scn.cluster.chips,
+        step_time_s=eng.step_time_s, tokens_per_step=wl.tokens_per_step,
+        model_flops_per_step=wl.model_flops_per_step, peak_flops_per_chip=chip.bf16_flops,
+        memory_per_chip_GiB=mem.total_B / GiB,
+        memory_breakdown_GiB={"weights": mem.weights_B / GiB, "gradients": mem.gradients_B / GiB,
+                              "optimizer": mem.optimizer_B / GiB,
+                              "activations": mem.activations_B / GiB,
+                              "reserved": mem.reserved_B / GiB},
+        breakdown_s=eng.breakdown_s, usd_per_chip_hour=scn.cost.usd_per_chip_hour,
+        parallelism={"tp": par.tp, "pp": par.pp, "cp": par.cp, "ep": par.ep, "dp": par.dp,
+                     "zero": par.zero, "schedule": par.schedule, "virtual_stages": vs,
+                     "microbatches": wl.microbatches},
+        critical_stage=eng.critical_stage, engine_events=eng.events,
+        seed=scn.seed if seed is None else seed)
+    return result, eng
+
+
+@dataclass
+class TrainingPredictor:
+    """``sim.validate`` training suite predictor: scenario mapping -> StepResult (cached models)."""
+
+    def __post_init__(self) -> None:
+        self._nets: dict[tuple[Any, ...], tuple[Topology, CollectiveModel]] = {}
+
+    def __call__(self, raw: Mapping[str, Any]) -> StepResult:
+        scn = scenario_from_dict(raw, str(raw.get("name", "<validation>")))
+        c = scn.cluster
+        key = (c.topology.name, c.chips, c.shape, c.pods, c.twisted, c.oversubscription, c.sharp)
+        if key not in self._nets:
+            topo = build_topology(c)
+            self._nets[key] = (topo, CollectiveModel(topo))
+        topo, net = self._nets[key]
+        return run_step(scn, topo=topo, net=net)[0]

@@ -1,0 +1,48 @@
+"""Which device holds which rank: Megatron's order, tensor-parallel innermost.
+
+Rank coordinates (tp, cp, dp, pp) map to device ``((pp * dp_size + dp) * cp_size + cp) * tp_size
++ tp`` (Megatron-LM ``RankGenerator`` default order "tp-cp-ep-dp-pp"), so a TP group is 8
+consecutive GPUs of one DGX node and a TPU's TP group is a line along the fastest torus axis.
+Expert-parallel groups are consecutive data-parallel ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ParallelismConfig
+
+__all__ = ["Layout"]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+
+    @classmethod
+    def of(cls, par: ParallelismConfig) -> "Layout":
+        return cls(par.tp, par.cp, par.dp, par.pp, par.ep)
+
+    def device(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
+        return ((pp * self.dp + dp) * self.cp + cp) * self.tp + tp
+
+    def tp_group(self, stage: int = 0) -> list[int]:
+        return [self.device(t, 0, 0, stage) for t in range(self.tp)]
+
+    def cp_group(self, stage: int = 0) -> list[int]:
+        return [self.device(0, c, 0, stage) for c in range(self.cp)]
+
+    def dp_group(self, stage: int = 0) -> list[int]:
+        """Ranks that hold the same parameters: data- and context-parallel ranks of one stage."""
+        return [self.device(0, c, d, stage) for d in range(self.dp) for c in range(self.cp)]
+
+    def ep_group(self, stage: int = 0) -> list[int]:
+        return [self.device(0, 0, d, stage) for d in range(self.ep)]
+
+    def stage_pair(self, stage: int) -> tuple[int, int]:
+        """Representative devices of stage and stage + 1 (pipeline send/recv)."""
+        return self.device(0, 0, 0, stage), self.device(0, 0, 0, (stage + 1) % self.pp)

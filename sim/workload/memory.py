@@ -1,0 +1,93 @@
+"""Memory per device: weights, gradients, optimizer state, activations, with the source of each term.
+
+Mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO", section 3.1): 2 bytes of bf16 weights and 2
+of gradients per parameter, plus 12 bytes of fp32 master weights, momentum and variance; ZeRO-1
+shards the 12, ZeRO-2 also the gradients, ZeRO-3 / FSDP also the weights, over the data-parallel
+ranks. Activations per layer and micro-batch (Korthikanti et al. 2022, table 2): s b h (34 + 5 a s
+/ h) bytes without parallelism; tensor parallelism with sequence parallelism divides all of it by
+t; selective recomputation or flash attention removes the 5 a s / h term; full recomputation keeps
+only the layer input (2 s b h). The MLP share (19 of the 34, for a 4h GELU MLP) is scaled to the
+model's FFN width and SwiGLU's extra matrix. A pipeline stage under 1F1B holds up to pp
+micro-batches in flight (Narayanan et al. 2021).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import Scenario
+from ..errors import InfeasibleError
+from ..units import GiB
+from .transformer import Workload
+
+__all__ = ["MemoryBreakdown", "memory_per_chip"]
+
+RUNTIME_RESERVED_B = 3 * GiB   # CUDA/XLA context, workspaces, allocator fragmentation: assumed
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    weights_B: float
+    gradients_B: float
+    optimizer_B: float
+    activations_B: float
+    reserved_B: float
+
+    @property
+    def total_B(self) -> float:
+        return self.weights_B + self.gradients_B + self.optimizer_B + self.activations_B + self.reserved_B
+
+
+def memory_per_chip(wl: Workload) -> MemoryBreakdown:
+    """The busiest stage's memory (the first: most micro-batches in flight, plus the embedding)."""
+    scn: Scenario = wl.scenario
+    m, tr, par = scn.model, scn.training, scn.parallelism
+    t, cp, pp, dp = par.tp, par.cp, par.pp, par.dp
+    shard = dp * cp
+    layers = wl.layers_per_chunk * (wl.chunks // pp)
+    params = layers * wl.layer.params + wl.embed_params * (2 if pp == 1 else 1)
+    weights = 2.0 * params / (shard if par.zero >= 3 else 1)
+    grads = 2.0 * params / (shard if par.zero >= 2 else 1)
+    optim = 12.0 * params / (shard if par.zero >= 1 else 1)
+    b, s, h, a = tr.micro_batch, tr.seq_len // cp, m.hidden, m.heads
+    mlp_scale = (m.ffn_hidden / (4 * h)) * (1.5 if m.mlp == "swiglu" else 1.0)
+    if m.moe is not None:
+        mlp_scale *= m.moe.top_k * m.moe.capacity_factor
+    per_token = 15 + 19 * mlp_scale                    # 11 attention + 4 norms, 19 MLP (x scale)
+    if tr.recompute == "full":
+        layer_act = 2.0 * s * b * h / (t if par.sequence_parallel and t > 1 else 1)
+    else:
+        div = t if (par.sequence_parallel or t == 1) else 1
+        layer_act = s * b * h * (per_token / div if div > 1 else per_token)
+        if t > 1 and not par.sequence_parallel:      # only the TP-sharded parts shrink
+            layer_act = s * b * h * (10 + (per_token - 10) / t)
+    in_flight = min(pp, wl.microbatches) if pp > 1 else 1
+    if par.schedule == "interleaved" and par.virtual_stages > 1:
+        in_flight = min(wl.microbatches, pp) * (1 + (pp - 1) / (pp * par.virtual_stages))
+    if par.schedule == "gpipe":
+        in_flight = wl.microbatches
+    acts = layer_act * layers * in_flight
+    if pp == 1:                                         # the output head's fp32 logits
+        acts += 4.0 * b * s * m.vocab / t
+    return MemoryBreakdown(weights, grads, optim, acts, RUNTIME_RESERVED_B)
+
+
+def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
+    cap = wl.scenario.cluster.chip.hbm_bytes
+    if mem.total_B <= cap:
+        return
+    par, tr = wl.scenario.parallelism, wl.scenario.training
+    hints = []
+    if par.zero < 3:
+        hints.append(f"raise parallelism.zero (now {par.zero})")
+    if tr.recompute != "full":
+        hints.append("use training.recompute: full")
+    if tr.micro_batch > 1:
+        hints.append("lower training.micro_batch")
+    hints.append("raise parallelism.tp or pp")
+    raise InfeasibleError(
+        f"{wl.scenario.source}: needs {mem.total_B / GiB:.1f} GiB per chip (weights "
+        f"{mem.weights_B / GiB:.1f}, gradients {mem.gradients_B / GiB:.1f}, optimizer "
+        f"{mem.optimizer_B / GiB:.1f}, activations {mem.activations_B / GiB:.1f}, reserved "
+        f"{mem.reserved_B / GiB:.1f}) but a {wl.scenario.cluster.chip.name} has "
+        f"{cap / GiB:.1f} GiB; try: {'; '.join(hints)}")

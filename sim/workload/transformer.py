@@ -1,0 +1,240 @@
+"""A decoder transformer step as per-rank work: compute ops with FLOPs and bytes, and collectives.
+
+Pure arithmetic over the scenario (no simulation). Conventions, per rank and per micro-batch:
+b micro-batch, s = seq_len / cp local tokens, h hidden, a heads, g kv heads, d head dim, f FFN
+width, t tensor-parallel size, V vocab, 2-byte activations and weights (bf16; fp8 GEMMs keep bf16
+activations between them).
+
+Sources: GEMM FLOPs 2mnk; backward = 2 x forward (data and weight gradients); attention core
+4 b s S a d with S the keys seen (causal halves the work flash attention does); tensor-parallel
+collectives with sequence parallelism (2 all-gathers + 2 reduce-scatters per layer and pass, or 2
+all-reduces without it: Korthikanti et al. 2022, "Reducing Activation Recomputation"); PaLM
+appendix B model FLOPs for MFU (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..config import Scenario
+from ..errors import ConfigError
+from ..models import ModelSpec
+
+__all__ = ["Op", "Comm", "LayerWork", "Workload", "build_workload", "model_flops_per_token"]
+
+BYTES = 2          # bf16 activations and weights
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One kernel on one rank: FLOPs, HBM bytes, and the GEMM shape (m, n, k) where it is one."""
+
+    name: str
+    kind: str                    # "gemm" | "attention" | "memory"
+    flops: float
+    bytes: float
+    shape: tuple[int, int, int] = (0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """A collective of one parallel group; ``size_bytes`` as nccl-tests counts it."""
+
+    name: str
+    op: str                      # allreduce | allgather | reducescatter | alltoall | sendrecv
+    group: str                   # "tp" | "cp" | "ep" | "dp"
+    size_bytes: int
+
+
+Item = Op | Comm
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """One transformer layer for one micro-batch on one rank."""
+
+    forward: tuple[Item, ...]
+    backward: tuple[Item, ...]
+    recompute: tuple[Item, ...]          # forward work repeated inside the backward
+    params: int                          # parameters of the layer on this rank
+    cp_kv_bytes: int = 0                 # K/V block passed round the context-parallel ring
+
+
+@dataclass(frozen=True)
+class Workload:
+    scenario: Scenario
+    layer: LayerWork
+    layers_per_chunk: int                # layers in one model chunk (virtual stage)
+    chunks: int                          # model chunks = pp x virtual stages
+    microbatches: int                    # per pipeline per step
+    first_forward: tuple[Item, ...]      # embedding (stage holding chunk 0)
+    first_backward: tuple[Item, ...]
+    last_forward: tuple[Item, ...]       # output head + loss (stage holding the last chunk)
+    last_backward: tuple[Item, ...]
+    embed_params: int                    # on the first and on the last stage (untied head)
+    pp_bytes: int                        # activation or gradient sent between stages
+    model_flops_per_step: float
+    tokens_per_step: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """PaLM appendix B: 6N + 12 L H Q T (N non-embedding parameters, active ones for MoE)."""
+    return 6 * m.non_embedding_params(active_only=True) + 12 * m.layers * m.heads * m.head_dim * seq_len
+
+
+def _gemm(name: str, m: int, n: int, k: int) -> Op:
+    """C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs; reads A and B, writes C (bf16)."""
+    return Op(name, "gemm", 2.0 * m * n * k, BYTES * (m * k + k * n + m * n), (m, n, k))
+
+
+def _mem(name: str, nbytes: float) -> Op:
+    return Op(name, "memory", 0.0, float(nbytes))
+
+
+def build_workload(scn: Scenario) -> Workload:
+    """Per-rank work of one training step of *scn* (checked for divisibility here)."""
+    m, tr, par = scn.model, scn.training, scn.parallelism
+    t, cp, pp, ep, dp = par.tp, par.cp, par.pp, par.ep, par.dp
+    _check(scn)
+    b, S = tr.micro_batch, tr.seq_len
+    s = S // cp
+    h, a, g, d, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden
+    tok = b * s                                            # tokens per micro-batch on this rank
+    sp = par.sequence_parallel and t > 1
+    act = tok * h * BYTES                                  # one [b, s, h] activation
+
+    fwd: list[Item] = []
+    # Attention block
+    fwd.append(_mem("norm1", 2 * act / (t if sp else 1)))
+    if t > 1:
+        fwd.append(Comm("tp-ag-attn" if sp else "tp-ar-attn", "allgather" if sp else "allreduce",
+                        "tp", act))
+    fwd.append(_gemm("qkv", tok, (a + 2 * g) * d // t, h))
+    fwd.append(_mem("rope", 2 * tok * (a + g) * d // t * BYTES))
+    # Flash attention: causal, so half the 4 b s S a d of the full score matrix; reads q, k, v and
+    # writes o once (scores stay on chip).
+    keys = s * cp
+    attn_flops = 4.0 * b * s * keys * (a // t) * d / 2
+    fwd.append(Op("attention", "attention", attn_flops, BYTES * tok * (2 * a + 2 * g) * d / t))
+    fwd.append(_gemm("attn-out", tok, h, a * d // t))
+    if t > 1:
+        fwd.append(Comm("tp-rs-attn", "reducescatter" if sp else "allreduce", "tp", act))
+    fwd.append(_mem("residual1", 3 * act / (t if sp else 1)))
+    # MLP block (dense or routed experts)
+    fwd.append(_mem("norm2", 2 * act / (t if sp else 1)))
+    if t > 1:
+        fwd.append(Comm("tp-ag-mlp" if sp else "tp-ar-mlp", "allgather" if sp else "allreduce",
+                        "tp", act))
+    if m.moe is None:
+        up = (2 if m.mlp == "swiglu" else 1) * f // t
+        fwd.append(_gemm("mlp-up", tok, up, h))
+        fwd.append(_mem("activation", (3 if m.mlp == "swiglu" else 2) * tok * f // t * BYTES))
+        fwd.append(_gemm("mlp-down", tok, h, f // t))
+    else:
+        e, k = m.moe.experts, m.moe.top_k
+        routed = int(math.ceil(tok * k * m.moe.capacity_factor))   # token copies this rank computes
+        fwd.append(_gemm("router", tok, e, h))
+        if ep > 1:
+            fwd.append(Comm("ep-dispatch", "alltoall", "ep", routed * h * BYTES))
+        up = (2 if m.mlp == "swiglu" else 1) * f // t
+        fwd.append(_gemm("expert-up", routed, up, h))
+        fwd.append(_mem("activation", (3 if m.mlp == "swiglu" else 2) * routed * f // t * BYTES))
+        fwd.append(_gemm("expert-down", routed, h, f // t))
+        if ep > 1:
+            fwd.append(Comm("ep-combine", "alltoall", "ep", routed * h * BYTES))
+    if t > 1:
+        fwd.append(Comm("tp-rs-mlp", "reducescatter" if sp else "allreduce", "tp", act))
+    fwd.append(_mem("residual2", 3 * act / (t if sp else 1)))
+
+    bwd: list[Item] = []
+    for item in reversed(fwd):
+        if isinstance(item, Op):
+            if item.kind == "gemm":
+                mm, nn, kk = item.shape
+                bwd.append(_gemm(item.name + "-dgrad", mm, kk, nn))
+                bwd.append(_gemm(item.name + "-wgrad", kk, nn, mm))
+            elif item.kind == "attention":
+                # FlashAttention backward: 2.5x the forward matmul work (it recomputes the scores);
+                # Dao 2023, "FlashAttention-2", section 3.1.2 (5 matmuls vs 2 in the forward).
+                bwd.append(Op("attention-bwd", "attention", 2.5 * item.flops, 2 * item.bytes))
+            else:
+                bwd.append(_mem(item.name + "-bwd", 2 * item.bytes))
+        else:
+            # The backward of an all-gather is a reduce-scatter and vice versa (all-reduce stays).
+            swap = {"allgather": "reducescatter", "reducescatter": "allgather"}
+            bwd.append(Comm(item.name + "-bwd", swap.get(item.op, item.op), item.group, item.size_bytes))
+
+    if tr.recompute == "full":
+        recompute = tuple(fwd)
+    elif tr.recompute == "selective":
+        # Korthikanti et al.: recompute the attention core only (flash attention's own backward
+        # already does; no extra work beyond it is charged here).
+        recompute = ()
+    else:
+        recompute = ()
+
+    layer_params = m.layer_params() // t
+    if m.moe is not None:
+        layer_params = (m.attention_params() + 2 * h) // t + m.moe.experts // ep * m.mlp_params() // t
+
+    # Embedding on the first stage (a gather: memory bound), output head + loss on the last.
+    V = m.vocab
+    first_f: tuple[Item, ...] = (_mem("embedding", act * 2),)
+    first_b: tuple[Item, ...] = (_mem("embedding-bwd", act * 2),)
+    head = _gemm("lm-head", tok, V // t, h)
+    loss = _mem("cross-entropy", tok * V // t * 4 * 3)          # fp32 logits: write, read, grad
+    last_f: tuple[Item, ...] = (_mem("final-norm", 2 * act), head, loss)
+    last_b: tuple[Item, ...] = (_gemm("lm-head-dgrad", tok, h, V // t),
+                                _gemm("lm-head-wgrad", h, V // t, tok), _mem("final-norm-bwd", 4 * act))
+
+    vs = par.virtual_stages if par.schedule == "interleaved" else 1
+    chunks = pp * vs
+    gb = tr.global_batch if tr.global_batch is not None else dp * b * max(1, 4 * pp)
+    micro = gb // (dp * b)
+    return Workload(
+        scenario=scn, layer=LayerWork(tuple(fwd), tuple(bwd), recompute, layer_params,
+                                      cp_kv_bytes=2 * tok * g * d // t * BYTES if cp > 1 else 0),
+        layers_per_chunk=m.layers // chunks, chunks=chunks, microbatches=micro,
+        first_forward=first_f, first_backward=first_b, last_forward=last_f, last_backward=last_b,
+        embed_params=V * h // t, pp_bytes=act // (t if sp else 1),
+        model_flops_per_step=model_flops_per_token(m, S) * gb * S,
+        tokens_per_step=gb * S,
+    )
+
+
+def _check(scn: Scenario) -> None:
+    """The divisibility rules a plan must meet (one clear ConfigError each)."""
+    m, tr, par = scn.model, scn.training, scn.parallelism
+    where = scn.source
+    if m.heads % par.tp:
+        raise ConfigError(f"{where}: parallelism.tp: {par.tp} does not divide model.heads = {m.heads}")
+    if m.kv_heads % par.tp and par.tp % m.kv_heads:
+        raise ConfigError(f"{where}: parallelism.tp: {par.tp} and model.kv_heads = {m.kv_heads} "
+                          "must divide one another")
+    if m.ffn_hidden % par.tp:
+        raise ConfigError(f"{where}: parallelism.tp: {par.tp} does not divide model.ffn_hidden = {m.ffn_hidden}")
+    vs = par.virtual_stages if par.schedule == "interleaved" else 1
+    if m.layers % (par.pp * vs):
+        raise ConfigError(f"{where}: model.layers: {m.layers} is not divisible by pp x virtual_stages "
+                          f"= {par.pp} x {vs}; valid: a layer count that is a multiple of {par.pp * vs}")
+    if tr.seq_len % par.cp:
+        raise ConfigError(f"{where}: training.seq_len: {tr.seq_len} is not divisible by cp = {par.cp}")
+    if par.ep > 1:
+        if m.moe is None:
+            raise ConfigError(f"{where}: parallelism.ep: {par.ep} needs an MoE model (model.moe)")
+        if m.moe.experts % par.ep:
+            raise ConfigError(f"{where}: parallelism.ep: {par.ep} does not divide model.moe.experts = "
+                              f"{m.moe.experts}")
+        if par.dp % par.ep:
+            raise ConfigError(f"{where}: parallelism.ep: {par.ep} does not divide dp = {par.dp}")
+    if tr.global_batch is not None and tr.global_batch % (tr.micro_batch * par.dp):
+        raise ConfigError(
+            f"{where}: training.global_batch: {tr.global_batch} is not divisible by micro_batch x dp "
+            f"= {tr.micro_batch} x {par.dp}; valid: a multiple of {tr.micro_batch * par.dp}")
+    if par.schedule == "interleaved" and par.virtual_stages > 1 and par.pp > 1:
+        gb = tr.global_batch if tr.global_batch is not None else par.dp * tr.micro_batch * 4 * par.pp
+        if (gb // (tr.micro_batch * par.dp)) % par.pp:
+            raise ConfigError(f"{where}: training.global_batch: interleaved pipelines need a number of "
+                              f"micro-batches divisible by pp = {par.pp}")
