@@ -3,12 +3,15 @@
 Mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO", section 3.1): 2 bytes of bf16 weights and 2
 of gradients per parameter, plus 12 bytes of fp32 master weights, momentum and variance; ZeRO-1
 shards the 12, ZeRO-2 also the gradients, ZeRO-3 / FSDP also the weights, over the data-parallel
-ranks. Activations per layer and micro-batch (Korthikanti et al. 2022, table 2): s b h (34 + 5 a s
-/ h) bytes without parallelism; tensor parallelism with sequence parallelism divides all of it by
-t; selective recomputation or flash attention removes the 5 a s / h term; full recomputation keeps
-only the layer input (2 s b h). The MLP share (19 of the 34, for a 4h GELU MLP) is scaled to the
-model's FFN width and SwiGLU's extra matrix. A pipeline stage under 1F1B holds up to pp
-micro-batches in flight (Narayanan et al. 2021).
+ranks. Activations per layer and micro-batch follow the enumeration of Korthikanti et al. 2022
+(section 4.1) for a layer without dropout and with flash attention (no stored scores), in units of
+s b h bytes (bf16): attention block: norm input 2, QKV input 2, Q/K/V 2 (1 + 2 g / a), output 2;
+MLP block: norm input 2, input 2, up-projection output 2 f/h (4 f/h for SwiGLU's two matrices),
+activation output 2 f/h. For GPT-3 (a = g, f = 4h, GELU) this gives 32, the paper's 34 less its
+two dropout masks. Sequence parallelism divides everything by t (without it the norm inputs and
+block inputs stay whole); full recomputation keeps only the layer input (2 s b h). A pipeline
+stage under 1F1B holds up to pp micro-batches in flight (Narayanan et al. 2021); interleaving adds
+(pp - 1) / (pp v) of that.
 """
 
 from __future__ import annotations
@@ -49,18 +52,19 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     weights = 2.0 * params / (shard if par.zero >= 3 else 1)
     grads = 2.0 * params / (shard if par.zero >= 2 else 1)
     optim = 12.0 * params / (shard if par.zero >= 1 else 1)
-    b, s, h, a = tr.micro_batch, tr.seq_len // cp, m.hidden, m.heads
-    mlp_scale = (m.ffn_hidden / (4 * h)) * (1.5 if m.mlp == "swiglu" else 1.0)
+    b, s, h, a, g = tr.micro_batch, tr.seq_len // cp, m.hidden, m.heads, m.kv_heads
+    whole = 8.0                                         # norm and block inputs (2 each, 4 of them)
+    attn = 2 * (1 + 2 * g / a) + 2                      # Q, K, V and the attention output
+    mlp = (6.0 if m.mlp == "swiglu" else 4.0) * m.ffn_hidden / h
     if m.moe is not None:
-        mlp_scale *= m.moe.top_k * m.moe.capacity_factor
-    per_token = 15 + 19 * mlp_scale                    # 11 attention + 4 norms, 19 MLP (x scale)
+        mlp *= m.moe.top_k * m.moe.capacity_factor
+    sbh = s * b * h
     if tr.recompute == "full":
-        layer_act = 2.0 * s * b * h / (t if par.sequence_parallel and t > 1 else 1)
+        layer_act = 2.0 * sbh / (t if par.sequence_parallel and t > 1 else 1)
+    elif t > 1 and not par.sequence_parallel:
+        layer_act = sbh * (whole + (attn + mlp) / t)
     else:
-        div = t if (par.sequence_parallel or t == 1) else 1
-        layer_act = s * b * h * (per_token / div if div > 1 else per_token)
-        if t > 1 and not par.sequence_parallel:      # only the TP-sharded parts shrink
-            layer_act = s * b * h * (10 + (per_token - 10) / t)
+        layer_act = sbh * (whole + attn + mlp) / t
     in_flight = min(pp, wl.microbatches) if pp > 1 else 1
     if par.schedule == "interleaved" and par.virtual_stages > 1:
         in_flight = min(wl.microbatches, pp) * (1 + (pp - 1) / (pp * par.virtual_stages))

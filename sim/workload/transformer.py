@@ -108,9 +108,8 @@ def build_workload(scn: Scenario) -> Workload:
     fwd: list[Item] = []
     # Attention block
     fwd.append(_mem("norm1", 2 * act / (t if sp else 1)))
-    if t > 1:
-        fwd.append(Comm("tp-ag-attn" if sp else "tp-ar-attn", "allgather" if sp else "allreduce",
-                        "tp", act))
+    if sp:                       # without SP the input is replicated: nothing to gather
+        fwd.append(Comm("tp-ag-attn", "allgather", "tp", act))
     fwd.append(_gemm("qkv", tok, (a + 2 * g) * d // t, h))
     fwd.append(_mem("rope", 2 * tok * (a + g) * d // t * BYTES))
     # Flash attention: causal, so half the 4 b s S a d of the full score matrix; reads q, k, v and
@@ -124,9 +123,8 @@ def build_workload(scn: Scenario) -> Workload:
     fwd.append(_mem("residual1", 3 * act / (t if sp else 1)))
     # MLP block (dense or routed experts)
     fwd.append(_mem("norm2", 2 * act / (t if sp else 1)))
-    if t > 1:
-        fwd.append(Comm("tp-ag-mlp" if sp else "tp-ar-mlp", "allgather" if sp else "allreduce",
-                        "tp", act))
+    if sp:
+        fwd.append(Comm("tp-ag-mlp", "allgather", "tp", act))
     if m.moe is None:
         up = (2 if m.mlp == "swiglu" else 1) * f // t
         fwd.append(_gemm("mlp-up", tok, up, h))
@@ -162,7 +160,9 @@ def build_workload(scn: Scenario) -> Workload:
             else:
                 bwd.append(_mem(item.name + "-bwd", 2 * item.bytes))
         else:
-            # The backward of an all-gather is a reduce-scatter and vice versa (all-reduce stays).
+            # The backward of an all-gather is a reduce-scatter and vice versa; without sequence
+            # parallelism the all-reduce after a row-parallel GEMM becomes one before the
+            # column-parallel GEMM's input gradient (same count and size).
             swap = {"allgather": "reducescatter", "reducescatter": "allgather"}
             bwd.append(Comm(item.name + "-bwd", swap.get(item.op, item.op), item.group, item.size_bytes))
 

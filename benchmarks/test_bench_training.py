@@ -1,0 +1,61 @@
+"""Speed of one simulated training step (issue targets: Llama 3 405B on 16,384 H100 <= 5 s; a
+4,096-chip TPU v4 step <= 2 s), with the engine's event rate next to bare simpy's on this machine.
+
+Run on demand: ``python -m pytest benchmarks -m benchmark -s``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import simpy
+
+from sim.config import load_scenario
+from sim.training import run_step
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def bare_simpy_events_per_s(n: int = 200_000) -> float:
+    env = simpy.Environment()
+
+    def proc():
+        for _ in range(n):
+            yield env.timeout(1e-6)
+
+    env.process(proc())
+    t0 = time.perf_counter()
+    env.run()
+    return n / (time.perf_counter() - t0)
+
+
+@pytest.mark.benchmark
+@pytest.mark.parametrize("name, limit_s", [("llama3-405b-16384xh100", 5.0),
+                                           ("llama3-70b-tpu-v4-4096", 2.0)])
+def test_step_speed(name: str, limit_s: float) -> None:
+    scn = load_scenario(SCENARIOS / f"{name}.yaml")
+    t0 = time.perf_counter()
+    result, eng = run_step(scn)
+    wall = time.perf_counter() - t0
+    # The engine alone, on the plan of the same scenario.
+    from sim.collectives import CollectiveModel
+    from sim.engine import simulate
+    from sim.topology import build_topology
+    from sim.training import plan_stages
+    from sim.workload.transformer import build_workload
+
+    wl = build_workload(scn)
+    topo = build_topology(scn.cluster)
+    plans = plan_stages(wl, topo, CollectiveModel(topo))
+    par = scn.parallelism
+    vs = par.virtual_stages if par.schedule == "interleaved" else 1
+    t1 = time.perf_counter()
+    e2 = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule)
+    engine_s = time.perf_counter() - t1
+    bare = bare_simpy_events_per_s()
+    print(f"\n{name}: {wall:.2f} s wall in all (graph, network, workload, engine); engine alone "
+          f"{engine_s:.3f} s for {e2.events} events = {e2.events / engine_s:,.0f} events/s vs bare "
+          f"simpy {bare:,.0f} events/s; step {result.step_time_s:.2f} s, MFU {100 * result.mfu:.1f}%")
+    assert wall <= limit_s

@@ -1,0 +1,119 @@
+"""Training-step engine: schedules against closed forms, per-class = per-rank, breakdowns, traces."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.config import scenario_from_dict
+from sim.engine import Segment, StagePlan, simulate
+from sim.training import run_step
+from sim.workload.schedules import schedule
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def plan(f: float, b: float, p2p: float = 0.0, layers: int = 1) -> StagePlan:
+    return StagePlan((Segment("compute", f),), (Segment("compute", b),), layers, 0, 0, 0, 0, p2p,
+                     0.0, False, 0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("kind", ["1f1b", "gpipe"])
+@pytest.mark.parametrize("pp, m", [(1, 4), (2, 4), (4, 8), (8, 8)])
+def test_pipeline_step_is_the_textbook_formula(kind: str, pp: int, m: int) -> None:
+    # Uniform stages, free transfers: (m + pp - 1) (F + B) (Narayanan et al. 2021, section 2.2).
+    f, b = 1.0, 2.0
+    r = simulate([plan(f, b)] * pp, pp=pp, vs=1, micro=m, schedule_kind=kind)
+    assert r.step_time_s == pytest.approx((m + pp - 1) * (f + b))
+    assert r.breakdown_s["pipeline_bubble"] == pytest.approx((pp - 1) * (f + b))
+
+
+def test_interleaving_shrinks_the_bubble_by_the_virtual_stages() -> None:
+    # Bubble (pp - 1)(F + B) / v with v chunks per stage (Narayanan et al. 2021, section 2.2.2).
+    pp, m, v = 4, 8, 2
+    f, b = 1.0, 2.0
+    chunk = [plan(f / v, b / v)] * pp
+    r = simulate(chunk, pp=pp, vs=v, micro=m, schedule_kind="interleaved")
+    assert r.step_time_s == pytest.approx(m * (f + b) + (pp - 1) * (f + b) / v)
+
+
+def test_transfers_delay_the_pipeline() -> None:
+    base = simulate([plan(1, 2)] * 4, pp=4, vs=1, micro=4, schedule_kind="1f1b").step_time_s
+    slow = simulate([plan(1, 2, p2p=0.5)] * 4, pp=4, vs=1, micro=4, schedule_kind="1f1b").step_time_s
+    assert slow > base
+
+
+def test_every_stage_runs_every_microbatch_once() -> None:
+    for kind, vs in (("1f1b", 1), ("gpipe", 1), ("interleaved", 2), ("interleaved", 4)):
+        for stage in range(4):
+            steps = schedule(kind, stage, 4, 8, vs)
+            for k in "FB":
+                got = sorted((m, c) for kk, m, c in steps if kk == k)
+                assert got == sorted((m, c) for m in range(8) for c in range(vs)), (kind, vs, stage)
+
+
+SMALL = {
+    "cluster": {"topology": "dgx-h100", "chips": 16},
+    "model": {"preset": "llama3-8b", "layers": 8},
+    "training": {"seq_len": 2048, "global_batch": 16, "micro_batch": 1},
+}
+
+
+@pytest.mark.parametrize("par", [
+    {"tp": 2, "pp": 2},
+    {"tp": 4, "pp": 2, "schedule": "interleaved", "virtual_stages": 2},
+    {"tp": 2, "pp": 1, "zero": 3},
+    {"tp": 1, "pp": 4, "schedule": "gpipe"},
+    {"tp": 2, "pp": 2, "cp": 2},
+])
+def test_one_rank_per_stage_equals_every_rank(par: dict) -> None:
+    scn = scenario_from_dict({**SMALL, "parallelism": par})
+    cls, _ = run_step(scn)
+    full, _ = run_step(scn, per_rank=True)
+    assert full.step_time_s == pytest.approx(cls.step_time_s, rel=1e-12)
+    assert sum(cls.breakdown_s.values()) == pytest.approx(cls.step_time_s, rel=1e-9)
+
+
+def test_mfu_is_palm_model_flops_over_peak() -> None:
+    scn = scenario_from_dict({**SMALL, "parallelism": {"tp": 2}})
+    r, _ = run_step(scn)
+    m = scn.model
+    per_token = 6 * m.non_embedding_params() + 12 * m.layers * m.heads * m.head_dim * 2048
+    assert r.model_flops_per_step == pytest.approx(per_token * 16 * 2048)
+    assert r.mfu == pytest.approx(r.model_flops_per_step / (r.step_time_s * 16 * 989.4e12))
+    assert 0 < r.mfu < 1
+
+
+def test_more_bandwidth_never_slows_a_step() -> None:
+    fast = scenario_from_dict({**SMALL, "parallelism": {"tp": 1, "zero": 3}})
+    slow = scenario_from_dict({**SMALL, "cluster": {"topology": "dgx-h100", "chips": 16,
+                                                     "oversubscription": 4.0},
+                               "parallelism": {"tp": 1, "zero": 3}})
+    assert run_step(slow)[0].step_time_s >= run_step(fast)[0].step_time_s
+
+
+def test_run_cli_json_fields_and_trace(tmp_path: Path) -> None:
+    out = tmp_path / "trace.json"
+    r = subprocess.run([sys.executable, "-m", "sim", "run", str(REPO / "scenarios" / "default.yaml"),
+                        "--json", "--trace", str(out)], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    for k in ("scenario", "chips", "step_time_s", "tokens_per_s", "tokens_per_s_per_chip", "mfu",
+              "model_flops_per_step", "memory_per_chip_GiB", "breakdown_s"):
+        assert k in res
+    assert sum(res["breakdown_s"].values()) == pytest.approx(res["step_time_s"], rel=1e-9)
+    trace = json.loads(out.read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert spans and max(e["ts"] + e["dur"] for e in spans) <= res["step_time_s"] * 1e6 * (1 + 1e-9)
+
+
+def test_every_bundled_scenario_runs() -> None:
+    for f in sorted((REPO / "scenarios").glob("*.yaml")):
+        r = subprocess.run([sys.executable, "-m", "sim", "run", str(f), "--json"], capture_output=True,
+                           text=True, cwd=REPO)
+        assert r.returncode == 0, (f.name, r.stderr)
+        assert 0 < json.loads(r.stdout)["mfu"] < 1

@@ -1,0 +1,99 @@
+"""Workload arithmetic, memory model and the plan checks (bad input gets one clear message)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.config import scenario_from_dict
+from sim.errors import ConfigError, InfeasibleError
+from sim.workload.memory import check_fits, memory_per_chip
+from sim.workload.transformer import Comm, Op, build_workload
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def scn(par=None, training=None, model="llama3-8b", cluster=None):
+    raw = {"cluster": cluster or {"topology": "dgx-h100", "chips": 64}, "model": model,
+           "training": training or {"seq_len": 4096, "global_batch": 64},
+           "parallelism": par or {"tp": 8}}
+    return scenario_from_dict(raw, "t.yaml")
+
+
+def test_layer_gemm_flops_are_six_n_per_token() -> None:
+    # Forward + backward GEMM FLOPs of a layer = 6 x (layer weights) x tokens, split over TP ranks.
+    s = scn({"tp": 4})
+    wl = build_workload(s)
+    gemm = sum(o.flops for o in wl.layer.forward + wl.layer.backward
+               if isinstance(o, Op) and o.kind == "gemm")
+    m = s.model
+    tokens = 1 * 4096
+    weights = m.attention_params() + m.mlp_params()
+    assert gemm == pytest.approx(6 * weights * tokens / 4, rel=1e-9)
+
+
+def test_sequence_parallel_collectives_per_layer() -> None:
+    wl = build_workload(scn({"tp": 8}))
+    fwd = [c.op for c in wl.layer.forward if isinstance(c, Comm)]
+    bwd = [c.op for c in wl.layer.backward if isinstance(c, Comm)]
+    assert sorted(fwd) == ["allgather", "allgather", "reducescatter", "reducescatter"]
+    assert sorted(bwd) == sorted(fwd)
+    no_sp = build_workload(scn({"tp": 8, "sequence_parallel": False}))
+    assert [c.op for c in no_sp.layer.forward if isinstance(c, Comm)] == ["allreduce"] * 2
+
+
+def test_gpt3_activation_memory_matches_korthikanti() -> None:
+    # GPT-3 175B, s=2048, b=1, t=8 with SP, no recompute: s b h (34 - 2 dropout masks) / t per layer.
+    s = scn({"tp": 8, "pp": 8}, {"seq_len": 2048, "global_batch": 64, "recompute": "none"},
+            model="gpt3-175b")
+    wl = build_workload(s)
+    mem = memory_per_chip(wl)
+    per_layer = 2048 * 12288 * 32 / 8
+    assert mem.activations_B == pytest.approx(per_layer * 12 * 8)    # 12 layers x 8 in flight
+
+
+def test_zero_stages_shard_what_they_should() -> None:
+    m0 = memory_per_chip(build_workload(scn({"tp": 8, "zero": 0})))
+    m1 = memory_per_chip(build_workload(scn({"tp": 8, "zero": 1})))
+    m3 = memory_per_chip(build_workload(scn({"tp": 8, "zero": 3})))
+    assert m1.optimizer_B == pytest.approx(m0.optimizer_B / 8)
+    assert m1.weights_B == m0.weights_B and m3.weights_B == pytest.approx(m0.weights_B / 8)
+
+
+def test_a_plan_that_does_not_fit_is_infeasible_with_a_hint() -> None:
+    s = scn({"tp": 1}, {"seq_len": 8192, "global_batch": 64, "recompute": "none"}, model="llama3-70b")
+    wl = build_workload(s)
+    with pytest.raises(InfeasibleError, match=r"needs \d+\.\d GiB per chip .* has 74\.5 GiB; try: raise parallelism.zero"):
+        check_fits(wl, memory_per_chip(wl))
+
+
+@pytest.mark.parametrize("par, training, model, match", [
+    ({"tp": 8}, {"seq_len": 4096, "global_batch": 60}, "llama3-8b",
+     r"training.global_batch: 60 is not divisible by micro_batch x dp = 1 x 8"),
+    ({"tp": 8, "pp": 3}, None, "llama3-8b", r"tp\*pp\*cp = 8\*3\*1 = 24 does not divide"),
+    ({"tp": 2, "pp": 4, "schedule": "interleaved", "virtual_stages": 3}, None, "llama3-8b",
+     r"model.layers: 32 is not divisible by pp x virtual_stages = 4 x 3"),
+    ({"tp": 64}, None, "llama3-8b", r"parallelism.tp: 64 does not divide model.heads = 32"),
+    ({"tp": 8, "ep": 4}, None, "llama3-8b", r"parallelism.ep: 4 needs an MoE model"),
+    ({"tp": 1, "ep": 3}, None, "mixtral-8x7b", r"parallelism.ep: 3 does not divide model.moe.experts = 8"),
+])
+def test_plan_checks(par, training, model, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        build_workload(scn(par, training, model))
+
+
+def test_cli_exit_codes_for_bad_plans(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: {topology: dgx-h100, chips: 8}\nmodel: llama3-8b\n"
+                   "training: {global_batch: 12}\nparallelism: {tp: 1}\n")
+    r = subprocess.run([sys.executable, "-m", "sim", "run", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2 and "global_batch: 12 is not divisible" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    big = tmp_path / "big.yaml"
+    big.write_text("cluster: {topology: dgx-h100, chips: 8}\nmodel: llama3-70b\n"
+                   "training: {seq_len: 8192, global_batch: 8, recompute: none}\nparallelism: {tp: 1}\n")
+    r = subprocess.run([sys.executable, "-m", "sim", "run", str(big)], capture_output=True, text=True)
+    assert r.returncode == 3 and "infeasible" in r.stderr and "Traceback" not in r.stderr
