@@ -43,7 +43,8 @@ def fit_gemm_curve(points: Sequence[tuple[float, float]], peak_flops: float) -> 
 class ComputeModel:
     """Kernel times on one chip for one precision (``bf16`` or ``fp8``)."""
 
-    def __init__(self, chip: Chip, precision: str = "bf16") -> None:
+    def __init__(self, chip: Chip, precision: str = "bf16",
+                 training_efficiency: dict[str, float] | None = None) -> None:
         self.chip = chip
         self.peak = chip.peak_flops(precision)
         fam = chip.family if chip.vendor == "nvidia" else "TPU"
@@ -52,8 +53,9 @@ class ComputeModel:
             self.e_max *= cal.FP8_GEMM_RATIO
         self.t_ramp = cal.GEMM_T_RAMP_S
         self.hbm = chip.hbm_Bps * cal.HBM_EFFICIENCY
-        self.attention_eff = cal.ATTENTION_EFFICIENCY
-        self.framework = cal.TRAINING_EFFICIENCY.get(fam, 1.0)
+        self.attention_eff = cal.ATTENTION_EFFICIENCY.get(chip.arch, cal.ATTENTION_EFFICIENCY_DEFAULT)
+        table = cal.TRAINING_EFFICIENCY if training_efficiency is None else training_efficiency
+        self.framework = table.get(fam, 1.0)
         self.launch_s = cal.KERNEL_LAUNCH_S if chip.vendor == "nvidia" else 0.0
 
     def op_time_s(self, op: Op) -> float:

@@ -16,7 +16,6 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import simpy
 
 from .workload.schedules import schedule

@@ -19,7 +19,7 @@ from .topology import Topology, build_topology
 from .units import GiB
 from .workload.layout import Layout
 from .workload.memory import check_fits, memory_per_chip
-from .workload.transformer import Comm, Item, Op, Workload, build_workload
+from .workload.transformer import Item, Op, Workload, build_workload
 
 __all__ = ["run_step", "TrainingPredictor", "plan_stages"]
 
@@ -44,11 +44,12 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel, l
     return tuple(out)
 
 
-def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel) -> list[StagePlan]:
+def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
+                training_efficiency: dict[str, float] | None = None) -> list[StagePlan]:
     scn = wl.scenario
     par = scn.parallelism
     lay = Layout.of(par)
-    cm = ComputeModel(scn.cluster.chip, scn.training.precision)
+    cm = ComputeModel(scn.cluster.chip, scn.training.precision, training_efficiency)
     plans = []
     for stage in range(par.pp):
         fwd = _segments(wl.layer.forward, cm, net, lay, stage)
@@ -93,14 +94,15 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel) -> list[Stag
 
 def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
              trace: bool = False, topo: Topology | None = None,
-             net: CollectiveModel | None = None) -> tuple[StepResult, Any]:
+             net: CollectiveModel | None = None,
+             training_efficiency: dict[str, float] | None = None) -> tuple[StepResult, Any]:
     """Simulate one step; returns the result and the engine's record (for traces)."""
     wl = build_workload(scn)
     mem = memory_per_chip(wl)
     check_fits(wl, mem)
     topo = topo or build_topology(scn.cluster)
     net = net or CollectiveModel(topo)
-    plans = plan_stages(wl, topo, net)
+    plans = plan_stages(wl, topo, net, training_efficiency)
     par = scn.parallelism
     vs = par.virtual_stages if par.schedule == "interleaved" else 1
     lay = Layout.of(par)
@@ -141,7 +143,12 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
 
 @dataclass
 class TrainingPredictor:
-    """``sim.validate`` training suite predictor: scenario mapping -> StepResult (cached models)."""
+    """``sim.validate`` training suite predictor: scenario mapping -> StepResult (cached models).
+
+    *training_efficiency* overrides ``sim.calibration.TRAINING_EFFICIENCY`` (for its fit).
+    """
+
+    training_efficiency: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         self._nets: dict[tuple[Any, ...], tuple[Topology, CollectiveModel]] = {}
@@ -154,4 +161,4 @@ class TrainingPredictor:
             topo = build_topology(c)
             self._nets[key] = (topo, CollectiveModel(topo))
         topo, net = self._nets[key]
-        return run_step(scn, topo=topo, net=net)[0]
+        return run_step(scn, topo=topo, net=net, training_efficiency=self.training_efficiency)[0]

@@ -1,6 +1,8 @@
 """Validation suites: predicted vs measured on real hardware, with error budgets.
 
-``clustersim validate [--suite S] [--data DIR] [--json]`` (DESIGN.md). One suite so far:
+``clustersim validate [--suite S] [--data DIR] [--json]`` (DESIGN.md). Two suites:
+``collectives`` (below, the default) and ``training`` (published training runs, predicted step
+time and MFU; see ``sim.validate_training``). Budgets for both live in ``DIR/budgets.toml``.
 
 **collectives**: nccl-tests measurements in ``DIR/collectives/``. ``runs.csv`` describes each
 measured run (hardware, rank count, notes, calibration/test ``split``); ``systems.csv`` says, for
@@ -40,6 +42,14 @@ import numpy as np
 
 from .errors import ConfigError, SimError
 from .units import GB, KiB, MiB, us_to_s
+from .validate_training import (
+    TRAINING_BUDGET_KEYS,
+    TrainingReport,
+    check_training_budgets,
+    format_training_report,
+    training_report_to_json,
+    validate_training,
+)
 
 __all__ = [
     "BUDGET_KEYS",
@@ -55,6 +65,7 @@ __all__ = [
     "RegimeStats",
     "RunResult",
     "Summary",
+    "TrainingReport",
     "UnsupportedRun",
     "add_parser",
     "busbw_factor",
@@ -66,9 +77,10 @@ __all__ = [
     "report_to_json",
     "run_cli",
     "validate_collectives",
+    "validate_training",
 ]
 
-SUITES = ("collectives",)
+SUITES = ("collectives", "training")
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast")
 TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"})
 SPLITS = ("calibration", "test")
@@ -78,6 +90,7 @@ BW_MIN_BYTES = 64 * MiB                # bandwidth regime: size_bytes >= this
 LAT_MAX_BYTES = 64 * KiB               # latency regime: size_bytes <= this
 BUDGET_KEYS = types.MappingProxyType({
     "collectives": frozenset({"bw_median_abs_pct", "lat_median_abs_pct"}),
+    "training": TRAINING_BUDGET_KEYS,       # per family (A100, H100, TPU) on the test split
 })
 
 BUDGETS_FILE = "budgets.toml"
@@ -560,12 +573,16 @@ def report_to_json(report: CollectivesReport) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- budgets
 
-def load_budgets(path: Path) -> dict[str, dict[str, float]]:
-    """Read the error budgets (TOML): ``{suite: {key: percent}}``; every suite table is required.
+def load_budgets(path: Path, suites: Iterable[str] | None = None) -> dict[str, dict[str, float]]:
+    """Read the error budgets (TOML): ``{suite: {key: percent}}``.
 
-    Raises ``ConfigError`` naming the file and key for a missing file, unknown suite or key, or a
-    value that is not a positive number.
+    The tables of *suites* are required (default: every suite of ``BUDGET_KEYS``); any other suite
+    table present is checked too. Raises ``ConfigError`` naming the file and key for a missing file
+    or required table, an unknown suite or key, or a value that is not a positive number.
     """
+    required = set(BUDGET_KEYS if suites is None else suites)
+    if unknown_suites := sorted(required - set(BUDGET_KEYS)):
+        raise ConfigError(f"budgets: unknown suite(s) {unknown_suites}; allowed {sorted(BUDGET_KEYS)}")
     path = Path(path)
     try:
         with path.open("rb") as fh:
@@ -579,6 +596,8 @@ def load_budgets(path: Path) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for suite, keys in BUDGET_KEYS.items():
         table = raw.get(suite)
+        if table is None and suite not in required:
+            continue
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [{suite}]: table missing")
         if unknown := sorted(set(table) - keys):
@@ -592,12 +611,19 @@ def load_budgets(path: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def check_budgets(report: CollectivesReport, budgets: Mapping[str, Mapping[str, float]]) -> list[str]:
+def check_budgets(report: CollectivesReport | TrainingReport,
+                  budgets: Mapping[str, Mapping[str, float]]) -> list[str]:
     """Budget violations of the ``test`` split, one human-readable line each; [] when within budget.
 
-    A regime with no test points, or a non-anomalous test run the predictor refused, is a violation
-    too: the budget could not be checked.
+    Collectives: a regime with no test points, or a non-anomalous test run the predictor refused,
+    is a violation too: the budget could not be checked. Training: see
+    ``sim.validate_training.check_training_budgets`` (each family held to the budgets separately).
     """
+    if isinstance(report, TrainingReport):
+        training = budgets.get("training")
+        if training is None:
+            raise ConfigError("budgets: no [training] table")
+        return check_training_budgets(report, training)
     table = budgets.get("collectives")
     if table is None:
         raise ConfigError("budgets: no [collectives] table")
@@ -624,7 +650,8 @@ def check_budgets(report: CollectivesReport, budgets: Mapping[str, Mapping[str, 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``validate [--suite S] [--data DIR] [--json]``; its handler is ``run_cli``."""
     p = subparsers.add_parser("validate", help="predicted vs measured, against the error budgets")
-    p.add_argument("--suite", choices=SUITES, default="collectives", help="which suite (default collectives)")
+    p.add_argument("--suite", choices=SUITES, default="collectives",
+                   help="which suite: collectives (default) or training")
     p.add_argument("--data", type=Path, default=default_data_dir(), metavar="DIR",
                    help=f"validation folder with {BUDGETS_FILE} and one folder per suite "
                         "(default: the repository's validation/)")
@@ -634,20 +661,32 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Run the suite, print the report; 1 if an error budget is exceeded, else 0."""
-    from .collectives import CasePredictor  # lazily: the model is only needed here
-
     assert args.suite in SUITES, args.suite  # argparse choices already checked it
     data_dir = Path(args.data)
-    budgets = load_budgets(data_dir / BUDGETS_FILE)
-    report = validate_collectives(data_dir / args.suite, CasePredictor())
-    violations = check_budgets(report, budgets)
+    budgets = load_budgets(data_dir / BUDGETS_FILE, suites=(args.suite,))
+    if args.suite == "training":
+        from .training import TrainingPredictor  # lazily: the step model is only needed here
+
+        training = validate_training(data_dir / args.suite, TrainingPredictor())
+        violations = check_budgets(training, budgets)
+        as_json = training_report_to_json(training) if args.json else {}
+        as_text = "" if args.json else format_training_report(training)
+        scope = "test split, per family"
+    else:
+        from .collectives import CasePredictor  # lazily: the model is only needed here
+
+        report = validate_collectives(data_dir / args.suite, CasePredictor())
+        violations = check_budgets(report, budgets)
+        as_json = report_to_json(report) if args.json else {}
+        as_text = "" if args.json else format_report(report)
+        scope = "test split"
     if args.json:
-        print(json.dumps({**report_to_json(report), "budgets": budgets[args.suite],
+        print(json.dumps({**as_json, "budgets": budgets[args.suite],
                           "budget_violations": violations}))
     else:
-        print(format_report(report))
+        print(as_text)
         print()
-        print("budgets (test split): " + ", ".join(f"{k} = {v:g}%" for k, v in budgets[args.suite].items()))
+        print(f"budgets ({scope}): " + ", ".join(f"{k} = {v:g}%" for k, v in budgets[args.suite].items()))
         print("\n".join(f"BUDGET EXCEEDED: {v}" for v in violations) if violations else "within budget")
     return 1 if violations else 0
 

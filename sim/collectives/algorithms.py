@@ -261,11 +261,10 @@ def torus(op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
     """
     grid = _grid(topo, gi)
     if grid is None or not grid[0]:
-        return ring(op, gi, size) if op != "broadcast" else ring(op, gi, size)
+        return ring(op, gi, size)
     axes, coords = grid
     shape, wraps = topo.facts["shape"], topo.facts["wraps"]
     D = len(axes)
-    n = gi.n
     lengths = {a: len({c[a] for c in coords}) for a in axes}
 
     def axis_phase(axis: int, data: float, tag: str) -> Phase:

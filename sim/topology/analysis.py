@@ -102,9 +102,13 @@ def _max_flow_GBps(g: nx.Graph, a: list[int], b: list[int]) -> float:
         caps += [c, c]
     big = int(2**30)
     for n in a:
-        rows.append(src); cols.append(index[n]); caps.append(big)
+        rows.append(src)
+        cols.append(index[n])
+        caps.append(big)
     for n in b:
-        rows.append(index[n]); cols.append(dst); caps.append(big)
+        rows.append(index[n])
+        cols.append(dst)
+        caps.append(big)
     m = sp.csr_array((np.array(caps, dtype=np.int32), (np.array(rows), np.array(cols))),
                      shape=(len(index) + 2, len(index) + 2))
     m.sum_duplicates()

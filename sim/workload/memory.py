@@ -25,7 +25,8 @@ from .transformer import Workload
 
 __all__ = ["MemoryBreakdown", "memory_per_chip"]
 
-RUNTIME_RESERVED_B = 3 * GiB   # CUDA/XLA context, workspaces, allocator fragmentation: assumed
+# CUDA/XLA context (~0.5 GiB), library workspaces and communication buffers: assumed, not measured.
+RUNTIME_RESERVED_B = 2 * GiB
 
 
 @dataclass(frozen=True, slots=True)
