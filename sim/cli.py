@@ -201,6 +201,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed: must be >= 0, got {args.seed}")
     result, eng = run_step(scn, seed=args.seed, trace=bool(args.trace))
+    if scn.failures is not None:
+        from .faults import failure_report
+
+        result = result.with_extra(failure_report(scn, result, scn.seed if args.seed is None else args.seed))
     if args.trace:
         from .trace import write_trace
 
@@ -227,8 +231,21 @@ def _format_step(r: Any, scn: Any) -> str:
         f"  MFU              {100 * r.mfu:.1f} %",
         f"  memory per chip  {r.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.hbm_bytes / 2**30:.1f} GiB",
         f"  cost             ${r.cost_usd_per_million_tokens:.3f} per million tokens",
-        "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in r.breakdown_s.items() if v > 0),
+        "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in r.breakdown_s.items() if v > 1e-9),
     ]
+    x = r.extra
+    if "goodput" in x:
+        lo, hi = x["goodput_interval"]
+        lines += [
+            f"  failures         {x['interruptions_total']:.0f} unexpected interruptions in "
+            f"{x['horizon_days']:g} days (MTBF {x['mtbf_h']:.2f} h), checkpoint every "
+            f"{x['checkpoint_interval_min']:.1f} min",
+            f"  goodput          {100 * x['goodput']:.1f} % (5-95%: {100 * lo:.1f}-{100 * hi:.1f}), "
+            f"effective {x['effective_tokens_per_s']:,.0f} tokens/s",
+        ]
+        if "time_to_train_days" in x:
+            lines.append(f"  time to train    {x['time_to_train_days']:.1f} days for "
+                         f"{x['token_budget']:.3g} tokens")
     return "\n".join(lines)
 
 

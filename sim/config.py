@@ -314,6 +314,11 @@ class FailuresConfig:
     detect_s: float = 300.0
     restart_s: float = 600.0
     spare_nodes: int = 0
+    swap_s: float | None = None          # None: 600 s GPU node swap, 10 s TPU OCS cube swap
+    planned_per_day: float = 0.0         # planned interruptions (Llama 3: 47 in 54 days = 0.87)
+    rate_scale: float = 1.0              # multiplies the catalogue failure rates
+    tokens: float | None = None          # token budget: report the time to train it
+    monte_carlo_runs: int = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,6 +511,11 @@ def _failures(s: _Section) -> FailuresConfig:
         detect_s=s.float("detect_s", 300.0),
         restart_s=s.float("restart_s", 600.0),
         spare_nodes=s.int("spare_nodes", 0, minimum=0),
+        swap_s=s.float("swap_s") if s.has("swap_s") else None,
+        planned_per_day=s.float("planned_per_day", 0.0),
+        rate_scale=s.float("rate_scale", 1.0),
+        tokens=s.float("tokens", strict_min=True) if s.has("tokens") else None,
+        monte_carlo_runs=s.int("monte_carlo_runs", 100),
     )
     if interval is not None and interval * 60 <= f.checkpoint_write_s:
         raise ConfigError(f"failures.checkpoint_interval_min: {interval} min is not longer than "

@@ -171,3 +171,44 @@ def get_chip(name: str, where: str = "chip") -> Chip:
         return CATALOGUE[name]
     except KeyError:
         raise ConfigError(f"{where}: unknown chip {name!r}; valid: {sorted(CATALOGUE)}") from None
+
+
+# ----------------------------------------------------------------------------- failure rates
+
+@dataclass(frozen=True, slots=True)
+class FailureCause:
+    """An interruption cause with its rate per accelerator-hour (every cause scales with chips)."""
+
+    name: str
+    category: str              # GPU | Host | Network | Dependency | Unplanned Maintenance | Unknown
+    per_chip_hour: float
+
+
+# Llama 3 405B pre-training: 419 unexpected interruptions in a 54-day snapshot on 16,384 H100
+# (Dubey et al. 2024, section 3.3.4, Table 5; validation/failures.md section 1). Rate per GPU-hour
+# = count / (16,384 x 54 x 24). Meta's Grand Teton hosts hold 8 GPUs, as DGX nodes do, so host,
+# NIC and network causes scale with the GPU count at the same ratio.
+_LLAMA3_GPU_HOURS = 16384 * 54 * 24
+_LLAMA3_CAUSES = (
+    ("faulty-gpu", "GPU", 148), ("gpu-hbm3", "GPU", 72), ("software-bug", "Dependency", 54),
+    ("network-switch-cable", "Network", 35), ("host-maintenance", "Unplanned Maintenance", 32),
+    ("gpu-sram", "GPU", 19), ("gpu-system-processor", "GPU", 17), ("nic", "Host", 7),
+    ("nccl-watchdog", "Unknown", 7), ("silent-data-corruption", "GPU", 6),
+    ("gpu-thermal-sensor", "GPU", 6), ("ssd", "Host", 3), ("power-supply", "Host", 3),
+    ("server-chassis", "Host", 2), ("io-expansion-board", "Host", 2), ("dependency", "Dependency", 2),
+    ("cpu", "Host", 2), ("system-memory", "Host", 2),
+)
+GPU_FAILURE_CAUSES: tuple[FailureCause, ...] = tuple(
+    FailureCause(n, c, k / _LLAMA3_GPU_HOURS) for n, c, k in _LLAMA3_CAUSES)
+# Planned interruptions: 47 in the same 54 days (same source): a rate per job-day, not per chip.
+PLANNED_PER_DAY = 47 / 54
+
+# TPU: no public per-chip or per-host failure rate (FACTS.md section 4, "not found"). Assumed: the
+# same rate per accelerator-hour as the H100 fleet, with the GPU-only causes (HBM3, SRAM, system
+# processor, thermal sensor) standing for the TPU chip's own, and the network causes for ICI,
+# optical links and OCS. Scenarios that use it say so.
+TPU_FAILURE_CAUSES: tuple[FailureCause, ...] = GPU_FAILURE_CAUSES
+
+
+def failure_causes(chip: Chip) -> tuple[FailureCause, ...]:
+    return GPU_FAILURE_CAUSES if chip.vendor == "nvidia" else TPU_FAILURE_CAUSES

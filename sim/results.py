@@ -41,6 +41,12 @@ class StepResult:
     def cost_usd_per_million_tokens(self) -> float:
         return self.chips * self.usd_per_chip_hour / 3600 / self.tokens_per_s * 1e6
 
+    def with_extra(self, extra: dict[str, Any]) -> "StepResult":
+        """The same result with more output fields (failures, step-time distributions)."""
+        from dataclasses import replace
+
+        return replace(self, extra={**self.extra, **extra})
+
     def to_json(self) -> dict[str, Any]:
         out = {
             "scenario": self.scenario,

@@ -80,7 +80,7 @@ __all__ = [
     "validate_training",
 ]
 
-SUITES = ("collectives", "training")
+SUITES = ("collectives", "training", "failures")
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast")
 TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"})
 SPLITS = ("calibration", "test")
@@ -91,6 +91,7 @@ LAT_MAX_BYTES = 64 * KiB               # latency regime: size_bytes <= this
 BUDGET_KEYS = types.MappingProxyType({
     "collectives": frozenset({"bw_median_abs_pct", "lat_median_abs_pct"}),
     "training": TRAINING_BUDGET_KEYS,       # per family (A100, H100, TPU) on the test split
+    "failures": frozenset({"relative_err_max_pct"}),
 })
 
 BUDGETS_FILE = "budgets.toml"
@@ -664,7 +665,15 @@ def run_cli(args: argparse.Namespace) -> int:
     assert args.suite in SUITES, args.suite  # argparse choices already checked it
     data_dir = Path(args.data)
     budgets = load_budgets(data_dir / BUDGETS_FILE, suites=(args.suite,))
-    if args.suite == "training":
+    if args.suite == "failures":
+        from .validate_failures import check_failure_budgets, format_failures, validate_failures
+
+        cases = validate_failures(data_dir / args.suite)
+        violations = check_failure_budgets(cases, budgets[args.suite])
+        as_json = {"suite": "failures", "cases": [dataclasses.asdict(c) for c in cases]}
+        as_text = format_failures(cases)
+        scope = "budgeted cases"
+    elif args.suite == "training":
         from .training import TrainingPredictor  # lazily: the step model is only needed here
 
         training = validate_training(data_dir / args.suite, TrainingPredictor())
@@ -686,7 +695,7 @@ def run_cli(args: argparse.Namespace) -> int:
     else:
         print(as_text)
         print()
-        print(f"budgets ({scope}): " + ", ".join(f"{k} = {v:g}%" for k, v in budgets[args.suite].items()))
+        print(f"budgets ({scope}): " + ", ".join(f"{k} = {v:g}" for k, v in budgets[args.suite].items()))
         print("\n".join(f"BUDGET EXCEEDED: {v}" for v in violations) if violations else "within budget")
     return 1 if violations else 0
 
