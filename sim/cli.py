@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="one JSON object on stdout")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto timeline")
+    run.add_argument("--steps", type=_positive_int, default=1,
+                     help="simulate K steps with fresh straggler draws; report the distribution")
     run.set_defaults(func=_cmd_run)
 
     coll = sub.add_parser("collective", help="nccl-tests-style sweep of one collective")
@@ -201,6 +203,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed: must be >= 0, got {args.seed}")
     result, eng = run_step(scn, seed=args.seed, trace=bool(args.trace))
+    if args.steps > 1:
+        import numpy as np
+
+        base = scn.seed if args.seed is None else args.seed
+        times = [result.step_time_s] + [run_step(scn, seed=base + k)[0].step_time_s
+                                         for k in range(1, args.steps)]
+        if not args.json:
+            print(f"simulated {args.steps} steps", file=sys.stderr)
+        result = result.with_extra({"steps": args.steps, "step_time_dist_s": {
+            "mean": float(np.mean(times)), "p50": float(np.percentile(times, 50)),
+            "p99": float(np.percentile(times, 99)), "min": float(min(times)),
+            "max": float(max(times))}})
     if scn.failures is not None:
         from .faults import failure_report
 
@@ -234,6 +248,14 @@ def _format_step(r: Any, scn: Any) -> str:
         "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in r.breakdown_s.items() if v > 1e-9),
     ]
     x = r.extra
+    if "straggler_excess_s" in x:
+        lines.append(f"  stragglers       slowest replica {x['straggler_replica']} finished "
+                     f"{x['straggler_excess_s']:.3f} s after the median one"
+                     + (f" (slow chips {x['straggler_chips']})" if x["straggler_chips"] else ""))
+    if "step_time_dist_s" in x:
+        d = x["step_time_dist_s"]
+        lines.append(f"  over {x['steps']} steps   mean {d['mean']:.3f} s, p50 {d['p50']:.3f} s, "
+                     f"p99 {d['p99']:.3f} s")
     if "goodput" in x:
         lo, hi = x["goodput_interval"]
         lines += [

@@ -101,6 +101,11 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
     mem = memory_per_chip(wl)
     check_fits(wl, mem)
     topo = topo or build_topology(scn.cluster)
+    if scn.stragglers is not None and scn.stragglers.link_degrade_fraction > 0:
+        from .stragglers import degrade_links
+
+        topo = degrade_links(topo, scn.stragglers, scn.seed)
+        net = CollectiveModel(topo)
     net = net or CollectiveModel(topo)
     plans = plan_stages(wl, topo, net, training_efficiency)
     par = scn.parallelism
@@ -120,8 +125,13 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
             return (d // lay.ep, c, t), lay.ep
         return t, lay.dp * lay.cp
 
-    eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
-                   ranks_per_stage=per_stage, groups=groups if per_rank else None, trace=trace)
+    step_seed = scn.seed if seed is None else seed
+    extra: dict[str, Any] = {}
+    if scn.stragglers is not None and not per_rank:
+        eng, extra = _straggler_step(scn, plans, wl, vs, step_seed, trace)
+    else:
+        eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
+                       ranks_per_stage=per_stage, groups=groups if per_rank else None, trace=trace)
     chip = scn.cluster.chip
     result = StepResult(
         scenario=scn.name, topology=topo.name, chip=chip.name, chips=scn.cluster.chips,
@@ -137,8 +147,44 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
                      "zero": par.zero, "schedule": par.schedule, "virtual_stages": vs,
                      "microbatches": wl.microbatches},
         critical_stage=eng.critical_stage, engine_events=eng.events,
-        seed=scn.seed if seed is None else seed)
+        seed=step_seed, extra=extra)
     return result, eng
+
+
+def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int, seed: int,
+                    trace: bool) -> tuple[Any, dict[str, Any]]:
+    """Every data-parallel replica simulated with its own draws; the slowest sets the step."""
+    import numpy as np
+
+    from .stragglers import draw_slow_devices, jitter_for, replica_draws
+
+    par, cfg = scn.parallelism, scn.stragglers
+    assert cfg is not None
+    rng = np.random.default_rng(seed)
+    slow = draw_slow_devices(cfg, scn.cluster.chips, np.random.default_rng([scn.seed, 1]))
+    results = []
+    for draws in replica_draws(scn, slow):
+        jit = jitter_for(draws, cfg.compute_jitter_sigma, par.tp * par.cp,
+                         np.random.default_rng([seed, 2, draws.replica]))
+        eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
+                       jitter=jit, trace=trace and draws.replica == 0)
+        results.append((eng.step_time_s, draws, eng))
+    del rng
+    step = max(r[0] for r in results)
+    ordered = sorted(results, key=lambda r: (r[0], r[1].replica))
+    median = ordered[len(ordered) // 2]
+    slowest = ordered[-1]
+    eng = median[2]
+    eng.breakdown_s["straggler_wait"] += step - median[0]
+    eng.step_time_s = step
+    extra = {
+        "straggler_replica": slowest[1].replica,
+        "straggler_chips": list(slowest[1].slow_chips),
+        "straggler_excess_s": step - median[0],
+        "slow_chips": [int(x) for x in slow],
+        "replica_step_s": {"min": ordered[0][0], "median": median[0], "max": step},
+    }
+    return eng, extra
 
 
 @dataclass

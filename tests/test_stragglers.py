@@ -1,0 +1,91 @@
+"""Stragglers: the step waits for the slowest member, checked against order statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from sim.config import scenario_from_dict
+from sim.engine import Segment, StagePlan, simulate
+from sim.stragglers import jitter_for, ReplicaDraws
+from sim.training import run_step
+
+
+def expected_max_lognormal(n: int, sigma: float) -> float:
+    """E[max of n iid exp(sigma Z)] = integral of 1 - F(x)^n over x > 0 (scipy)."""
+    dist = stats.lognorm(s=sigma)
+    val, _ = integrate.quad(lambda x: 1 - dist.cdf(x) ** n, 0, np.inf)
+    return val
+
+
+def one_op_then_barrier() -> StagePlan:
+    # Every rank: one 1-second compute op, then a data-parallel barrier (no transfer time).
+    return StagePlan((Segment("compute", 1.0),), (Segment("compute", 0.0),), 1, 0, 0, 0, 0, 0.0,
+                     0.0, False, 0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("n, sigma", [(8, 0.1), (64, 0.05), (256, 0.2)])
+def test_per_rank_step_is_the_expected_max_of_n_lognormals(n: int, sigma: float) -> None:
+    steps = []
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        draws = rng.lognormal(0.0, sigma, size=n)
+        r = simulate([one_op_then_barrier()], pp=1, vs=1, micro=1, schedule_kind="1f1b",
+                     ranks_per_stage=n, groups=lambda kind, local: (0, n),
+                     jitter=lambda rank, k: float(draws[rank]) if k == 0 else 1.0)
+        steps.append(r.step_time_s)
+    assert np.mean(steps) == pytest.approx(expected_max_lognormal(n, sigma), rel=0.01)
+
+
+def test_order_statistic_sampling_matches_explicit_maxima() -> None:
+    # A stage standing for m ranks draws max-of-m directly; its mean must be E[max of m].
+    m, sigma = 16, 0.1
+    draws = ReplicaDraws(0, (1.0,), ())
+    jit = jitter_for(draws, sigma, m, np.random.default_rng(0))
+    sample = [jit(0, k) for k in range(20000)]
+    assert np.mean(sample) == pytest.approx(expected_max_lognormal(m, sigma), rel=0.01)
+
+
+BASE = {
+    "cluster": {"topology": "dgx-h100", "chips": 64},
+    "model": {"preset": "llama3-8b", "layers": 8},
+    "training": {"seq_len": 2048, "global_batch": 32, "micro_batch": 1},
+    "parallelism": {"tp": 8, "pp": 2},
+}
+
+
+def test_one_slow_gpu_slows_the_whole_step() -> None:
+    clean = run_step(scenario_from_dict(BASE))[0]
+    slow = run_step(scenario_from_dict({**BASE, "stragglers": {"slow_fraction": 1 / 64,
+                                                               "slow_factor": 2.0}}))[0]
+    assert slow.step_time_s > 1.5 * clean.step_time_s
+    assert slow.breakdown_s["straggler_wait"] > 0
+    assert len(slow.extra["straggler_chips"]) == 1
+    assert sum(slow.breakdown_s.values()) == pytest.approx(slow.step_time_s, rel=1e-9)
+
+
+def test_jitter_is_deterministic_per_seed_and_varies_across_seeds() -> None:
+    scn = scenario_from_dict({**BASE, "stragglers": {"compute_jitter_sigma": 0.1}})
+    a, b, c = (run_step(scn, seed=s)[0].step_time_s for s in (3, 3, 4))
+    assert a == b and a != c
+    assert a > run_step(scenario_from_dict(BASE))[0].step_time_s
+
+
+def test_bad_straggler_config() -> None:
+    from sim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"stragglers.slow_fraction: must be <= 1.0, got 2"):
+        scenario_from_dict({**BASE, "stragglers": {"slow_fraction": 2}}, "s.yaml")
+    with pytest.raises(ConfigError, match=r"stragglers.compute_jitter_sigma: must be >= 0.0, got -0.1"):
+        scenario_from_dict({**BASE, "stragglers": {"compute_jitter_sigma": -0.1}}, "s.yaml")
+
+
+def test_degraded_links_slow_the_data_parallel_reduction() -> None:
+    par = {"tp": 1, "pp": 1, "zero": 3}
+    tr = {"seq_len": 2048, "global_batch": 64, "micro_batch": 1}
+    clean = run_step(scenario_from_dict({**BASE, "parallelism": par, "training": tr}))[0]
+    bad = run_step(scenario_from_dict({**BASE, "parallelism": par, "training": tr,
+                                       "stragglers": {"link_degrade_fraction": 0.1,
+                                                      "link_bandwidth_factor": 0.1}}))[0]
+    assert bad.step_time_s > clean.step_time_s
