@@ -313,7 +313,6 @@ class FailuresConfig:
     checkpoint_load_s: float = 120.0
     detect_s: float = 300.0
     restart_s: float = 600.0
-    spare_nodes: int = 0
     swap_s: float | None = None          # None: 600 s GPU node swap, 10 s TPU OCS cube swap
     planned_per_day: float = 0.0         # planned interruptions (Llama 3: 47 in 54 days = 0.87)
     rate_scale: float = 1.0              # multiplies the catalogue failure rates
@@ -510,7 +509,6 @@ def _failures(s: _Section) -> FailuresConfig:
         checkpoint_load_s=s.float("checkpoint_load_s", 120.0),
         detect_s=s.float("detect_s", 300.0),
         restart_s=s.float("restart_s", 600.0),
-        spare_nodes=s.int("spare_nodes", 0, minimum=0),
         swap_s=s.float("swap_s") if s.has("swap_s") else None,
         planned_per_day=s.float("planned_per_day", 0.0),
         rate_scale=s.float("rate_scale", 1.0),
