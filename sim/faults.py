@@ -20,7 +20,7 @@ import numpy as np
 
 from .config import FailuresConfig
 from .errors import ConfigError
-from .hardware import PLANNED_PER_DAY, Chip, failure_causes
+from .hardware import Chip, failure_causes
 from .units import DAY_S, HOUR_S
 
 __all__ = ["FailureRun", "FailureSummary", "simulate_failures", "young_daly_interval_s"]

@@ -27,7 +27,6 @@ supported, non-anomalous runs of each split, and of each split x system. Error b
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import math
@@ -43,6 +42,8 @@ import numpy as np
 from .errors import ConfigError, SimError
 from .units import GB, KiB, MiB, us_to_s
 from .validate_training import (
+    _percentile,
+    _read_csv,
     TRAINING_BUDGET_KEYS,
     TrainingReport,
     check_training_budgets,
@@ -196,21 +197,6 @@ class _Measured:
     dtype: str
     time_s: float | None          # None where time_us is blank
     busbw_GBps: float
-
-
-def _read_csv(path: Path) -> tuple[tuple[str, ...], list[tuple[int, dict[str, str]]]]:
-    """Header and (line number, row) pairs of a CSV file; a missing file is a ConfigError."""
-    try:
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = tuple(reader.fieldnames or ())
-            rows = [(reader.line_num, row) for row in reader]
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    for line, row in rows:
-        if None in row or any(v is None for v in row.values()):
-            raise ConfigError(f"{path}:{line}: expected {len(header)} columns {list(header)}")
-    return header, rows
 
 
 def _int(text: str, where: str, field: str, minimum: int) -> int:
@@ -418,16 +404,6 @@ class CollectivesReport:
             if s.split == split and s.system == system:
                 return s
         raise KeyError(f"no summary for split={split!r} system={system!r}")
-
-
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    """q-quantile (0..1) with linear interpolation between order statistics (numpy's default)."""
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def _stats(values: Sequence[float]) -> RegimeStats:

@@ -305,6 +305,7 @@ class MappedRun:
 
 
 def _read_csv(path: Path) -> tuple[tuple[str, ...], list[tuple[int, dict[str, str]]]]:
+    """Header and (line number, row) pairs of a CSV file; a missing file is a ConfigError."""
     try:
         with path.open(newline="") as fh:
             reader = csv.DictReader(fh)

@@ -144,20 +144,28 @@ def _tree_edges(nodes: int) -> list[list[tuple[int, int]]]:
     return [t0, t1]
 
 
-def tree(op: str, gi: GroupInfo, size: float) -> list[Stage]:
-    """All-reduce: reduce up and broadcast down the two trees (half the data each), pipelined,
-    over every rail of the node; inside a node a chain over NVLink."""
+def _tree_flows(gi: GroupInfo, size: float) -> tuple[list[tuple[int, int]], list[float]]:
+    """Flows of the two trees between nodes: each tree carries half the data, each rail its
+    1/ppn share (one channel per rail), up (reduce) and down (broadcast) at once."""
     nodes = sorted(gi.by_node)
     ppn = gi.ppn
     pairs: list[tuple[int, int]] = []
     nbytes: list[float] = []
     for t in _tree_edges(len(nodes)):
         for c, p in t:
-            for r in range(ppn):                  # one channel per rail
+            for r in range(ppn):
                 a, b = gi.by_node[nodes[c]][r], gi.by_node[nodes[p]][r]
-                share = size / 2 / ppn
-                pairs += [(a, b), (b, a)]          # reduce up, broadcast down
-                nbytes += [share, share]
+                pairs += [(a, b), (b, a)]
+                nbytes += [size / 2 / ppn] * 2
+    return pairs, nbytes
+
+
+def tree(op: str, gi: GroupInfo, size: float) -> list[Stage]:
+    """All-reduce: reduce up and broadcast down the two trees (half the data each), pipelined,
+    over every rail of the node; inside a node a chain over NVLink."""
+    nodes = sorted(gi.by_node)
+    ppn = gi.ppn
+    pairs, nbytes = _tree_flows(gi, size)
     for k in nodes:                               # intra-node chain, both trees, both directions
         local = gi.by_node[k]
         for i in range(ppn - 1):
@@ -191,16 +199,7 @@ def _intra_nvls(gi: GroupInfo, size: float) -> dict[str, tuple[np.ndarray, float
 def nvls_tree(op: str, gi: GroupInfo, size: float) -> list[Stage]:
     """NVLSTree: NVLS reduce/multicast inside each node, a double binary tree between nodes with
     each GPU carrying its 1/ppn shard over its own rail; pipelined."""
-    nodes = sorted(gi.by_node)
-    ppn = gi.ppn
-    pairs: list[tuple[int, int]] = []
-    nbytes: list[float] = []
-    for t in _tree_edges(len(nodes)):
-        for c, p in t:
-            for r in range(ppn):
-                a, b = gi.by_node[nodes[c]][r], gi.by_node[nodes[p]][r]
-                pairs += [(a, b), (b, a)]
-                nbytes += [size / 2 / ppn] * 2
+    pairs, nbytes = _tree_flows(gi, size)
     ph = _phase("nvls_tree", 1, pairs, nbytes)
     return [(Phase(ph.name, 1, ph.src, ph.dst, ph.nbytes, **_intra_nvls(gi, size)),)]
 
