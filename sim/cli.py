@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     coll.set_defaults(func=_cmd_collective)
 
     from .validate import add_parser as add_validate_parser
-    add_validate_parser(sub)
+    add_validate_parser(sub)  # type: ignore[arg-type]
 
     topo = sub.add_parser("topo", help="inspect topologies")
     tsub = topo.add_subparsers(dest="topo_command", required=True, parser_class=_Parser)

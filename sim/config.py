@@ -63,7 +63,7 @@ class _Section:
     def has(self, key: str) -> bool:
         return key in self.raw and self.raw[key] is not None
 
-    def int(self, key: str, default: int | None = None, minimum: int | None = 1) -> int:
+    def integer(self, key: str, default: int | None = None, minimum: int | None = 1) -> int:
         v = self.raw.get(key, default)
         if v is None:
             raise ConfigError(f"{self.at(key)}: required (an integer)")
@@ -74,9 +74,9 @@ class _Section:
         return v
 
     def opt_int(self, key: str, minimum: int = 1) -> int | None:
-        return self.int(key, minimum=minimum) if self.has(key) else None
+        return self.integer(key, minimum=minimum) if self.has(key) else None
 
-    def float(self, key: str, default: float | None = None, minimum: float | None = 0.0,
+    def number(self, key: str, default: float | None = None, minimum: float | None = 0.0,
               maximum: float | None = None, strict_min: bool = False) -> float:
         v = self.raw.get(key, default)
         if v is None:
@@ -90,7 +90,7 @@ class _Section:
             raise ConfigError(f"{self.at(key)}: must be <= {maximum}, got {v}")
         return float(v)
 
-    def str(self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None) -> str:
+    def text(self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None) -> str:
         v = self.raw.get(key, default)
         if v is None:
             raise ConfigError(f"{self.at(key)}: required (a string)")
@@ -100,7 +100,7 @@ class _Section:
             raise ConfigError(f"{self.at(key)}: got {v!r}; valid: {', '.join(choices)}")
         return v
 
-    def bool(self, key: str, default: bool) -> bool:
+    def flag(self, key: str, default: bool) -> bool:
         v = self.raw.get(key, default)
         if not isinstance(v, bool):
             raise ConfigError(f"{self.at(key)}: expected true or false, got {_show(v)}")
@@ -193,14 +193,14 @@ def load_topology_spec(name_or_path: str, where: str = "cluster.topology") -> To
 
 
 def _chip(s: _Section) -> Chip:
-    return get_chip(s.str("chip"), s.at("chip"))
+    return get_chip(s.text("chip"), s.at("chip"))
 
 
 def _gpu_spec(s: _Section) -> GpuClusterSpec:
     node = s.section("node", _GPU_NODE_KEYS)
     fab = s.section("fabric", _GPU_FABRIC_KEYS)
     chip = _chip(s)
-    nvswitches = node.int("nvswitches")
+    nvswitches = node.integer("nvswitches")
     links = node.int_list("gpu_switch_links")
     if len(links) != nvswitches:
         raise ConfigError(f"{node.at('gpu_switch_links')}: needs one entry per NVSwitch "
@@ -208,20 +208,20 @@ def _gpu_spec(s: _Section) -> GpuClusterSpec:
     if sum(links) != chip.scaleup_links:
         raise ConfigError(f"{node.at('gpu_switch_links')}: {sum(links)} links in all, but a "
                           f"{chip.name} has {chip.scaleup_links} NVLink links")
-    gpus = node.int("gpus")
+    gpus = node.integer("gpus")
     spec = GpuClusterSpec(
-        name=s.str("name"), chip=chip, gpus_per_node=gpus, nvswitches_per_node=nvswitches,
-        gpu_switch_links=links, nvlink_latency_s=us_to_s(node.float("nvlink_latency_us")),
-        nics_per_node=node.int("nics"), nic_Bps=Gbps_to_Bps(node.float("nic_Gbps", strict_min=True)),
-        pcie_Bps=node.float("pcie_GBps", strict_min=True) * GB,
-        pcie_latency_s=us_to_s(node.float("pcie_latency_us")),
-        ib_port_Bps=Gbps_to_Bps(fab.float("ib_port_Gbps", strict_min=True)),
-        ib_latency_s=us_to_s(fab.float("ib_latency_us")), su_nodes=fab.int("su_nodes"),
-        leaf_down_ports=fab.int("leaf_down_ports"), leaf_up_ports=fab.int("leaf_up_ports"),
-        two_tier_max_sus=fab.int("two_tier_max_sus"), max_gpus=fab.int("max_gpus"),
-        ib_sharp=fab.bool("sharp", False),
-        oversubscription=fab.float("oversubscription", 1.0, minimum=1.0),
-        default_chips=s.int("default_chips", gpus),
+        name=s.text("name"), chip=chip, gpus_per_node=gpus, nvswitches_per_node=nvswitches,
+        gpu_switch_links=links, nvlink_latency_s=us_to_s(node.number("nvlink_latency_us")),
+        nics_per_node=node.integer("nics"), nic_Bps=Gbps_to_Bps(node.number("nic_Gbps", strict_min=True)),
+        pcie_Bps=node.number("pcie_GBps", strict_min=True) * GB,
+        pcie_latency_s=us_to_s(node.number("pcie_latency_us")),
+        ib_port_Bps=Gbps_to_Bps(fab.number("ib_port_Gbps", strict_min=True)),
+        ib_latency_s=us_to_s(fab.number("ib_latency_us")), su_nodes=fab.integer("su_nodes"),
+        leaf_down_ports=fab.integer("leaf_down_ports"), leaf_up_ports=fab.integer("leaf_up_ports"),
+        two_tier_max_sus=fab.integer("two_tier_max_sus"), max_gpus=fab.integer("max_gpus"),
+        ib_sharp=fab.flag("sharp", False),
+        oversubscription=fab.number("oversubscription", 1.0, minimum=1.0),
+        default_chips=s.integer("default_chips", gpus),
     )
     if spec.nics_per_node != gpus:
         raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need one NIC per GPU "
@@ -231,23 +231,23 @@ def _gpu_spec(s: _Section) -> GpuClusterSpec:
 
 
 def _tpu_spec(s: _Section) -> TpuPodSpec:
-    ndims = s.int("ndims")
+    ndims = s.integer("ndims")
     if ndims not in (2, 3):
         raise ConfigError(f"{s.at('ndims')}: got {ndims}; valid: 2, 3")
     max_shape = s.int_list("max_shape")
     if len(max_shape) != ndims:
         raise ConfigError(f"{s.at('max_shape')}: needs {ndims} dimensions, got {list(max_shape)}")
     spec = TpuPodSpec(
-        name=s.str("name"), chip=_chip(s), ndims=ndims,
-        cube=s.int("cube") if ndims == 3 else 0, max_shape=max_shape,
+        name=s.text("name"), chip=_chip(s), ndims=ndims,
+        cube=s.integer("cube") if ndims == 3 else 0, max_shape=max_shape,
         subcube_shapes=s.shapes("subcube_shapes", ndims), pod_shapes=s.shapes("pod_shapes", ndims),
-        wrap_len=s.int("wrap_len", max(max_shape)), chips_per_host=s.int("chips_per_host"),
-        ici_latency_s=us_to_s(s.float("ici_latency_us")),
-        pcie_Bps=s.float("pcie_GBps", strict_min=True) * GB,
-        pcie_latency_s=us_to_s(s.float("pcie_latency_us")),
-        dcn_latency_s=us_to_s(s.float("dcn_latency_us")),
-        twisted_allowed=s.bool("twisted_allowed", False), multi_pod=s.bool("multi_pod", False),
-        default_chips=s.int("default_chips", math.prod(max_shape)),
+        wrap_len=s.integer("wrap_len", max(max_shape)), chips_per_host=s.integer("chips_per_host"),
+        ici_latency_s=us_to_s(s.number("ici_latency_us")),
+        pcie_Bps=s.number("pcie_GBps", strict_min=True) * GB,
+        pcie_latency_s=us_to_s(s.number("pcie_latency_us")),
+        dcn_latency_s=us_to_s(s.number("dcn_latency_us")),
+        twisted_allowed=s.flag("twisted_allowed", False), multi_pod=s.flag("multi_pod", False),
+        default_chips=s.integer("default_chips", math.prod(max_shape)),
     )
     if ndims == 2 and not spec.pod_shapes:
         raise ConfigError(f"{s.at('pod_shapes')}: a 2-D pod needs its list of slice shapes")
@@ -390,19 +390,19 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     if not cost_s.has("usd_per_chip_hour") and default_price is None:
         raise ConfigError(f"cost.usd_per_chip_hour: required, the catalogue has no price for "
                           f"{cluster.chip.name}")
-    cost = CostConfig(cost_s.float("usd_per_chip_hour", default_price))
-    name = top.str("name", default_name)
-    seed = top.int("seed", 0, minimum=0)
+    cost = CostConfig(cost_s.number("usd_per_chip_hour", default_price))
+    name = top.text("name", default_name)
+    seed = top.integer("seed", 0, minimum=0)
     return Scenario(name=name, source=source, cluster=cluster, model=model, training=training,
                     parallelism=par, stragglers=strag, failures=fail, cost=cost, seed=seed, raw=raw)
 
 
 def _cluster(s: _Section) -> ClusterConfig:
-    spec = load_topology_spec(s.str("topology", "dgx-h100"), s.at("topology"))
+    spec = load_topology_spec(s.text("topology", "dgx-h100"), s.at("topology"))
     chips = s.opt_int("chips")
-    twisted = s.bool("twisted", False)
-    over = s.float("oversubscription", minimum=1.0) if s.has("oversubscription") else None
-    sharp = s.bool("sharp", False) if s.has("sharp") else None
+    twisted = s.flag("twisted", False)
+    over = s.number("oversubscription", minimum=1.0) if s.has("oversubscription") else None
+    sharp = s.flag("sharp", False) if s.has("sharp") else None
     if isinstance(spec, GpuClusterSpec):
         if s.has("slice"):
             raise ConfigError(f"{s.at('slice')}: only TPU topologies take a slice shape; "
@@ -415,7 +415,7 @@ def _cluster(s: _Section) -> ClusterConfig:
         raise ConfigError(f"{s.at('sharp')}: InfiniBand SHARP is for GPU fat-trees, not {spec.name}")
     if over is not None:
         raise ConfigError(f"{s.at('oversubscription')}: only fat-tree GPU topologies have one")
-    slice_ = s.str("slice") if s.has("slice") else None
+    slice_ = s.text("slice") if s.has("slice") else None
     shape, pods = spec.resolve_shape(chips, slice_, s.where)
     if twisted:
         spec.check_twist(shape, s.where)
@@ -428,7 +428,7 @@ def _model(raw: object) -> ModelSpec:
     s = _Section(raw, "model", _MODEL_KEYS)
     base: ModelSpec | None = None
     if s.has("preset"):
-        name = s.str("preset")
+        name = s.text("preset")
         if name not in PRESETS:
             raise ConfigError(f"model.preset: unknown model {name!r}; valid: {', '.join(sorted(PRESETS))}")
         base = PRESETS[name]
@@ -436,20 +436,20 @@ def _model(raw: object) -> ModelSpec:
     def pick(key: str) -> int:
         if base is not None and not s.has(key):
             return int(getattr(base, key))
-        return s.int(key)
+        return s.integer(key)
 
     moe = base.moe if base is not None else None
     if s.has("moe"):
         m = s.section("moe", {"experts", "top_k", "capacity_factor"})
-        moe = MoE(experts=m.int("experts"), top_k=m.int("top_k"),
-                  capacity_factor=m.float("capacity_factor", 1.0, minimum=0.0, strict_min=True))
+        moe = MoE(experts=m.integer("experts"), top_k=m.integer("top_k"),
+                  capacity_factor=m.number("capacity_factor", 1.0, minimum=0.0, strict_min=True))
         if moe.top_k > moe.experts:
             raise ConfigError(f"model.moe.top_k: {moe.top_k} exceeds experts = {moe.experts}")
     spec = ModelSpec(
-        name=s.str("name", base.name if base else "custom"),
+        name=s.text("name", base.name if base else "custom"),
         layers=pick("layers"), hidden=pick("hidden"), ffn_hidden=pick("ffn_hidden"),
         heads=pick("heads"), kv_heads=pick("kv_heads"), vocab=pick("vocab"),
-        mlp=s.str("mlp", base.mlp if base else "swiglu", ("swiglu", "gelu")), moe=moe,
+        mlp=s.text("mlp", base.mlp if base else "swiglu", ("swiglu", "gelu")), moe=moe,
     )
     if spec.hidden % spec.heads:
         raise ConfigError(f"model.heads: {spec.heads} does not divide hidden = {spec.hidden}")
@@ -460,11 +460,11 @@ def _model(raw: object) -> ModelSpec:
 
 def _training(s: _Section, cluster: ClusterConfig) -> TrainingConfig:
     t = TrainingConfig(
-        seq_len=s.int("seq_len", 4096),
+        seq_len=s.integer("seq_len", 4096),
         global_batch=s.opt_int("global_batch"),
-        micro_batch=s.int("micro_batch", 1),
-        precision=s.str("precision", "bf16", ("bf16", "fp8")),
-        recompute=s.str("recompute", "selective", ("none", "selective", "full")),
+        micro_batch=s.integer("micro_batch", 1),
+        precision=s.text("precision", "bf16", ("bf16", "fp8")),
+        recompute=s.text("recompute", "selective", ("none", "selective", "full")),
     )
     if t.precision == "fp8" and cluster.chip.fp8_flops is None:
         raise ConfigError(f"training.precision: fp8 is not supported on {cluster.chip.name}; use bf16")
@@ -472,28 +472,28 @@ def _training(s: _Section, cluster: ClusterConfig) -> TrainingConfig:
 
 
 def _parallelism(s: _Section, cluster: ClusterConfig, model: ModelSpec) -> ParallelismConfig:
-    tp, pp, cp, ep = (s.int(k, 1) for k in ("tp", "pp", "cp", "ep"))
+    tp, pp, cp, ep = (s.integer(k, 1) for k in ("tp", "pp", "cp", "ep"))
     chips = cluster.chips
     if chips % (tp * pp * cp):
         raise ConfigError(f"parallelism: tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide "
                           f"the {chips} chips of the cluster; valid: a product that divides {chips}")
     dp = chips // (tp * pp * cp)
-    schedule = s.str("schedule", "1f1b", ("1f1b", "interleaved", "gpipe"))
-    vs = s.int("virtual_stages", 1)
+    schedule = s.text("schedule", "1f1b", ("1f1b", "interleaved", "gpipe"))
+    vs = s.integer("virtual_stages", 1)
     if vs > 1 and schedule != "interleaved":
         raise ConfigError(f"parallelism.virtual_stages: {vs} needs schedule: interleaved, got {schedule!r}")
     return ParallelismConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp,
-                             zero=s.int("zero", 1, minimum=0), schedule=schedule, virtual_stages=vs,
-                             sequence_parallel=s.bool("sequence_parallel", True))
+                             zero=s.integer("zero", 1, minimum=0), schedule=schedule, virtual_stages=vs,
+                             sequence_parallel=s.flag("sequence_parallel", True))
 
 
 def _stragglers(s: _Section) -> StragglersConfig:
     return StragglersConfig(
-        compute_jitter_sigma=s.float("compute_jitter_sigma", 0.0),
-        slow_fraction=s.float("slow_fraction", 0.0, maximum=1.0),
-        slow_factor=s.float("slow_factor", 1.0, minimum=1.0),
-        link_degrade_fraction=s.float("link_degrade_fraction", 0.0, maximum=1.0),
-        link_bandwidth_factor=s.float("link_bandwidth_factor", 1.0, minimum=0.0, maximum=1.0,
+        compute_jitter_sigma=s.number("compute_jitter_sigma", 0.0),
+        slow_fraction=s.number("slow_fraction", 0.0, maximum=1.0),
+        slow_factor=s.number("slow_factor", 1.0, minimum=1.0),
+        link_degrade_fraction=s.number("link_degrade_fraction", 0.0, maximum=1.0),
+        link_bandwidth_factor=s.number("link_bandwidth_factor", 1.0, minimum=0.0, maximum=1.0,
                                       strict_min=True),
     )
 
@@ -501,19 +501,19 @@ def _stragglers(s: _Section) -> StragglersConfig:
 def _failures(s: _Section) -> FailuresConfig:
     interval: float | None = None
     if s.has("checkpoint_interval_min") and s.raw["checkpoint_interval_min"] != "auto":
-        interval = s.float("checkpoint_interval_min", strict_min=True)
+        interval = s.number("checkpoint_interval_min", strict_min=True)
     f = FailuresConfig(
-        horizon_days=s.float("horizon_days", 30.0, strict_min=True),
+        horizon_days=s.number("horizon_days", 30.0, strict_min=True),
         checkpoint_interval_min=interval,
-        checkpoint_write_s=s.float("checkpoint_write_s", 60.0),
-        checkpoint_load_s=s.float("checkpoint_load_s", 120.0),
-        detect_s=s.float("detect_s", 300.0),
-        restart_s=s.float("restart_s", 600.0),
-        swap_s=s.float("swap_s") if s.has("swap_s") else None,
-        planned_per_day=s.float("planned_per_day", 0.0),
-        rate_scale=s.float("rate_scale", 1.0),
-        tokens=s.float("tokens", strict_min=True) if s.has("tokens") else None,
-        monte_carlo_runs=s.int("monte_carlo_runs", 100),
+        checkpoint_write_s=s.number("checkpoint_write_s", 60.0),
+        checkpoint_load_s=s.number("checkpoint_load_s", 120.0),
+        detect_s=s.number("detect_s", 300.0),
+        restart_s=s.number("restart_s", 600.0),
+        swap_s=s.number("swap_s") if s.has("swap_s") else None,
+        planned_per_day=s.number("planned_per_day", 0.0),
+        rate_scale=s.number("rate_scale", 1.0),
+        tokens=s.number("tokens", strict_min=True) if s.has("tokens") else None,
+        monte_carlo_runs=s.integer("monte_carlo_runs", 100),
     )
     if interval is not None and interval * 60 <= f.checkpoint_write_s:
         raise ConfigError(f"failures.checkpoint_interval_min: {interval} min is not longer than "

@@ -123,7 +123,7 @@ def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_ki
         if trace:
             intervals.append(Interval(rank, stage, kind, label, start, env.now))
 
-    def collective(rank: int, local: int, stage: int, kind: str, seq: int) -> ProcGen:
+    def collective(rank: int, local: int, stage: int, kind: str, seq: Any) -> ProcGen:
         """Wait for the last member of this rank's *kind* group (per-rank mode only)."""
         if groups is None or ranks_per_stage == 1:
             return
@@ -142,7 +142,7 @@ def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_ki
                 wait_caused[b.last] += env.now - t0
 
     def segments(rank: int, local: int, stage: int, segs: tuple[Segment, ...], label: str,
-                 seq_base: int) -> ProcGen:
+                 seq_base: Any) -> ProcGen:
         for i, seg in enumerate(segs):
             if seg.kind == "compute":
                 k = counters[rank]

@@ -88,7 +88,7 @@ def degrade_links(topo, cfg: StragglersConfig, seed: int):  # type: ignore[no-un
                     or k in kinds), key=str)
     rng = np.random.default_rng([seed, 3])
     n = int(round(cfg.link_degrade_fraction * len(cands)))
-    picks = rng.choice(len(cands), size=n, replace=False) if n else []
+    picks = rng.choice(len(cands), size=n, replace=False) if n else np.zeros(0, int)
     out = topo
     for i in sorted(int(x) for x in picks):
         u, v = cands[i]

@@ -133,12 +133,12 @@ class TpuPodSpec:
                     f"{where}.chips: {n} chips on {self.name} needs whole {self.max_chips}-chip pods "
                     f"beyond one pod; valid: {self.max_chips}, {2 * self.max_chips}, ...")
             return self.max_shape, n // self.max_chips
-        shape = self.standard_shape(n)
-        if shape is None:
+        standard = self.standard_shape(n)
+        if standard is None:
             raise ConfigError(
                 f"{where}.chips: {n} is not a valid {self.name} slice size; valid: "
                 f"{self.valid_counts_text()}")
-        return shape, 1
+        return standard, 1
 
     def standard_shape(self, chips: int) -> SliceShape | None:
         """The most cubic valid slice with *chips* chips, or None."""

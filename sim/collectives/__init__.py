@@ -216,7 +216,9 @@ class CollectiveModel:
             if spec is not None:
                 devs, vol = spec
                 r, c, v = self.router.switch_routes_coo(devs, up, col0=k)
-                r2.append(r), c2.append(c), v2.append(v)
+                r2.append(r)
+                c2.append(c)
+                v2.append(v)
                 sizes.append(np.full(len(devs), vol))
                 k += len(devs)
         for j, (s, d, _) in enumerate(phase.extra):

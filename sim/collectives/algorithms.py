@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,7 +81,8 @@ def _phase(name: str, steps: int, pairs: list[tuple[int, int]], nbytes: float | 
            extra: tuple[tuple[Hashable, Hashable, float], ...] = (), hops: int = 1) -> Phase:
     src = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
     dst = np.fromiter((p[1] for p in pairs), dtype=np.int64, count=len(pairs))
-    b = np.full(len(pairs), float(nbytes)) if np.isscalar(nbytes) else np.asarray(nbytes, float)
+    b = (np.full(len(pairs), float(nbytes)) if isinstance(nbytes, (int, float))  # noqa: UP038
+         else np.asarray(nbytes, float))
     return Phase(name, steps, src, dst, b, extra, hops)
 
 
@@ -189,7 +191,7 @@ def nvls(op: str, gi: GroupInfo, size: float) -> list[Stage]:
                    from_switch=(devs, down)),)]
 
 
-def _intra_nvls(gi: GroupInfo, size: float) -> dict[str, tuple[np.ndarray, float]]:
+def _intra_nvls(gi: GroupInfo, size: float) -> dict[str, Any]:
     """All-reduce inside each node through NVLink SHARP: S + S/ppn up and down every GPU."""
     devs = np.asarray(gi.devices, dtype=np.int64)
     vol = size * (1 + 1 / gi.ppn)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Hashable
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -40,7 +41,7 @@ class Router:
         self._cache: dict[tuple[Hashable, Hashable], Route] = {}
         self._bfs: dict[tuple[Hashable, bool], dict[Hashable, int]] = {}
         self._gpu = topo.facts.get("shape") is None
-        self._tables: tuple[np.ndarray, ...] | None = None
+        self._tables: tuple[Any, ...] | None = None
         if self._gpu:
             spec = topo.spec
             self._gpn = spec.gpus_per_node          # type: ignore[union-attr]
@@ -56,7 +57,7 @@ class Router:
             self._spines_rail = dict(by_rail)
         self._tables = self._gpu_tables() if self._gpu and not topo.facts.get("edited") else None
 
-    def _gpu_tables(self) -> tuple[np.ndarray, ...]:
+    def _gpu_tables(self) -> tuple[Any, ...]:
         """Per-device link ids of the policy routes' fixed hops (see ``routes_coo``)."""
         L, g, gpn = self.links, self.g, self._gpn
         devs = self.topo.devices
@@ -295,7 +296,7 @@ class Router:
                 self._add(acc, u, v, w)
             return
         shape, wraps = f["shape"], f["wraps"]
-        base = src - _flat(a["coords"], shape)
+        base = int(src) - _flat(a["coords"], shape)  # type: ignore[call-overload]
         self._dor(list(a["coords"]), tuple(b["coords"]), 0, shape, wraps, base, w, acc)
 
     def _dor(self, cur: list[int], goal: tuple[int, ...], axis: int, shape: tuple[int, ...],

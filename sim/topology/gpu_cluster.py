@@ -87,13 +87,13 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, objec
             for i, sp in enumerate(group):
                 g.add_node(sp, kind="spine", rail=r, sharp=sharp)
                 # Spine i of every rail uses the same slice of cores, so the core layer mixes rails.
-                for c, share in _spread(i, radix // 2, n_cores).items():
-                    link(sp, cores[c], share * port, ib_lat, "ib", share)
+                for ci, share in _spread(i, radix // 2, n_cores).items():
+                    link(sp, cores[ci], share * port, ib_lat, "ib", share)
             for su in range(sus):
                 for sp in group:
                     link(f"leaf/s{su}/r{r}", sp, up_ports * port / per_rail, ib_lat, "ib",
                          up_ports / per_rail)
-    facts = {"nodes": nodes, "tiers": tiers, "scalable_units": sus, "oversubscription": over,
+    facts: dict[str, object] = {"nodes": nodes, "tiers": tiers, "scalable_units": sus, "oversubscription": over,
              "sharp": sharp,
              "shape": None, "pods": 1}
     return g, facts

@@ -63,8 +63,8 @@ def build_tpu_pod(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, object]]:
                 else:
                     continue
                 u, v = base + index[c], base + index[tuple(nb)]
-                attrs = {"bandwidth_GBps": link_GBps, "latency_us": ici_us, "cables": 1,
-                         "axis": axis}
+                attrs: dict[str, object] = {"bandwidth_GBps": link_GBps, "latency_us": ici_us,
+                                            "cables": 1, "axis": axis}
                 if spec.ndims == 3 and (k + 1) % spec.cube == 0:
                     face = tuple(x % spec.cube for i, x in enumerate(c) if i != axis)
                     ocs = f"ocs/{'xyz'[axis]}/{face[0] * spec.cube + face[1]}"

@@ -66,7 +66,7 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
         layer_act = sbh * (whole + (attn + mlp) / t)
     else:
         layer_act = sbh * (whole + attn + mlp) / t
-    in_flight = min(pp, wl.microbatches) if pp > 1 else 1
+    in_flight: float = min(pp, wl.microbatches) if pp > 1 else 1
     if par.schedule == "interleaved" and par.virtual_stages > 1:
         in_flight = min(wl.microbatches, pp) * (1 + (pp - 1) / (pp * par.virtual_stages))
     if par.schedule == "gpipe":
