@@ -44,7 +44,8 @@ class ComputeModel:
     """Kernel times on one chip for one precision (``bf16`` or ``fp8``)."""
 
     def __init__(self, chip: Chip, precision: str = "bf16",
-                 training_efficiency: dict[str, float] | None = None) -> None:
+                 training_efficiency: dict[str, float] | None = None,
+                 attention_efficiency: dict[str, float] | None = None) -> None:
         self.chip = chip
         self.peak = chip.peak_flops(precision)
         fam = chip.family if chip.vendor == "nvidia" else "TPU"
@@ -53,7 +54,8 @@ class ComputeModel:
             self.e_max *= cal.FP8_GEMM_RATIO
         self.t_ramp = cal.GEMM_T_RAMP_S
         self.hbm = chip.hbm_Bps * cal.HBM_EFFICIENCY
-        self.attention_eff = cal.ATTENTION_EFFICIENCY.get(chip.arch, cal.ATTENTION_EFFICIENCY_DEFAULT)
+        att = cal.ATTENTION_EFFICIENCY if attention_efficiency is None else attention_efficiency
+        self.attention_eff = att.get(chip.arch, cal.ATTENTION_EFFICIENCY_DEFAULT)
         table = cal.TRAINING_EFFICIENCY if training_efficiency is None else training_efficiency
         self.framework = table.get(fam, 1.0)
         self.launch_s = cal.KERNEL_LAUNCH_S if chip.vendor == "nvidia" else 0.0

@@ -195,16 +195,18 @@ def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_ki
                 yield from segments(rank, local, stage, (Segment("compute", extra),), "embed", (n_step, -1))
             for li in range(sp.layers_per_chunk):
                 if sp.fsdp_layer_gather_s:
-                    # ZeRO-3: the weight all-gather is prefetched during the previous layer; only
-                    # what it takes beyond that layer's compute is exposed.
+                    # ZeRO-3: the weight all-gather is prefetched during the previous layer; in
+                    # the backward the gradient reduce-scatter shares the same links. Only what
+                    # the layer's traffic takes beyond its compute is exposed.
                     comp = sum(s.seconds for s in layer if s.kind == "compute")
-                    expo = max(0.0, sp.fsdp_layer_gather_s - comp)
+                    traffic = sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0)
+                    expo = max(0.0, traffic - comp)
                     if expo > 0:
                         t1 = env.now
                         yield env.timeout(expo)
                         record(rank, stage, "comm", "fsdp-gather", t1)
                 yield from segments(rank, local, stage, layer, f"{kind}{m}.{g}", (n_step, li))
-                if kind == "B" and (sp.dp_per_microbatch or m == last_b[c]):
+                if kind == "B" and not sp.dp_per_microbatch and m == last_b[c]:
                     queue.put(sp.dp_layer_s)
             if extra and not (kind == "F" and g == 0):
                 yield from segments(rank, local, stage, (Segment("compute", extra),),

@@ -45,11 +45,13 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel, l
 
 
 def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
-                training_efficiency: dict[str, float] | None = None) -> list[StagePlan]:
+                training_efficiency: dict[str, float] | None = None,
+                attention_efficiency: dict[str, float] | None = None) -> list[StagePlan]:
     scn = wl.scenario
     par = scn.parallelism
     lay = Layout.of(par)
-    cm = ComputeModel(scn.cluster.chip, scn.training.precision, training_efficiency)
+    cm = ComputeModel(scn.cluster.chip, scn.training.precision, training_efficiency,
+                      attention_efficiency)
     plans = []
     for stage in range(par.pp):
         fwd = _segments(wl.layer.forward, cm, net, lay, stage)
@@ -95,7 +97,8 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
 def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
              trace: bool = False, topo: Topology | None = None,
              net: CollectiveModel | None = None,
-             training_efficiency: dict[str, float] | None = None) -> tuple[StepResult, Any]:
+             training_efficiency: dict[str, float] | None = None,
+             attention_efficiency: dict[str, float] | None = None) -> tuple[StepResult, Any]:
     """Simulate one step; returns the result and the engine's record (for traces)."""
     wl = build_workload(scn)
     mem = memory_per_chip(wl)
@@ -107,7 +110,7 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
         topo = degrade_links(topo, scn.stragglers, scn.seed)
         net = CollectiveModel(topo)
     net = net or CollectiveModel(topo)
-    plans = plan_stages(wl, topo, net, training_efficiency)
+    plans = plan_stages(wl, topo, net, training_efficiency, attention_efficiency)
     par = scn.parallelism
     vs = par.virtual_stages if par.schedule == "interleaved" else 1
     lay = Layout.of(par)
@@ -195,6 +198,7 @@ class TrainingPredictor:
     """
 
     training_efficiency: dict[str, float] | None = None
+    attention_efficiency: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         self._nets: dict[tuple[Any, ...], tuple[Topology, CollectiveModel]] = {}
@@ -207,4 +211,5 @@ class TrainingPredictor:
             topo = build_topology(c)
             self._nets[key] = (topo, CollectiveModel(topo))
         topo, net = self._nets[key]
-        return run_step(scn, topo=topo, net=net, training_efficiency=self.training_efficiency)[0]
+        return run_step(scn, topo=topo, net=net, training_efficiency=self.training_efficiency,
+                        attention_efficiency=self.attention_efficiency)[0]

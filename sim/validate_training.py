@@ -976,3 +976,35 @@ def fit_training_efficiency(data_dir: Path, predictor_for: Callable[[dict[str, f
             if len(ratios[f]) >= 3:
                 table[f] *= float(sorted(ratios[f])[len(ratios[f]) // 2])
     return {f: round(v, 3) for f, v in table.items()}
+
+
+def fit_attention_efficiency(data_dir: Path, predictor_for: Callable[[dict[str, float], dict[str, float]], Any],
+                             grid: dict[str, Sequence[float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Joint fit of ``ATTENTION_EFFICIENCY`` (per GPU architecture) and ``TRAINING_EFFICIENCY``
+    on the calibration split: for each grid value of the attention efficiency, fit the training
+    efficiency (``fit_training_efficiency``) and score the median absolute step-time error of each
+    family's calibration runs; keep, per architecture, the value with the smallest error.
+    *grid*: architecture -> candidate values; *predictor_for(training, attention)* builds a
+    predictor. Returns (attention, training) tables.
+    """
+    fam_of = {"ampere": "A100", "hopper": "H100"}
+    mapped = tuple(m for m in map_runs(data_dir) if m.supported and m.split == "calibration")
+    n = max(len(v) for v in grid.values())
+    best: dict[str, tuple[float, float, float]] = {}
+    for i in range(n):
+        att = {arch: vals[min(i, len(vals) - 1)] for arch, vals in grid.items()}
+        train = fit_training_efficiency(data_dir, lambda t: predictor_for(t, att))
+        predict = predictor_for(train, att)
+        errs: dict[str, list[float]] = {f: [] for f in fam_of.values()}
+        for m in mapped:
+            if m.family in errs and m.measured is not None:
+                r = _score(m, predict)
+                if r.error is None and r.predicted_step_s:
+                    errs[m.family].append(abs(r.predicted_step_s / r.measured_step_s - 1))
+        for arch, fam in fam_of.items():
+            if arch in att and errs[fam]:
+                e = sorted(errs[fam])[len(errs[fam]) // 2]
+                if arch not in best or e < best[arch][0]:
+                    best[arch] = (e, att[arch], train[fam])
+    return ({a: v[1] for a, v in best.items()},
+            {fam_of[a]: round(v[2], 3) for a, v in best.items()})
