@@ -163,7 +163,6 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
 
     par, cfg = scn.parallelism, scn.stragglers
     assert cfg is not None
-    rng = np.random.default_rng(seed)
     slow = draw_slow_devices(cfg, scn.cluster.chips, np.random.default_rng([scn.seed, 1]))
     results = []
     for draws in replica_draws(scn, slow):
@@ -172,7 +171,6 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
                        jitter=jit, trace=trace and draws.replica == 0)
         results.append((eng.step_time_s, draws, eng))
-    del rng
     step = max(r[0] for r in results)
     ordered = sorted(results, key=lambda r: (r[0], r[1].replica))
     median = ordered[len(ordered) // 2]
