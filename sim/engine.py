@@ -82,12 +82,9 @@ class _Barrier:
         self.n = n
         self.arrived = 0
         self.last: int | None = None
-        self.first_at: float | None = None
 
     def arrive(self, env: simpy.Environment, rank: int) -> simpy.Event:
         self.arrived += 1
-        if self.first_at is None:
-            self.first_at = env.now
         if self.arrived == self.n:
             self.last = rank
             self.event.succeed()
@@ -157,7 +154,7 @@ def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_ki
                 yield env.timeout(seg.seconds)
                 record(rank, stage, "comm", f"{label}:{seg.group}", t0)
 
-    def dp_stream(rank: int, local: int, stage: int, queue: simpy.Store, sp: StagePlan) -> ProcGen:
+    def dp_stream(rank: int, local: int, stage: int, queue: simpy.Store) -> ProcGen:
         n = 0
         while True:
             item = yield queue.get()
@@ -172,7 +169,7 @@ def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_ki
     def rank_proc(rank: int, local: int, stage: int) -> ProcGen:
         sp = plan[stage]
         queue: simpy.Store = simpy.Store(env)
-        dp_proc = env.process(dp_stream(rank, local, stage, queue, sp))
+        dp_proc = env.process(dp_stream(rank, local, stage, queue))
         steps = schedule(schedule_kind, stage, pp, micro, vs)
         last_b = {c: max(m for k, m, cc in steps if k == "B" and cc == c) for c in range(vs)}
         for n_step, (kind, m, c) in enumerate(steps):

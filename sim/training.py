@@ -199,15 +199,14 @@ class TrainingPredictor:
     attention_efficiency: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
-        self._nets: dict[tuple[Any, ...], tuple[Topology, CollectiveModel]] = {}
+        self._nets: dict[Any, tuple[Topology, CollectiveModel]] = {}
 
     def __call__(self, raw: Mapping[str, Any]) -> StepResult:
         scn = scenario_from_dict(raw, str(raw.get("name", "<validation>")))
-        c = scn.cluster
-        key = (c.topology.name, c.chips, c.shape, c.pods, c.twisted, c.oversubscription, c.sharp)
-        if key not in self._nets:
+        c = scn.cluster                          # frozen: the cluster is its own cache key
+        if c not in self._nets:
             topo = build_topology(c)
-            self._nets[key] = (topo, CollectiveModel(topo))
-        topo, net = self._nets[key]
+            self._nets[c] = (topo, CollectiveModel(topo))
+        topo, net = self._nets[c]
         return run_step(scn, topo=topo, net=net, training_efficiency=self.training_efficiency,
                         attention_efficiency=self.attention_efficiency)[0]

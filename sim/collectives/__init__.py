@@ -77,6 +77,8 @@ class CollectiveModel:
         g = topo.graph
         self._nvls = any(d.get("nvls") for _, d in g.nodes(data=True) if d.get("kind") == "nvswitch")
         self._sharp = bool(topo.facts.get("sharp"))
+        ici = self.links.latency_s[self.links.kind == "ici"]
+        self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
 
     # ------------------------------------------------------------------ public
 
@@ -169,7 +171,7 @@ class CollectiveModel:
         transfer = per_byte * size
         arch = self.topo.spec.chip.arch
         if self._tpu:
-            lat = hops * float(np.max(self.links.latency_s[self.links.kind == "ici"], initial=1e-6))
+            lat = hops * self._ici_hop_s
             return CollectiveResult(op, algo, "ici", size, gi.n, lat + transfer, lat, transfer)
         transfer /= nccl.protocol_factor(algo, proto, gi.nodes)
         if algo in ("nvls", "nvls_tree", "collnet"):

@@ -8,7 +8,6 @@ largest number of links between two devices on the paths traffic uses (see ``dia
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import Any
 
@@ -87,29 +86,28 @@ def halvings(topo: Topology) -> list[tuple[list[int], list[int]]]:
 
 def bisection_GBps(topo: Topology) -> float:
     """Smallest one-direction max-flow between the halves of any natural halving, GB/s."""
-    cuts = [_max_flow_GBps(topo.graph, a, b) for a, b in halvings(topo)]
-    return min(cuts) if cuts else 0.0
-
-
-def _max_flow_GBps(g: nx.Graph, a: list[int], b: list[int]) -> float:
+    g = topo.graph
     index = {n: i for i, n in enumerate(g.nodes)}
-    src, dst = len(index), len(index) + 1
+    # The link arcs (both directions) are the same for every halving: build them once.
     rows, cols, caps = [], [], []
     for u, v, d in g.edges(data=True):
         c = int(round(d["bandwidth_GBps"] / _CAP_UNIT_GBps))
         rows += [index[u], index[v]]
         cols += [index[v], index[u]]
         caps += [c, c]
+    cuts = [_max_flow_GBps(index, rows, cols, caps, a, b) for a, b in halvings(topo)]
+    return min(cuts) if cuts else 0.0
+
+
+def _max_flow_GBps(index: dict[Any, int], rows: list[int], cols: list[int], caps: list[int],
+                   a: list[int], b: list[int]) -> float:
+    """Max-flow from the devices *a* to the devices *b* (a super-source and a super-sink)."""
+    src, dst = len(index), len(index) + 1
     big = int(2**30)
-    for n in a:
-        rows.append(src)
-        cols.append(index[n])
-        caps.append(big)
-    for n in b:
-        rows.append(index[n])
-        cols.append(dst)
-        caps.append(big)
-    m = sp.csr_array((np.array(caps, dtype=np.int32), (np.array(rows), np.array(cols))),
+    r = rows + [src] * len(a) + [index[n] for n in b]
+    c = cols + [index[n] for n in a] + [dst] * len(b)
+    k = caps + [big] * (len(a) + len(b))
+    m = sp.csr_array((np.array(k, dtype=np.int32), (np.array(r), np.array(c))),
                      shape=(len(index) + 2, len(index) + 2))
     m.sum_duplicates()
     return float(maximum_flow(m, src, dst).flow_value) * _CAP_UNIT_GBps
@@ -144,4 +142,4 @@ def diameter_hops(topo: Topology) -> int:
         dcn = g.edge_subgraph((u, v) for u, v, k in g.edges(data="kind") if k in ("pcie", "dcn"))
         other = next(d for d in topo.devices if g.nodes[d]["pod"] != g.nodes[topo.devices[0]]["pod"])
         best = max(best, nx.shortest_path_length(dcn, topo.devices[0], other))
-    return int(best) if math.isfinite(best) else 0
+    return int(best)
