@@ -223,9 +223,10 @@ def _gpu_spec(s: _Section) -> GpuClusterSpec:
         oversubscription=fab.number("oversubscription", 1.0, minimum=1.0),
         default_chips=s.integer("default_chips", gpus),
     )
-    if spec.nics_per_node != gpus:
-        raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need one NIC per GPU "
-                          f"({gpus}), got {spec.nics_per_node}")
+    if spec.nics_per_node <= 0 or gpus % spec.nics_per_node:
+        raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need the node's {gpus} GPUs "
+                          f"spread evenly over its NICs; valid: a divisor of {gpus}, got "
+                          f"{spec.nics_per_node}")
     spec.resolve_chips(spec.default_chips, s.at("default_chips"))
     return spec
 
@@ -344,7 +345,7 @@ _CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "twisted", "oversubscri
 _TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
                        "failures", "cost", "seed"})
 _MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
-                         "vocab", "mlp", "moe"})
+                         "head_dim", "vocab", "mlp", "moe"})
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
@@ -450,9 +451,12 @@ def _model(raw: object) -> ModelSpec:
         layers=pick("layers"), hidden=pick("hidden"), ffn_hidden=pick("ffn_hidden"),
         heads=pick("heads"), kv_heads=pick("kv_heads"), vocab=pick("vocab"),
         mlp=s.text("mlp", base.mlp if base else "swiglu", ("swiglu", "gelu")), moe=moe,
+        head_dim_=(s.integer("head_dim") if s.has("head_dim")
+                   else base.head_dim_ if base is not None else None),
     )
-    if spec.hidden % spec.heads:
-        raise ConfigError(f"model.heads: {spec.heads} does not divide hidden = {spec.hidden}")
+    if spec.head_dim_ is None and spec.hidden % spec.heads:
+        raise ConfigError(f"model.heads: {spec.heads} does not divide hidden = {spec.hidden}; "
+                          f"give model.head_dim where the attention width is not hidden")
     if spec.heads % spec.kv_heads:
         raise ConfigError(f"model.kv_heads: {spec.kv_heads} does not divide heads = {spec.heads}")
     return spec

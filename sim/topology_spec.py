@@ -70,6 +70,11 @@ class GpuClusterSpec:
 
     kind = "gpu_cluster"
 
+    def rail_of(self, local: int) -> int:
+        """Rail (= NIC index) of the node's GPU *local*: one NIC per GPU, or per
+        ``gpus_per_node / nics_per_node`` neighbouring GPUs behind one PCIe switch."""
+        return local * self.nics_per_node // self.gpus_per_node
+
     def resolve_chips(self, chips: int | None, where: str) -> int:
         """Validated GPU count: whole nodes, at most ``max_gpus``."""
         n = self.default_chips if chips is None else chips

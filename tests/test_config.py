@@ -97,7 +97,7 @@ def test_wrong_type() -> None:
 
 def test_unknown_topology_lists_the_valid_ones() -> None:
     bad(r"cluster.topology: unknown topology .dgx-h800.; valid: dgx-a100, dgx-a100-40gb, dgx-h100, dgx-h200, "
-        r"tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e", cluster={"topology": "dgx-h800"})
+        r"hgx-a100-4nic, tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e", cluster={"topology": "dgx-h800"})
 
 
 def test_chips_not_whole_nodes() -> None:
@@ -127,7 +127,18 @@ def test_model_errors() -> None:
     bad(r"model.preset: unknown model 'llama9'; valid: gpt3-175b, llama3-405b", model="llama9")
     bad(r"model: required", model=None)
     bad(r"model.hidden: required \(an integer\)", model={"layers": 2})
-    bad(r"model.heads: 48 does not divide hidden = 4096", model={"preset": "llama3-8b", "heads": 48})
+    bad(r"model.heads: 48 does not divide hidden = 4096; give model.head_dim",
+        model={"preset": "llama3-8b", "heads": 48})
+
+
+def test_head_dim_decouples_attention_width_from_hidden() -> None:
+    # MaxText's scaled models keep head_dim 128 while heads grow: 64 heads x 128 = 8192 on a
+    # 4096-wide model doubles Q and O (and K, V with them).
+    base = scn(model={"preset": "llama3-8b", "heads": 32, "kv_heads": 32}).model
+    wide = scn(model={"preset": "llama3-8b", "heads": 64, "kv_heads": 64, "head_dim": 128}).model
+    assert base.head_dim == 128 and wide.head_dim == 128
+    assert wide.attention_params() == 2 * base.attention_params()
+    assert scn(model={"preset": "llama3-8b", "heads": 48, "head_dim": 128}).model.heads == 48
 
 
 def test_value_ranges() -> None:

@@ -70,7 +70,7 @@ def test_event_engine_matches_play_flows() -> None:
 
 
 @pytest.mark.parametrize("name, chips", [("dgx-h100", 1024), ("dgx-h100", 4096), ("tpu-v4", 128),
-                                          ("tpu-v5e", 512)])
+                                          ("tpu-v5e", 512), ("hgx-a100-4nic", 64)])
 def test_bulk_routes_equal_per_pair_routes(name: str, chips: int) -> None:
     topo = build_topology(load_cluster(name, chips))
     links = LinkTable(topo)
@@ -99,6 +99,29 @@ def test_routes_conserve_flow_and_follow_policies() -> None:
     assert fr.sum() == pytest.approx(6.0)
     ids, fr = r.route(0, 511)               # other SU: through the spines
     assert set(links.kind[ids]) == {"nvlink", "pcie", "ib"}
+
+
+def test_shared_nic_routes_use_pxn_only_across_rails() -> None:
+    # hgx-a100-4nic: GPUs 2k and 2k+1 of a node share NIC k (rail k).
+    topo = build_topology(load_cluster("hgx-a100-4nic", 64))
+    links = LinkTable(topo)
+    r = Router(topo, links)
+    ids, fr = r.route(0, 9)                 # GPU 9 is local 1: rail 0 like GPU 0, no NVLink detour
+    assert fr.sum() == pytest.approx(4.0) and set(links.kind[ids]) == {"pcie", "ib"}
+    ids, fr = r.route(0, 10)                # local 2: rail 1, PXN over NVLink to GPU 2 first
+    assert fr.sum() == pytest.approx(6.0)
+    # The per-pair policy walk (used on edited fabrics) agrees with the vectorized tables.
+    slow = Router(topo, links)
+    slow._tables = None
+    rng = np.random.default_rng(1)
+    for a, b in zip(rng.integers(0, 64, 200), rng.integers(0, 64, 200)):
+        if a == b:
+            continue
+        want = np.zeros(len(links))
+        got = np.zeros(len(links))
+        np.add.at(want, *r.route(int(a), int(b)))
+        np.add.at(got, *slow.route(int(a), int(b)))
+        assert np.allclose(got, want), (a, b)
 
 
 def test_torus_routes_take_the_short_way_and_split_ties() -> None:

@@ -39,6 +39,19 @@ def test_two_node_bisection_is_one_nodes_nics() -> None:
     assert bisection_GBps(topo("dgx-h100", 16)) == pytest.approx(400.0)
 
 
+def test_shared_nics_halve_a_nodes_egress() -> None:
+    # hgx-a100-4nic: 4 x HDR 200 Gb/s = 100 GB/s leave a node, half a DGX A100's 8 NICs.
+    assert bisection_GBps(topo("hgx-a100-4nic", 16)) == pytest.approx(100.0)
+    assert bisection_GBps(topo("dgx-a100", 16)) == pytest.approx(200.0)
+
+
+def test_nics_must_divide_the_gpus(tmp_path: Path) -> None:
+    f = tmp_path / "odd.yaml"
+    f.write_text(SMALL_FABRIC.replace("nics: 8", "nics: 3"))
+    with pytest.raises(ConfigError, match=r"node.nics.*divisor of 8, got 3"):
+        topo(str(f), 8)
+
+
 def test_oversubscription_divides_the_cross_su_bisection() -> None:
     full = bisection_GBps(topo("dgx-h100", 1024))
     half = bisection_GBps(topo("dgx-h100", 1024, oversubscription=2.0))

@@ -66,13 +66,15 @@ class Router:
         dn = np.empty((len(devs), nsw), int)
         pup, pdn, nup, ndn, leaf = (np.empty(len(devs), int) for _ in range(5))
         leaf_ids: dict[str, int] = {}
+        rail = np.empty(len(devs), int)
         for d in devs:
             n = d // gpn
-            assert g.nodes[d]["node"] == n and g.nodes[d]["rail"] == d % gpn
+            rail[d] = g.nodes[d]["rail"]
+            assert g.nodes[d]["node"] == n and rail[d] == self.topo.spec.rail_of(d % gpn)  # type: ignore[union-attr]
             for s in range(nsw):
                 up[d, s] = L.id(d, f"n{n}/nvs{s}")
                 dn[d, s] = L.id(f"n{n}/nvs{s}", d)
-            nic = f"n{n}/nic{d % gpn}"
+            nic = f"n{n}/nic{rail[d]}"
             lf = next(x for x in g[nic] if g.nodes[x]["kind"] == "leaf")
             pup[d], pdn[d] = L.id(d, nic), L.id(nic, d)
             nup[d], ndn[d] = L.id(nic, lf), L.id(lf, nic)
@@ -96,7 +98,7 @@ class Router:
                 lat_dn.append(L.latency_s[downs[0]])
             ls = L.add_virtual(np.array(cap_up), np.array(lat_up), "ib")
             sl = L.add_virtual(np.array(cap_dn), np.array(lat_dn), "ib")
-        return up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl
+        return up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail
 
     # ------------------------------------------------------------------ public
 
@@ -146,7 +148,7 @@ class Router:
 
     def _gpu_bulk(self, src: np.ndarray, dst: np.ndarray, idx: np.ndarray,
                   parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
-        up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl = self._tables  # type: ignore[misc]
+        up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail = self._tables  # type: ignore[misc]
         gpn = self._gpn
 
         def add(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
@@ -162,7 +164,9 @@ class Router:
         cross = ~same
         if cross.any():
             a, b, c = src[cross], dst[cross], idx[cross]
-            hop = (a // gpn) * gpn + (b % gpn)            # PXN: source node's GPU on dst's rail
+            # PXN: when the rails differ, hop over NVLink to the source node's GPU in dst's place
+            # (same rail as dst) and leave through its NIC.
+            hop = np.where(rail[a] == rail[b], a, (a // gpn) * gpn + (b % gpn))
             pxn = hop != a
             if pxn.any():
                 nvlink(a[pxn], hop[pxn], c[pxn])
@@ -239,7 +243,9 @@ class Router:
             self._nvlink(src, dst, w, acc)
             return
         rail = self.g.nodes[dst]["rail"]
-        hop = ns * self._gpn + rail                           # PXN: the source node's GPU on that rail
+        hop = src                                             # PXN: the source node's GPU on that rail
+        if self.g.nodes[src]["rail"] != rail:
+            hop = ns * self._gpn + self.g.nodes[dst]["local"]
         if hop != src:
             self._nvlink(src, hop, w, acc)
         nic_s, nic_d = f"n{ns}/nic{rail}", f"n{nd}/nic{rail}"

@@ -1,8 +1,8 @@
 """DGX nodes on a rail-optimized InfiniBand fat-tree, as a networkx graph.
 
 Node ids: devices are ints 0..N-1 in rank order (GPU g of node n is ``n * gpus_per_node + g``);
-everything else is a string: ``n3/nvs1`` (NVSwitch), ``n3/nic5`` (NIC), ``leaf/s2/r5`` (leaf of
-rail 5 in scalable unit 2), ``spine/r5/7`` or ``spine/7``, ``core/4``.
+everything else is a string: ``n3/nvs1`` (NVSwitch), ``n3/nic5`` (NIC of rail 5; on nodes with fewer NICs
+than GPUs neighbouring GPUs share one), ``leaf/s2/r5`` (leaf of rail 5 in scalable unit 2), ``spine/r5/7`` or ``spine/7``, ``core/4``.
 Edges carry ``bandwidth_GBps`` (one direction), ``latency_us``, ``kind`` and ``cables`` (physical
 links bundled into the edge; may be fractional where a spine's ports are shared by more leaves than
 it has ports, see ``_spread``).
@@ -52,16 +52,18 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, objec
             g.add_node(f"n{n}/nvs{s}", kind="nvswitch", node=n, nvls=spec.chip.in_network_reduction)
         for local in range(gpn):
             dev = n * gpn + local
-            g.add_node(dev, kind="gpu", node=n, local=local, rail=local)
+            rail = spec.rail_of(local)
+            g.add_node(dev, kind="gpu", node=n, local=local, rail=rail)
             for s, nl in enumerate(spec.gpu_switch_links):
                 link(dev, f"n{n}/nvs{s}", nl * nvlink_Bps, nvl_lat, "nvlink", nl)
-            nic = f"n{n}/nic{local}"
-            g.add_node(nic, kind="nic", node=n, rail=local)
+            nic = f"n{n}/nic{rail}"
+            if nic not in g:                  # GPUs sharing a NIC reach it over their own PCIe lanes
+                g.add_node(nic, kind="nic", node=n, rail=rail)
+                leaf = f"leaf/s{su}/r{rail}"
+                if leaf not in g:
+                    g.add_node(leaf, kind="leaf", su=su, rail=rail, sharp=sharp)
+                link(nic, leaf, min(spec.nic_Bps, port), ib_lat, "ib", 1)
             link(dev, nic, spec.pcie_Bps, pcie_lat, "pcie", 1)
-            leaf = f"leaf/s{su}/r{local}"
-            if leaf not in g:
-                g.add_node(leaf, kind="leaf", su=su, rail=local, sharp=sharp)
-            link(nic, leaf, min(spec.nic_Bps, port), ib_lat, "ib", 1)
 
     leaves = [(su, r) for su in range(sus) for r in range(rails)]
     tiers = 1 if nodes == 1 else (2 if sus <= spec.two_tier_max_sus else 3)
