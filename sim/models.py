@@ -1,7 +1,8 @@
 """Model architectures: the ``model:`` section of a scenario, presets, and parameter counts.
 
 Pure data and arithmetic. Counts follow the standard decoder layout: attention Q/O of
-hidden x (heads x head_dim), K/V of hidden x (kv_heads x head_dim), an MLP of 3 matrices (SwiGLU)
+hidden x (heads x head_dim), K/V of hidden x (kv_heads x head_dim) (head_dim = hidden / heads unless
+the model sets it, as MaxText's scaled models and Qwen3 do), an MLP of 3 matrices (SwiGLU)
 or 2 (GELU), two norms per layer; untied input embedding and output head.
 """
 
@@ -30,10 +31,11 @@ class ModelSpec:
     vocab: int
     mlp: str = "swiglu"            # "swiglu" | "gelu"
     moe: MoE | None = None
+    head_dim_: int | None = None   # None: hidden / heads (most models); set where a family decouples them
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_dim_ if self.head_dim_ is not None else self.hidden // self.heads
 
     @property
     def mlp_matrices(self) -> int:

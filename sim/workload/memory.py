@@ -55,7 +55,8 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     optim = 12.0 * params / (shard if par.zero >= 1 else 1)
     b, s, h, a, g = tr.micro_batch, tr.seq_len // cp, m.hidden, m.heads, m.kv_heads
     whole = 8.0                                         # norm and block inputs (2 each, 4 of them)
-    attn = 2 * (1 + 2 * g / a) + 2                      # Q, K, V and the attention output
+    q = a * m.head_dim / h                              # attention width (heads x head_dim) / hidden
+    attn = 2 * q * (1 + 2 * g / a) + 2 * q              # Q, K, V and the attention output
     mlp = (6.0 if m.mlp == "swiglu" else 4.0) * m.ffn_hidden / h
     if m.moe is not None:
         mlp *= m.moe.top_k * m.moe.capacity_factor
