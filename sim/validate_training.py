@@ -90,6 +90,7 @@ TRAINING_BUDGET_KEYS = frozenset({"step_median_abs_pct", "step_p90_abs_pct", "re
 TOPOLOGY_CHIPS = types.MappingProxyType({
     "dgx-a100": "A100-SXM-80GB",
     "dgx-a100-40gb": "A100-SXM-40GB",
+    "hgx-a100-4nic": "A100-SXM-80GB",
     "dgx-h100": "H100-SXM",
     "dgx-h200": "H200",
     "tpu-v4": "TPU-v4",
@@ -148,6 +149,11 @@ HARDWARE_RULES: tuple[HardwareRule, ...] = (
                                "DGX H100's 8 x 400 Gb/s InfiniBand; only single-VM runs map"),
     HardwareRule(r"\bH200\b", "dgx-h200"),
     HardwareRule(r"\bH100\b", "dgx-h100"),
+    HardwareRule(r"vTrain validation cluster", "hgx-a100-4nic",
+                 "vTrain cluster: 800 Gb/s per node between nodes (vTrain's validation configs: "
+                 "inter_node_bandwidth 800, 'total bandwidth of inter-node communication in Gbps' "
+                 "per its src/config.py), i.e. 4 x HDR 200 Gb/s: hgx-a100-4nic; memory size not "
+                 "stated, 80 GB assumed"),
     HardwareRule(r"\bA100 40 ?GB", "dgx-a100-40gb"),
     HardwareRule(r"\bA100 80 ?GB", "dgx-a100"),
     HardwareRule(r"\bA100\b", "dgx-a100", "A100 memory size not stated: the 80 GB part (dgx-a100) "
@@ -207,7 +213,7 @@ _GPT_DEFAULT_VOCAB = 51200
 _MOE_NAME = r"mixtral|qwen3.*a\d+b|deepseek|gpt[ _-]?oss"
 _MOE_NOTES = r"(\d+) (?:routed )?experts top-(\d+)"
 _MOE_UNSUPPORTED_NOTES = r"shared|MLA attention"
-# head_dim facts for model families whose head_dim is not hidden / heads (the schema ties the two).
+# head_dim facts for model families whose head_dim is not hidden / heads (model.head_dim).
 _HEAD_DIM_FACTS: tuple[tuple[str, int, str], ...] = (
     (r"qwen3", 128, "Qwen3 config.json: head_dim 128"),
 )
@@ -437,10 +443,13 @@ class _RowMapper:
         m = re.search(r"head_dim (\d+)", self.notes)
         facts = [(int(m.group(1)), "notes")] if m else []
         facts += [(hd, why) for pattern, hd, why in _HEAD_DIM_FACTS if re.search(pattern, name, re.IGNORECASE)]
-        for head_dim, why in facts:
-            if head_dim * heads != hidden:
-                raise _Unsupported(f"head_dim {head_dim} ({why}) x {heads} heads != hidden {hidden}: "
-                                   "the model schema ties head_dim to hidden / heads")
+        head_dim = None
+        for hd, why in facts:
+            if hd * heads != hidden:
+                head_dim = hd
+                self.assumptions.append(f"head_dim {hd} ({why}): attention width {hd * heads} "
+                                        f"!= hidden {hidden}")
+                break
         found, mlp = _first(_MLP_RULES, name)
         if not found:
             raise _Unsupported(f"MLP type of model {name!r} unknown (no rule in _MLP_RULES)")
@@ -462,6 +471,8 @@ class _RowMapper:
             self.assumptions.append(f"vocab not published: {vocab} (GPT-2 BPE padded, GPT-style default)")
         model: dict[str, Any] = {"name": name, "layers": layers, "hidden": hidden, "ffn_hidden": ffn,
                                  "heads": heads, "kv_heads": kv_heads, "vocab": vocab, "mlp": mlp}
+        if head_dim is not None:
+            model["head_dim"] = head_dim
         if re.search(_MOE_NAME, name, re.IGNORECASE):
             if m := re.search(_MOE_UNSUPPORTED_NOTES, self.notes):
                 raise _Unsupported(f"MoE with {m.group(0)!r} in the notes (shared experts / MLA "

@@ -333,7 +333,10 @@ def test_real_mapping_rules(real: dict[str, MappedRun]) -> None:
     assert "500 W" in real["torchtitan-2412-t1-FSDP"].reason                # H100 500 W / HBM2e
     assert "multislice" in real["maxtext-cfg-v5p-32B-2xv5p-128"].reason
     assert "hybrid sharding" in real["maxtext-v5e-32B-2x256"].reason
-    assert "head_dim" in real["maxtext-v5e-16B-1x256"].reason              # 64 heads x 128 != 4096
+    v5e = real["maxtext-v5e-16B-1x256"]                                    # 64 heads x 128 != 4096
+    assert v5e.scenario is not None and v5e.scenario["model"]["head_dim"] == 128
+    assert "vTrain" in " ".join(real["vtrain-multi-016"].assumptions)
+    assert real["vtrain-multi-016"].topology == "hgx-a100-4nic"              # 800 Gb/s per node
     assert "GPUDirect-TCPX" in real["maxtext-a3-llama2-7b-2vm"].reason
     assert "precision not published" in real["mbridge-25.09-H100-LLAMA3_8B-8"].reason
     assert "parallel layout not published" in real["narayanan21-t2-PTD-P-174.6B-384"].reason
@@ -406,7 +409,7 @@ def test_real_measured_step_derivations(real: dict[str, MappedRun]) -> None:
 def test_topology_chip_table_matches_topology_files() -> None:
     for topo, chip in TOPOLOGY_CHIPS.items():
         assert load_topology_spec(topo).chip.name == chip
-    peaks_TFLOPs = {"dgx-a100": 312, "dgx-a100-40gb": 312, "dgx-h100": 989.4, "dgx-h200": 990,
+    peaks_TFLOPs = {"dgx-a100": 312, "dgx-a100-40gb": 312, "hgx-a100-4nic": 312, "dgx-h100": 989.4, "dgx-h200": 990,
                     "tpu-v4": 275, "tpu-v5e": 197, "tpu-v5p": 459, "tpu-v6e": 918}
     assert {t: CATALOGUE[c].bf16_flops / 1e12 for t, c in TOPOLOGY_CHIPS.items()} == pytest.approx(peaks_TFLOPs)
 
