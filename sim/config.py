@@ -451,8 +451,7 @@ def _model(raw: object) -> ModelSpec:
         layers=pick("layers"), hidden=pick("hidden"), ffn_hidden=pick("ffn_hidden"),
         heads=pick("heads"), kv_heads=pick("kv_heads"), vocab=pick("vocab"),
         mlp=s.text("mlp", base.mlp if base else "swiglu", ("swiglu", "gelu")), moe=moe,
-        head_dim_=(s.integer("head_dim") if s.has("head_dim")
-                   else base.head_dim_ if base is not None else None),
+        head_dim_=s.opt_int("head_dim") if s.has("head_dim") or base is None else base.head_dim_,
     )
     if spec.head_dim_ is None and spec.hidden % spec.heads:
         raise ConfigError(f"model.heads: {spec.heads} does not divide hidden = {spec.hidden}; "

@@ -243,8 +243,8 @@ class Router:
             self._nvlink(src, dst, w, acc)
             return
         rail = self.g.nodes[dst]["rail"]
-        hop = src                                             # PXN: the source node's GPU on that rail
-        if self.g.nodes[src]["rail"] != rail:
+        hop = src
+        if self.g.nodes[src]["rail"] != rail:                # PXN: the source node's GPU in dst's place
             hop = ns * self._gpn + self.g.nodes[dst]["local"]
         if hop != src:
             self._nvlink(src, hop, w, acc)

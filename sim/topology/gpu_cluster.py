@@ -1,8 +1,9 @@
 """DGX nodes on a rail-optimized InfiniBand fat-tree, as a networkx graph.
 
 Node ids: devices are ints 0..N-1 in rank order (GPU g of node n is ``n * gpus_per_node + g``);
-everything else is a string: ``n3/nvs1`` (NVSwitch), ``n3/nic5`` (NIC of rail 5; on nodes with fewer NICs
-than GPUs neighbouring GPUs share one), ``leaf/s2/r5`` (leaf of rail 5 in scalable unit 2), ``spine/r5/7`` or ``spine/7``, ``core/4``.
+everything else is a string: ``n3/nvs1`` (NVSwitch), ``n3/nic5`` (NIC of rail 5; on nodes with
+fewer NICs than GPUs neighbouring GPUs share one), ``leaf/s2/r5`` (leaf of rail 5 in scalable unit
+2), ``spine/r5/7`` or ``spine/7``, ``core/4``.
 Edges carry ``bandwidth_GBps`` (one direction), ``latency_us``, ``kind`` and ``cables`` (physical
 links bundled into the edge; may be fractional where a spine's ports are shared by more leaves than
 it has ports, see ``_spread``).
