@@ -51,6 +51,8 @@ def _size(text: str) -> int:
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chips", type=_positive_int, help="cluster size (GPU: whole nodes of 8)")
     p.add_argument("--slice", dest="slice_", metavar="AxBxC", help="TPU slice shape instead of --chips")
+    p.add_argument("--slices", type=_positive_int,
+                   help="TPU Multislice: this many equal slices joined over the DCN")
     p.add_argument("--twisted", action="store_true", help="TPU v4/v5p twisted torus")
     p.add_argument("--oversubscription", type=float, help="fat-tree leaf oversubscription (>= 1)")
 
@@ -125,7 +127,7 @@ def _cmd_topo_show(args: argparse.Namespace) -> int:
     from .topology.analysis import summarize
 
     cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
-                           where="topo show")
+                           where="topo show", slices=args.slices)
     info = summarize(build_topology(cluster))
     if args.json:
         print(json.dumps(info))
@@ -138,7 +140,7 @@ def _format_topology(info: dict[str, Any]) -> str:
     lines = [f"{info['topology']}: {info['chips']} x {info['chip']}"]
     if "slice" in info:
         wrap = "".join("w" if w else "-" for w in info["wraparound"])
-        lines.append(f"  slice            {info['slice']} x {info['pods']} pod(s)  (wraparound {wrap}"
+        lines.append(f"  slice            {info['slice']} x {info['pods']} slice(s) over DCN  (wraparound {wrap}"
                      f"{', twisted' if info['twisted'] else ''})")
         lines.append(f"  hosts            {info['nodes']}")
     else:
@@ -166,7 +168,8 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     if args.factor < 2:
         raise ConfigError(f"--factor: must be >= 2, got {args.factor}")
     cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
-                           sharp=True if args.sharp else None, where="collective")
+                           sharp=True if args.sharp else None, where="collective",
+                           slices=args.slices)
     topo = build_topology(cluster)
     if args.group is not None and args.group > topo.chips:
         raise ConfigError(f"--group: {args.group} ranks but the topology has {topo.chips} chips")

@@ -265,7 +265,7 @@ class ClusterConfig:
     topology: TopologySpec
     chips: int
     shape: SliceShape | None = None       # TPU: per-pod slice shape
-    pods: int = 1                         # TPU 2-D: pods over DCN
+    pods: int = 1                         # TPU: slices (pods) joined over the DCN
     twisted: bool = False
     oversubscription: float | None = None # None: the topology file's value
     sharp: bool | None = None             # InfiniBand SHARP in the switches; None: the file's value
@@ -295,6 +295,12 @@ class ParallelismConfig:
     schedule: str = "1f1b"
     virtual_stages: int = 1
     sequence_parallel: bool = True
+    zero_group: int = 0                   # dp ranks one ZeRO/FSDP shard group spans; 0: all of dp
+
+    @property
+    def shard_dp(self) -> int:
+        """Data-parallel ranks that split the ZeRO-sharded states (the rest hold replicas)."""
+        return self.zero_group or self.dp
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +347,8 @@ class Scenario:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-_CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "twisted", "oversubscription", "sharp"})
+_CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "slices", "twisted", "oversubscription",
+                           "sharp"})
 _TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
                        "failures", "cost", "seed"})
 _MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
@@ -379,8 +386,9 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     model = _model(raw["model"])
     training = _training(top.section("training", {"seq_len", "global_batch", "micro_batch",
                                                   "precision", "recompute"}), cluster)
-    par = _parallelism(top.section("parallelism", {"tp", "pp", "cp", "ep", "zero", "schedule",
-                                                   "virtual_stages", "sequence_parallel"}),
+    par = _parallelism(top.section("parallelism", {"tp", "pp", "cp", "ep", "zero", "zero_group",
+                                                   "schedule", "virtual_stages",
+                                                   "sequence_parallel"}),
                        cluster, model)
     strag = (_stragglers(top.section("stragglers", {f for f in StragglersConfig.__slots__}))
              if "stragglers" in raw else None)
@@ -410,6 +418,9 @@ def _cluster(s: _Section) -> ClusterConfig:
                               f"{spec.name} is sized by cluster.chips")
         if twisted:
             raise ConfigError(f"{s.at('twisted')}: only TPU 3-D tori can be twisted, not {spec.name}")
+        if s.has("slices"):
+            raise ConfigError(f"{s.at('slices')}: only TPU topologies join slices over a DCN; "
+                              f"{spec.name} is sized by cluster.chips")
         return ClusterConfig(spec, spec.resolve_chips(chips, s.at("chips")), oversubscription=over,
                              sharp=sharp)
     if sharp:
@@ -417,7 +428,7 @@ def _cluster(s: _Section) -> ClusterConfig:
     if over is not None:
         raise ConfigError(f"{s.at('oversubscription')}: only fat-tree GPU topologies have one")
     slice_ = s.text("slice") if s.has("slice") else None
-    shape, pods = spec.resolve_shape(chips, slice_, s.where)
+    shape, pods = spec.resolve_shape(chips, slice_, s.where, s.opt_int("slices"))
     if twisted:
         spec.check_twist(shape, s.where)
     return ClusterConfig(spec, math.prod(shape) * pods, shape=shape, pods=pods, twisted=twisted)
@@ -485,9 +496,20 @@ def _parallelism(s: _Section, cluster: ClusterConfig, model: ModelSpec) -> Paral
     vs = s.integer("virtual_stages", 1)
     if vs > 1 and schedule != "interleaved":
         raise ConfigError(f"parallelism.virtual_stages: {vs} needs schedule: interleaved, got {schedule!r}")
-    return ParallelismConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp,
-                             zero=s.integer("zero", 1, minimum=0), schedule=schedule, virtual_stages=vs,
-                             sequence_parallel=s.flag("sequence_parallel", True))
+    zero = s.integer("zero", 1, minimum=0)
+    group = s.opt_int("zero_group")
+    if group is not None:
+        if dp % group:
+            divisors = [d for d in range(1, dp + 1) if dp % d == 0]
+            shown = ", ".join(str(d) for d in divisors[:12]) + (", ..." if len(divisors) > 12 else "")
+            raise ConfigError(f"{s.at('zero_group')}: {group} does not divide dp = {dp}; valid: "
+                              f"a divisor of dp ({shown})")
+        if zero == 0 and group != dp:
+            raise ConfigError(f"{s.at('zero_group')}: {group} shards nothing with zero: 0; "
+                              "set parallelism.zero to 1, 2 or 3, or leave zero_group out")
+    return ParallelismConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, zero=zero, schedule=schedule,
+                             virtual_stages=vs, sequence_parallel=s.flag("sequence_parallel", True),
+                             zero_group=0 if group is None or group == dp else group)
 
 
 def _stragglers(s: _Section) -> StragglersConfig:
@@ -526,7 +548,8 @@ def _failures(s: _Section) -> FailuresConfig:
 
 def load_cluster(topology: str, chips: int | None = None, slice_: str | None = None,
                  twisted: bool = False, oversubscription: float | None = None,
-                 sharp: bool | None = None, where: str = "cluster") -> ClusterConfig:
+                 sharp: bool | None = None, where: str = "cluster",
+                 slices: int | None = None) -> ClusterConfig:
     """A sized cluster from command-line style options (``topo show``, ``collective``)."""
     raw: dict[str, Any] = {"topology": topology, "twisted": twisted}
     if chips is not None:
@@ -537,4 +560,6 @@ def load_cluster(topology: str, chips: int | None = None, slice_: str | None = N
         raw["oversubscription"] = oversubscription
     if sharp is not None:
         raw["sharp"] = sharp
+    if slices is not None:
+        raw["slices"] = slices
     return _cluster(_Section(raw, where, _CLUSTER_KEYS))

@@ -115,8 +115,12 @@ class TpuPodSpec:
     def max_chips(self) -> int:
         return math.prod(self.max_shape)
 
-    def resolve_shape(self, chips: int | None, slice_: str | None, where: str) -> tuple[SliceShape, int]:
-        """(per-pod shape, number of pods) from ``cluster.chips`` and/or ``cluster.slice``."""
+    def resolve_shape(self, chips: int | None, slice_: str | None, where: str,
+                      slices: int | None = None) -> tuple[SliceShape, int]:
+        """(per-slice shape, number of slices) from ``cluster.chips``, ``cluster.slice`` and
+        ``cluster.slices`` (Multislice: that many identical ICI slices joined over the DCN)."""
+        if slices is not None:
+            return self._resolve_slices(chips, slice_, where, slices)
         if slice_ is not None:
             shape = parse_shape(slice_, self.ndims, f"{where}.slice")
             self._check_shape(shape, f"{where}.slice")
@@ -144,6 +148,35 @@ class TpuPodSpec:
                 f"{where}.chips: {n} is not a valid {self.name} slice size; valid: "
                 f"{self.valid_counts_text()}")
         return standard, 1
+
+    def _resolve_slices(self, chips: int | None, slice_: str | None, where: str,
+                        slices: int) -> tuple[SliceShape, int]:
+        if slices > 1 and self.chip.dcn_Bps is None:
+            raise ConfigError(f"{where}.slices: {slices} slices need a data-center network, and "
+                              f"chip {self.chip.name} has no DCN bandwidth in the catalogue")
+        if slice_ is not None:
+            shape, one = self.resolve_shape(None, slice_, where)
+            if one != 1:
+                raise AssertionError(one)
+            if chips is not None and chips != slices * math.prod(shape):
+                raise ConfigError(
+                    f"{where}.chips: {chips} disagrees with {slices} slices of {slice_!r} "
+                    f"({slices * math.prod(shape)} chips); give one of them")
+            return shape, slices
+        if chips is None:
+            per = self.default_chips
+        else:
+            if not isinstance(chips, int) or chips <= 0 or chips % slices:
+                raise ConfigError(
+                    f"{where}.chips: {chips!r} is not {slices} equal slices (slices: {slices}); "
+                    f"valid: {slices} x a slice size ({self.valid_counts_text(pods=False)})")
+            per = chips // slices
+        shape = self.standard_shape(per) if per <= self.max_chips else None
+        if shape is None:
+            raise ConfigError(
+                f"{where}.chips: {chips} chips in {slices} slices is {per} per slice, not a valid "
+                f"{self.name} slice size; valid: {self.valid_counts_text(pods=False)}")
+        return shape, slices
 
     def standard_shape(self, chips: int) -> SliceShape | None:
         """The most cubic valid slice with *chips* chips, or None."""
@@ -203,10 +236,11 @@ class TpuPodSpec:
                 "whole-cube 3-D slices AxBxC with 2A=B=C or 2A=2B=C (e.g. 4x4x8, 4x8x8, 8x8x16)"
                 + ("" if self.twisted_allowed else f" on a topology that allows twists (not {self.name})"))
 
-    def valid_counts_text(self) -> str:
+    def valid_counts_text(self, pods: bool = True) -> str:
         if self.ndims == 2:
             counts = sorted({math.prod(s) for s in self.pod_shapes})
-            more = f", then multiples of {self.max_chips} (pods over DCN)" if self.multi_pod else ""
+            more = (f", then multiples of {self.max_chips} (pods over DCN)"
+                    if self.multi_pod and pods else "")
             return ", ".join(str(c) for c in counts) + more
         counts = sorted({math.prod(s) for s in self.subcube_shapes})
         c3 = self.cube ** 3

@@ -78,6 +78,33 @@ def test_tpu_slice_and_chips() -> None:
     assert s.cluster.pods == 4
 
 
+def test_multislice_and_zero_group() -> None:
+    s = scn(cluster={"topology": "tpu-v5p", "chips": 1024, "slices": 2},
+            parallelism={"tp": 8, "zero": 3, "zero_group": 64})
+    assert s.cluster.shape == (8, 8, 8) and s.cluster.pods == 2 and s.cluster.chips == 1024
+    assert s.parallelism.dp == 128 and s.parallelism.shard_dp == 64
+    s = scn(cluster={"topology": "tpu-v4", "slice": "4x4x8", "slices": 3})
+    assert s.cluster.chips == 384 and s.cluster.pods == 3
+    s = scn(parallelism={"tp": 8, "zero": 3, "zero_group": 8})      # dp = 8: no replicas
+    assert s.parallelism.zero_group == 0 and s.parallelism.shard_dp == 8
+
+
+def test_multislice_and_zero_group_errors() -> None:
+    bad(r"cluster.chips: 1001 is not 2 equal slices", cluster={"topology": "tpu-v5p", "chips": 1001,
+                                                                "slices": 2})
+    bad(r"cluster.chips: 1024 chips in 2 slices is 512 per slice, not a valid tpu-v5e slice size",
+        cluster={"topology": "tpu-v5e", "chips": 1024, "slices": 2})
+    bad(r"cluster.chips: 100 disagrees with 2 slices of '4x4x4' \(128 chips\)",
+        cluster={"topology": "tpu-v4", "slice": "4x4x4", "slices": 2, "chips": 100})
+    bad(r"cluster.slices: only TPU topologies join slices over a DCN",
+        cluster={"topology": "dgx-h100", "chips": 16, "slices": 2})
+    bad(r"cluster.slices: must be >= 1, got 0", cluster={"topology": "tpu-v4", "slices": 0})
+    bad(r"parallelism.zero_group: 3 does not divide dp = 8; valid: a divisor of dp \(1, 2, 4, 8\)",
+        parallelism={"tp": 8, "zero_group": 3})
+    bad(r"parallelism.zero_group: 4 shards nothing with zero: 0",
+        parallelism={"tp": 8, "zero": 0, "zero_group": 4})
+
+
 # --------------------------------------------------------------------------- bad input
 
 def test_unknown_top_level_key() -> None:

@@ -63,6 +63,22 @@ def test_multi_pod_bisection_is_the_dcn() -> None:
     assert bisection_GBps(topo("tpu-v5e", 512)) == pytest.approx(800.0)
 
 
+def test_multislice_v5p_slices_meet_only_over_the_dcn() -> None:
+    t = topo("tpu-v5p", 1024, slices=2)
+    g = t.graph
+    assert t.facts["pods"] == 2 and t.facts["shape"] == (8, 8, 8)
+    # every chip's host is its node, 4 chips a host (GCP-v5p), and slices share no ICI link
+    for d in t.devices:
+        host = next(h for h in g[d] if g.nodes[h]["kind"] == "host")
+        assert g.nodes[d]["node"] == g.nodes[d]["pod"] * 10**6 + int(host.rsplit("/", 1)[1])
+    assert all(sum(1 for x in g[h] if g.nodes[x]["kind"] == "tpu") == 4
+               for h in g if g.nodes[h]["kind"] == "host")
+    assert not any(g.nodes[u]["pod"] != g.nodes[v]["pod"] for u, v in g.edges
+                   if g.nodes[u]["kind"] == g.nodes[v]["kind"] == "tpu")
+    # bisection: half the hosts' DCN uplinks, 512 chips x 6.25 GB/s (GCP-v5p: 50 Gb/s per chip)
+    assert bisection_GBps(t) == pytest.approx(512 * 6.25)
+
+
 def test_superpod_switch_counts_match_reference_table(specs_yaml) -> None:
     table = specs_yaml["topologies"]["dgx_superpod_h100"]["switch_counts_by_su"]
     for sus, nodes, gpus, leaf, spine, core in table:

@@ -43,7 +43,8 @@ def build_tpu_pod(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, object]]:
             if hkey not in host_ids:
                 host_ids[hkey] = f"host/{pod}/{len(host_ids)}"
                 g.add_node(host_ids[hkey], kind="host", pod=pod)
-            g.add_node(dev, kind="tpu", pod=pod, coords=c, node=pod * 10**6 + len(host_ids) - 1)
+            host_index = int(host_ids[hkey].rsplit("/", 1)[1])
+            g.add_node(dev, kind="tpu", pod=pod, coords=c, node=pod * 10**6 + host_index)
             g.add_edge(dev, host_ids[hkey], bandwidth_GBps=Bps_to_GBps(spec.pcie_Bps),
                        latency_us=s_to_us(spec.pcie_latency_s), kind="pcie", cables=1)
         hosts_per_pod = len(host_ids)
