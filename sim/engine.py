@@ -52,6 +52,8 @@ class StagePlan:
     fsdp_layer_gather_s: float                # ZeRO-3: all-gather one layer's weights (per pass)
     optimizer_s: float
     param_gather_s: float                     # ZeRO-1/2: all-gather updated weights after the step
+    replica_layer_s: float = 0.0              # hybrid sharding: all-reduce one layer's gradient
+                                              # shard across replicas, once per step
 
 
 @dataclass
@@ -203,8 +205,11 @@ def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_ki
                         yield env.timeout(expo)
                         record(rank, stage, "comm", "fsdp-gather", t1)
                 yield from segments(rank, local, stage, layer, f"{kind}{m}.{g}", (n_step, li))
-                if kind == "B" and not sp.dp_per_microbatch and m == last_b[c]:
-                    queue.put(sp.dp_layer_s)
+                if kind == "B" and m == last_b[c]:
+                    if not sp.dp_per_microbatch:
+                        queue.put(sp.dp_layer_s + sp.replica_layer_s)
+                    elif sp.replica_layer_s:
+                        queue.put(sp.replica_layer_s)
             if extra and not (kind == "F" and g == 0):
                 yield from segments(rank, local, stage, (Segment("compute", extra),),
                                     "head" if g == n_chunks - 1 else "embed", (n_step, -2))

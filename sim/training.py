@@ -62,7 +62,7 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
             attn = sum(cm.op_time_s(o) for o in wl.layer.forward if isinstance(o, Op) and o.kind == "attention")
             fwd += (Segment("cp", max(0.0, kv - attn), "cp"),)
             bwd += (Segment("cp", max(0.0, 2 * kv - 2.5 * attn), "cp"),)
-        dpg = lay.dp_group(stage)
+        dpg = lay.shard_group(stage)            # all data-parallel ranks unless hybrid sharding
         shard = len(dpg)
         grad_bytes = 2 * wl.layer.params
         if shard > 1:
@@ -70,6 +70,11 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
             dp_layer = net.time(dp_op, max(1, grad_bytes), dpg).time_s
         else:
             dp_layer = 0.0
+        # Hybrid sharding: each rank's reduced gradient shard is then all-reduced with the ranks
+        # holding the same shard in the other replicas, every shard position at once.
+        replica = (net.time_concurrent("allreduce", max(1, grad_bytes // shard),
+                                       lay.replica_groups(stage)).time_s
+                   if lay.replicas > 1 else 0.0)
         fsdp = par.zero >= 3 and shard > 1
         gather = net.time("allgather", max(1, grad_bytes), dpg).time_s if fsdp else 0.0
         layers = wl.layers_per_chunk * (wl.chunks // par.pp)
@@ -90,6 +95,7 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
             first_fwd=t(wl.first_forward), first_bwd=t(wl.first_backward),
             last_fwd=t(wl.last_forward), last_bwd=t(wl.last_backward), p2p_s=p2p,
             dp_layer_s=dp_layer, dp_per_microbatch=fsdp, fsdp_layer_gather_s=gather,
+            replica_layer_s=replica,
             optimizer_s=optimizer, param_gather_s=pg))
     return plans
 

@@ -144,6 +144,23 @@ def test_two_collectives_sharing_nics_each_take_twice_as_long() -> None:
     assert ends == pytest.approx([2 * solo, 2 * solo], rel=0.01)
 
 
+def test_concurrent_replica_allreduces_share_each_hosts_dcn_uplink() -> None:
+    """Two v5p slices: every chip all-reduces with its twin in the other slice at once. Alone, a
+    pair is bound by the chip's PCIe link (16 GB/s); together, the 4 chips of a host share the
+    host's 4 x 6.25 GB/s DCN uplink, so each moves at 6.25 GB/s (GCP-v5p: 50 Gb/s per chip)."""
+    m = model("tpu-v5p", 128, slices=2)
+    size = 2**28
+    groups = [[d, d + 64] for d in range(64)]
+    alone = m.time("allreduce", size, groups[0])
+    together = m.time_concurrent("allreduce", size, groups)
+    assert alone.transfer_s == pytest.approx(size / 16e9, rel=1e-6)
+    assert together.transfer_s == pytest.approx(size / 6.25e9, rel=1e-6)
+    assert together.latency_s == alone.latency_s and together.algo == alone.algo
+    # disjoint groups on links of their own do not slow each other down
+    ici = m.time_concurrent("allgather", size, [[0, 1], [2, 3]])
+    assert ici.time_s == pytest.approx(m.time("allgather", size, [0, 1]).time_s)
+
+
 # --------------------------------------------------------------------------- algorithm choice
 
 def test_protocols_by_size_like_nccl() -> None:

@@ -69,6 +69,8 @@ SMALL = {
     {"tp": 2, "pp": 1, "zero": 3},
     {"tp": 1, "pp": 4, "schedule": "gpipe"},
     {"tp": 2, "pp": 2, "cp": 2},
+    {"tp": 2, "pp": 1, "zero": 3, "zero_group": 2},
+    {"tp": 1, "pp": 2, "zero": 1, "zero_group": 4},
 ])
 def test_one_rank_per_stage_equals_every_rank(par: dict) -> None:
     scn = scenario_from_dict({**SMALL, "parallelism": par})

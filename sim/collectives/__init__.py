@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -135,6 +135,31 @@ class CollectiveModel:
         assert best is not None
         return best
 
+    def time_concurrent(self, op: str, size_bytes: int, groups: Sequence[Sequence[int]],
+                        algo: str | None = None) -> CollectiveResult:
+        """*op* run by several disjoint groups at the same time, e.g. every shard position of a
+        hybrid-sharded gradient all-reduce across TPU slices, whose flows share each host's DCN
+        uplink. The first group's algorithm and latency; its transfer time stretched by the ratio
+        of all groups' flows played together on the fluid model to its own flows alone."""
+        first = self.time(op, size_bytes, groups[0], algo)
+        if len(groups) == 1 or first.ranks <= 1 or first.transfer_s <= 0:
+            return first
+        key = ("concurrent", op, first.algo, tuple(tuple(int(d) for d in g) for g in groups))
+        if key not in self._per_byte:
+            ref = 1e6
+            built = [build(first.algo, op, self._group(g), ref, self.topo) for g in groups]
+            if len({len(b) for b in built}) != 1:
+                raise ConfigError(f"concurrent {op}: groups of different shapes ({len(groups)} groups)")
+            total = 0.0
+            for j, stage in enumerate(built[0]):
+                total += max(self.phase_time_s(_merge([b[j][k] for b in built]))
+                             for k in range(len(stage)))
+            self._per_byte[key] = (total / ref, 0)
+        alone, _ = self._cost(op, self._group(groups[0]), first.algo)
+        stretch = max(1.0, self._per_byte[key][0] / alone) if alone > 0 else 1.0
+        transfer = first.transfer_s * stretch
+        return replace(first, time_s=first.latency_s + transfer, transfer_s=transfer)
+
     # ------------------------------------------------------------------ internals
 
     def _group(self, group: Sequence[int] | None) -> GroupInfo:
@@ -238,6 +263,17 @@ class CollectiveModel:
             return 0.0
         makespan, _ = play_flows(self.flowset(phase), self.links.capacity_Bps)
         return phase.steps * makespan
+
+
+def _merge(phases: list[Phase]) -> Phase:
+    """One phase carrying the flows of the same phase of several groups (same step count)."""
+    head = phases[0]
+    if len({p.steps for p in phases}) != 1 or any(p.to_switch or p.from_switch for p in phases):
+        raise ConfigError(f"concurrent collectives: phase {head.name!r} differs between groups")
+    return Phase(head.name, head.steps, np.concatenate([p.src for p in phases]),
+                 np.concatenate([p.dst for p in phases]),
+                 np.concatenate([p.nbytes for p in phases]),
+                 tuple(x for p in phases for x in p.extra), head.hops_per_step)
 
 
 def stages_for(model: CollectiveModel, op: str, size: float, group: Sequence[int] | None,

@@ -3,7 +3,9 @@
 Rank coordinates (tp, cp, dp, pp) map to device ``((pp * dp_size + dp) * cp_size + cp) * tp_size
 + tp`` (Megatron-LM ``RankGenerator`` default order "tp-cp-ep-dp-pp"), so a TP group is 8
 consecutive GPUs of one DGX node and a TPU's TP group is a line along the fastest torus axis.
-Expert-parallel groups are consecutive data-parallel ranks.
+Expert-parallel groups are consecutive data-parallel ranks. With ``zero_group`` (hybrid sharding),
+a ZeRO/FSDP shard group is ``zero_group`` consecutive data-parallel ranks (one TPU slice when
+``zero_group = dp / slices``) and the ranks at the same place in the other groups hold replicas.
 """
 
 from __future__ import annotations
@@ -22,10 +24,16 @@ class Layout:
     dp: int
     pp: int
     ep: int
+    shard_dp: int = 0             # data-parallel ranks per ZeRO shard group; 0: all of dp
 
     @classmethod
     def of(cls, par: ParallelismConfig) -> "Layout":
-        return cls(par.tp, par.cp, par.dp, par.pp, par.ep)
+        return cls(par.tp, par.cp, par.dp, par.pp, par.ep, par.shard_dp)
+
+    @property
+    def replicas(self) -> int:
+        """Copies of the sharded training state (1 unless hybrid sharding)."""
+        return self.dp // (self.shard_dp or self.dp)
 
     def device(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
         return ((pp * self.dp + dp) * self.cp + cp) * self.tp + tp
@@ -39,6 +47,18 @@ class Layout:
     def dp_group(self, stage: int = 0) -> list[int]:
         """Ranks that hold the same parameters: data- and context-parallel ranks of one stage."""
         return [self.device(0, c, d, stage) for d in range(self.dp) for c in range(self.cp)]
+
+    def shard_group(self, stage: int = 0) -> list[int]:
+        """Ranks that split one copy of the ZeRO-sharded state: the first shard group's ranks."""
+        return [self.device(0, c, d, stage) for d in range(self.shard_dp or self.dp)
+                for c in range(self.cp)]
+
+    def replica_groups(self, stage: int = 0) -> list[list[int]]:
+        """Every set of ranks that hold the same shard in different replicas (hybrid sharding);
+        all of them reduce their gradients at once, so they share the links between replicas."""
+        k = self.shard_dp or self.dp
+        return [[self.device(t, c, d + r * k, stage) for r in range(self.replicas)]
+                for d in range(k) for c in range(self.cp) for t in range(self.tp)]
 
     def ep_group(self, stage: int = 0) -> list[int]:
         return [self.device(0, 0, d, stage) for d in range(self.ep)]

@@ -47,7 +47,7 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     scn: Scenario = wl.scenario
     m, tr, par = scn.model, scn.training, scn.parallelism
     t, cp, pp, dp = par.tp, par.cp, par.pp, par.dp
-    shard = dp * cp
+    shard = par.shard_dp * cp          # ZeRO shards over the shard group (zero_group), not replicas
     layers = wl.layers_per_chunk * (wl.chunks // pp)
     params = layers * wl.layer.params + wl.embed_params * (2 if pp == 1 else 1)
     weights = 2.0 * params / (shard if par.zero >= 3 else 1)
@@ -86,6 +86,8 @@ def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
     hints = []
     if par.zero < 3:
         hints.append(f"raise parallelism.zero (now {par.zero})")
+    if par.zero_group and par.zero >= 1:
+        hints.append(f"raise parallelism.zero_group (now {par.zero_group}, up to dp = {par.dp})")
     if tr.recompute != "full":
         hints.append("use training.recompute: full")
     if tr.micro_batch > 1:
