@@ -140,9 +140,6 @@ HARDWARE_RULES: tuple[HardwareRule, ...] = (
     HardwareRule(r"H100.*(HBM2e|500 ?W|lower-TDP)", None,
                  "H100 500 W / HBM2e variant: not the catalogue's H100 SXM (700 W, 80 GB HBM3), "
                  "whose peak and memory bandwidth it does not reach"),
-    HardwareRule(r"TPU v(4|5p)\b.*(multislice|pods)", None,
-                 "TPU v4/v5p multislice (slices joined over DCN): the tpu-v4 and tpu-v5p "
-                 "topologies model one ICI slice"),
     HardwareRule(r"Omni-Path", None, "Omni-Path fabric: not the rail-optimized InfiniBand "
                                      "fat-tree of the GPU topologies"),
     HardwareRule(r"GCP A3", "dgx-h100", "", max_chips=GPUS_PER_NODE,
@@ -199,9 +196,17 @@ _ZERO_RULES: tuple[tuple[str, int], ...] = (
     (r"^ZeRO-3", 3),
     (r"FSDP|FULL_SHARD", 3),
 )
-# Sharding within a slice/VM and plain data parallelism across them (hybrid sharding): the schema's
-# `zero` shards over every data-parallel rank, so such runs are not expressible.
-_HYBRID_SHARDING = r"across slices|DCN DP (?!1\b)\d+"
+# Sharding within a slice/VM and plain data parallelism across them (hybrid sharding): the shard
+# group is one slice's data-parallel ranks (parallelism.zero_group = dp / slices), or the number
+# MaxText's ici_fsdp_parallelism gives when it is positive.
+_HYBRID_SHARDING = r"across slices|within slice|DCN DP \d+"
+_ICI_FSDP = r"ici_fsdp(?:_parallelism)?=(-?\d+)"
+# TPU Multislice: how many ICI slices the run joins over the DCN (hardware column, then notes).
+_SLICES_IN_ROW: tuple[tuple[str, str], ...] = (
+    ("hardware", r"\((\d+) pods? x \d+ chips\)"),
+    ("notes", r"chips = (\d+) ?x "),
+)
+_MULTISLICE = r"multislice|pods"
 
 # model name -> MLP type of the schema ("swiglu": 3 matrices, "gelu": 2). Checked in order.
 _MLP_RULES: tuple[tuple[str, str], ...] = (
@@ -531,14 +536,38 @@ class _RowMapper:
             self.assumptions.append("zero_or_fsdp not published: zero 1 (Megatron distributed "
                                     "optimizer / ZeRO-1 default)")
             return 1
-        if re.search(_HYBRID_SHARDING, text) and (
-                "across slices" not in text or re.search(r"multislice", self.cell("hardware"), re.IGNORECASE)):
-            raise _Unsupported(f"hybrid sharding ({text!r}): FSDP within a slice/VM and data "
-                               "parallel across them is not expressible (zero shards over all dp ranks)")
         found, value = _first(_ZERO_RULES, text)
         if not found:
             raise _Unsupported(f"zero_or_fsdp {text!r} matches no rule")
         return value
+
+    def slices(self) -> int:
+        """ICI slices joined over the DCN (1 for a single slice)."""
+        for col, pattern in _SLICES_IN_ROW:
+            if m := re.search(pattern, self.cell(col)):
+                return int(m.group(1))
+        if re.search(_MULTISLICE, self.cell("hardware"), re.IGNORECASE):
+            raise _Unsupported("multislice run without a published number of slices")
+        return 1
+
+    def zero_group(self, zero_text: str, dp: int, slices: int) -> int | None:
+        """Shard group of hybrid sharding (None: ZeRO/FSDP over every data-parallel rank)."""
+        m = re.search(_ICI_FSDP, zero_text)
+        if m and int(m.group(1)) > 0:
+            group = int(m.group(1))
+            why = f"{m.group(0)} data-parallel ranks"
+        elif re.search(_HYBRID_SHARDING, zero_text):
+            group = dp // slices
+            why = f"dp / slices = {dp} / {slices}"
+        else:
+            return None
+        if dp % group:
+            raise _Unsupported(f"sharding group {group} ({zero_text!r}) does not divide dp = {dp}")
+        if group == dp:
+            return None
+        self.assumptions.append(f"hybrid sharding ({zero_text!r}): zero_group = {group} ({why}); "
+                                "gradient shards all-reduced across the replicas")
+        return group
 
     def layout(self, chips: int, zero_text: str, moe: bool) -> dict[str, int]:
         tp, pp, cp, ep, dp = (self.integer(c) for c in ("tp", "pp", "cp", "ep", "dp"))
@@ -620,10 +649,19 @@ class _RowMapper:
                     "precision": self.precision(topo), "recompute": self.recompute()}
         zero_text = self.cell("zero_or_fsdp")
         par: dict[str, Any] = {**self.layout(chips, zero_text, "moe" in model), "zero": self.zero()}
+        slices = self.slices()
+        dp = chips // (par["tp"] * par["pp"] * par["cp"])
+        if par["zero"] >= 1 and (group := self.zero_group(zero_text, dp, slices)) is not None:
+            par["zero_group"] = group
         par.update(self.schedule(model["layers"], par["pp"]))
         if (sp := self.sequence_parallel(par["tp"])) is not None:
             par["sequence_parallel"] = sp
-        raw = {"name": self.cell("id"), "cluster": {"topology": topo, "chips": chips},
+        cluster: dict[str, Any] = {"topology": topo, "chips": chips}
+        if slices > 1:
+            if CATALOGUE[TOPOLOGY_CHIPS[topo]].vendor == "nvidia":
+                raise _Unsupported(f"{slices} slices/pods on GPUs: GPU topologies are one fabric")
+            cluster["slices"] = slices
+        raw = {"name": self.cell("id"), "cluster": cluster,
                "model": model, "training": training, "parallelism": par}
         return topo, raw
 

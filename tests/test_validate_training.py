@@ -333,8 +333,17 @@ def test_real_mapping_rules(real: dict[str, MappedRun]) -> None:
     assert "V100" in real["meg2020-mp-v100-8B"].reason
     assert real["meg2020-mp-a100-1B"].reason.startswith("fewer than 8 GPUs")
     assert "500 W" in real["torchtitan-2412-t1-FSDP"].reason                # H100 500 W / HBM2e
-    assert "multislice" in real["maxtext-cfg-v5p-32B-2xv5p-128"].reason
-    assert "hybrid sharding" in real["maxtext-v5e-32B-2x256"].reason
+    # Multislice: slices joined over the DCN, FSDP within a slice, data parallel across slices.
+    ms = real["maxtext-cfg-v5p-32B-2xv5p-128"]
+    assert ms.scenario is not None and ms.scenario["cluster"] == {
+        "topology": "tpu-v5p", "chips": 128, "slices": 2}
+    assert par(ms.id)["zero"] == 3 and par(ms.id)["zero_group"] == 128 // 4 // 2     # dp / slices
+    v5e32 = real["maxtext-v5e-32B-32x256"].scenario
+    assert v5e32 is not None and v5e32["cluster"]["slices"] == 32
+    assert v5e32["parallelism"]["zero_group"] == 256
+    v4 = real["maxtext-v4-22B-8xv4-128"]                            # ici_fsdp_parallelism=64
+    assert par(v4.id)["zero_group"] == 64 and v4.scenario["cluster"]["slices"] == 8  # type: ignore[index]
+    assert "zero_group" not in par("maxtext-cfg-v5p-32B-1xv5p-128")   # one slice: plain FSDP
     v5e = real["maxtext-v5e-16B-1x256"]                                    # 64 heads x 128 != 4096
     assert v5e.scenario is not None and v5e.scenario["model"]["head_dim"] == 128
     assert "vTrain" in " ".join(real["vtrain-multi-016"].assumptions)
