@@ -58,7 +58,8 @@ ATTENTION_EFFICIENCY_DEFAULT = 0.75
 # GEMM and attention efficiency: fitted on the calibration split of validation/training by
 # sim.validate_training.fit_training_efficiency (median predicted/measured step time -> 1 over
 # the family's calibration runs; 103 A100 runs, 22 H100), with ATTENTION_EFFICIENCY as fitted
-# below (re-fitted after the vTrain runs moved to hgx-a100-4nic: unchanged). TPU: 5 calibration
-# runs since model.head_dim (MaxText v5p 128B x 3, 1024B, 64B); the same fit gives 1.012, i.e. XLA
-# reaches the GEMM-sweep rate of the TPU7x stand-in (GEMM_E_MAX) about 1% over.
+# below (re-fitted after the vTrain runs moved to hgx-a100-4nic: unchanged). TPU: 13 calibration
+# runs since Multislice and hybrid sharding (MaxText v5p 32B-1024B on 1 and 2 slices, v5e 16B-64B
+# on 2 and 8 slices; 5 before); the same fit gives 1.012 as it did on the 5, i.e. XLA reaches the
+# GEMM-sweep rate of the TPU7x stand-in (GEMM_E_MAX) about 1% over.
 TRAINING_EFFICIENCY: dict[str, float] = {"A100": 0.709, "H100": 0.715, "TPU": 1.012}
