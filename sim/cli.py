@@ -240,9 +240,11 @@ def _format_step(r: Any, scn: Any) -> str:
     m = scn.model
     lines = [
         f"{r.scenario}: {m.name} ({m.total_params() / 1e9:.1f} B parameters) on {r.chips} x {r.chip} "
-        f"({r.topology})",
+        f"({r.topology}" + (f", {p['slices']} slices over DCN" if p["slices"] > 1 else "") + ")",
         f"  parallelism      tp={p['tp']} pp={p['pp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} "
-        f"zero={p['zero']} {p['schedule']}, {p['microbatches']} micro-batches",
+        f"zero={p['zero']}"
+        + (f" zero_group={p['zero_group']}" if p["zero_group"] != p["dp"] else "")
+        + f" {p['schedule']}, {p['microbatches']} micro-batches",
         f"  step time        {r.step_time_s:.3f} s",
         f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.chips:,.0f} per chip)",
         f"  MFU              {100 * r.mfu:.1f} %",

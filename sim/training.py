@@ -153,7 +153,7 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
                               "reserved": mem.reserved_B / GiB},
         breakdown_s=eng.breakdown_s, usd_per_chip_hour=scn.cost.usd_per_chip_hour,
         parallelism={"tp": par.tp, "pp": par.pp, "cp": par.cp, "ep": par.ep, "dp": par.dp,
-                     "zero": par.zero, "schedule": par.schedule, "virtual_stages": vs,
+                     "zero": par.zero, "zero_group": par.shard_dp, "slices": scn.cluster.pods, "schedule": par.schedule, "virtual_stages": vs,
                      "microbatches": wl.microbatches},
         critical_stage=eng.critical_stage, engine_events=eng.events,
         seed=step_seed, extra=extra)

@@ -82,6 +82,21 @@ def test_hybrid_sharding_shards_over_the_group_and_reduces_across_replicas() -> 
     assert rh.step_time_s >= one.step_time_s
 
 
+@pytest.mark.parametrize("cluster, par", [
+    ({"topology": "dgx-h100", "chips": 32, "sharp": True}, {"tp": 1, "zero": 1, "zero_group": 8}),
+    ({"topology": "dgx-h100", "chips": 48}, {"tp": 1, "zero": 1, "zero_group": 6}),   # uneven nodes
+    ({"topology": "dgx-h100", "chips": 48}, {"tp": 1, "zero": 3, "zero_group": 3}),
+    ({"topology": "tpu-v4", "chips": 384, "slices": 2}, {"tp": 1, "zero": 3, "zero_group": 128}),
+])
+def test_hybrid_sharding_runs_on_any_group_shape(cluster, par) -> None:
+    """Replica groups that sit unevenly on nodes or slices fall back to algorithms that allow it."""
+    from sim.training import run_step
+
+    s = scn(par, {"seq_len": 2048, "global_batch": 768}, {"preset": "llama3-8b", "layers": 4}, cluster)
+    r = run_step(s)[0]
+    assert r.step_time_s > 0 and r.parallelism["zero_group"] == par["zero_group"]
+
+
 def test_a_plan_that_does_not_fit_is_infeasible_with_a_hint() -> None:
     s = scn({"tp": 1}, {"seq_len": 8192, "global_batch": 64, "recompute": "none"}, model="llama3-70b")
     wl = build_workload(s)

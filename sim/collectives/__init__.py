@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -89,11 +89,17 @@ class CollectiveModel:
         if op == "sendrecv":
             return ["p2p"]
         if self._tpu:
-            pods = len({self.topo.graph.nodes[d]["pod"] for d in gi.devices})
-            if pods > 1:
-                return ["hierarchical", "ring"] if op == "allreduce" else ["ring"]
+            per_pod: dict[int, int] = {}
+            for d in gi.devices:
+                pod = self.topo.graph.nodes[d]["pod"]
+                per_pod[pod] = per_pod.get(pod, 0) + 1
+            if len(per_pod) > 1:
+                even = len(set(per_pod.values())) == 1
+                return ["hierarchical", "ring"] if op == "allreduce" and even else ["ring"]
             return ["torus", "ring"]
         algos = ["ring"]
+        if not gi.even:                 # trees, NVLS and hierarchical need as many ranks per node
+            return algos
         multi = gi.nodes > 1
         if op == "allreduce" and multi:
             algos.append("tree")
@@ -144,21 +150,24 @@ class CollectiveModel:
         first = self.time(op, size_bytes, groups[0], algo)
         if len(groups) == 1 or first.ranks <= 1 or first.transfer_s <= 0:
             return first
+        gi = self._group(groups[0])
         key = ("concurrent", op, first.algo, tuple(tuple(int(d) for d in g) for g in groups))
         if key not in self._per_byte:
             ref = 1e6
             built = [build(first.algo, op, self._group(g), ref, self.topo) for g in groups]
-            if len({len(b) for b in built}) != 1:
-                raise ConfigError(f"concurrent {op}: groups of different shapes ({len(groups)} groups)")
+            shapes = {tuple(len(stage) for stage in b) for b in built}
+            if len(shapes) != 1:
+                raise ConfigError(f"concurrent {op}: the {len(groups)} groups do not run the same "
+                                  f"{first.algo} stages (groups of different shapes)")
             total = 0.0
             for j, stage in enumerate(built[0]):
                 total += max(self.phase_time_s(_merge([b[j][k] for b in built]))
                              for k in range(len(stage)))
-            self._per_byte[key] = (total / ref, 0)
-        alone, _ = self._cost(op, self._group(groups[0]), first.algo)
-        stretch = max(1.0, self._per_byte[key][0] / alone) if alone > 0 else 1.0
-        transfer = first.transfer_s * stretch
-        return replace(first, time_s=first.latency_s + transfer, transfer_s=transfer)
+            alone, _ = self._cost(op, gi, first.algo)
+            self._per_byte[key] = (max(total / ref, alone), 0)
+        # the shared per-byte cost goes through the same protocol factors and caps as one group's
+        return self._predict(op, int(size_bytes), gi, first.algo, first.proto,
+                             per_byte=self._per_byte[key][0])
 
     # ------------------------------------------------------------------ internals
 
@@ -191,8 +200,10 @@ class CollectiveModel:
             return ("Simple",)
         return nccl.PROTOCOLS
 
-    def _predict(self, op: str, size: int, gi: GroupInfo, algo: str, proto: str) -> CollectiveResult:
-        per_byte, hops = self._cost(op, gi, algo)
+    def _predict(self, op: str, size: int, gi: GroupInfo, algo: str, proto: str,
+                 per_byte: float | None = None) -> CollectiveResult:
+        alone, hops = self._cost(op, gi, algo)
+        per_byte = alone if per_byte is None else per_byte
         transfer = per_byte * size
         arch = self.topo.spec.chip.arch
         if self._tpu:
@@ -268,12 +279,24 @@ class CollectiveModel:
 def _merge(phases: list[Phase]) -> Phase:
     """One phase carrying the flows of the same phase of several groups (same step count)."""
     head = phases[0]
-    if len({p.steps for p in phases}) != 1 or any(p.to_switch or p.from_switch for p in phases):
-        raise ConfigError(f"concurrent collectives: phase {head.name!r} differs between groups")
+    if len({p.steps for p in phases}) != 1:
+        raise ConfigError(f"concurrent collectives: phase {head.name!r} has different step counts "
+                          "in different groups")
+
+    def switch(attr: str) -> tuple[np.ndarray, float] | None:
+        parts = [getattr(p, attr) for p in phases]
+        if all(x is None for x in parts):
+            return None
+        if any(x is None for x in parts) or len({x[1] for x in parts}) != 1:
+            raise ConfigError(f"concurrent collectives: phase {head.name!r} moves different "
+                              "switch volumes in different groups")
+        return np.concatenate([x[0] for x in parts]), parts[0][1]
+
     return Phase(head.name, head.steps, np.concatenate([p.src for p in phases]),
                  np.concatenate([p.dst for p in phases]),
                  np.concatenate([p.nbytes for p in phases]),
-                 tuple(x for p in phases for x in p.extra), head.hops_per_step)
+                 tuple(x for p in phases for x in p.extra), head.hops_per_step,
+                 switch("to_switch"), switch("from_switch"))
 
 
 def stages_for(model: CollectiveModel, op: str, size: float, group: Sequence[int] | None,

@@ -66,6 +66,11 @@ class GroupInfo:
     def ppn(self) -> int:
         return max(len(v) for v in self.by_node.values()) if self.by_node else 1
 
+    @property
+    def even(self) -> bool:
+        """Every node holds the same number of the group's ranks (trees and hierarchical need it)."""
+        return len({len(v) for v in self.by_node.values()}) <= 1
+
 
 def group_info(topo: Topology, devices: Sequence[int]) -> GroupInfo:
     g = topo.graph

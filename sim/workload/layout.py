@@ -6,6 +6,8 @@ consecutive GPUs of one DGX node and a TPU's TP group is a line along the fastes
 Expert-parallel groups are consecutive data-parallel ranks. With ``zero_group`` (hybrid sharding),
 a ZeRO/FSDP shard group is ``zero_group`` consecutive data-parallel ranks (one TPU slice when
 ``zero_group = dp / slices``) and the ranks at the same place in the other groups hold replicas.
+Pipeline stages are the outermost coordinate, so with ``pp > 1`` on several TPU slices a slice
+holds whole stages (pipeline transfers cross the DCN) and ``dp / slices`` is no longer one slice.
 """
 
 from __future__ import annotations
