@@ -135,10 +135,17 @@ def _show(v: object) -> str:
 
 
 def _read_yaml(path: Path, what: str) -> Mapping[str, Any]:
+    return _parse_yaml(_read_text(path, what), path, what)
+
+
+def _read_text(path: Path, what: str) -> str:
     try:
-        text = path.read_text()
+        return path.read_text()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read {what}: {e.strerror}") from None
+
+
+def _parse_yaml(text: str, path: Path, what: str) -> Mapping[str, Any]:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -178,10 +185,22 @@ def resolve_topology_path(name_or_path: str, where: str = "cluster.topology") ->
                       "or a path to a topology YAML file")
 
 
+# Parsed topology files by (path, content): every scenario names one, and the validation suites
+# load hundreds of scenarios on the same few files. Specs are frozen, so sharing them is safe.
+_SPECS: dict[tuple[str, str], TopologySpec] = {}
+
+
 def load_topology_spec(name_or_path: str, where: str = "cluster.topology") -> TopologySpec:
     """Parse a topology file (bundled name or path) into a spec."""
     path = resolve_topology_path(name_or_path, where)
-    raw = _read_yaml(path, "topology")
+    text = _read_text(path, "topology")
+    key = (str(path), text)
+    if key not in _SPECS:
+        _SPECS[key] = _topology_spec(path, _parse_yaml(text, path, "topology"))
+    return _SPECS[key]
+
+
+def _topology_spec(path: Path, raw: Mapping[str, Any]) -> TopologySpec:
     kind = raw.get("kind")
     f = str(path)
     if kind == "gpu_cluster":
