@@ -140,8 +140,8 @@ def _format_topology(info: dict[str, Any]) -> str:
     lines = [f"{info['topology']}: {info['chips']} x {info['chip']}"]
     if "slice" in info:
         wrap = "".join("w" if w else "-" for w in info["wraparound"])
-        lines.append(f"  slice            {info['slice']} x {info['pods']} slice(s) over DCN  (wraparound {wrap}"
-                     f"{', twisted' if info['twisted'] else ''})")
+        lines.append(f"  slice            {info['slice']} x {info['pods']} slice(s) over DCN  "
+                     f"(wraparound {wrap}{', twisted' if info['twisted'] else ''})")
         lines.append(f"  hosts            {info['nodes']}")
     else:
         lines.append(f"  nodes            {info['nodes']}  ({info['scalable_units']} scalable unit(s), "

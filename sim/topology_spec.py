@@ -155,9 +155,8 @@ class TpuPodSpec:
             raise ConfigError(f"{where}.slices: {slices} slices need a data-center network, and "
                               f"chip {self.chip.name} has no DCN bandwidth in the catalogue")
         if slice_ is not None:
-            shape, one = self.resolve_shape(None, slice_, where)
-            if one != 1:
-                raise AssertionError(one)
+            shape = parse_shape(slice_, self.ndims, f"{where}.slice")
+            self._check_shape(shape, f"{where}.slice")
             if chips is not None and chips != slices * math.prod(shape):
                 raise ConfigError(
                     f"{where}.chips: {chips} disagrees with {slices} slices of {slice_!r} "

@@ -12,6 +12,7 @@ way NCCL's tuner picks from its own cost model.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -89,10 +90,7 @@ class CollectiveModel:
         if op == "sendrecv":
             return ["p2p"]
         if self._tpu:
-            per_pod: dict[int, int] = {}
-            for d in gi.devices:
-                pod = self.topo.graph.nodes[d]["pod"]
-                per_pod[pod] = per_pod.get(pod, 0) + 1
+            per_pod = Counter(self.topo.graph.nodes[d]["pod"] for d in gi.devices)
             if len(per_pod) > 1:
                 even = len(set(per_pod.values())) == 1
                 return ["hierarchical", "ring"] if op == "allreduce" and even else ["ring"]

@@ -46,7 +46,7 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     """The busiest stage's memory (the first: most micro-batches in flight, plus the embedding)."""
     scn: Scenario = wl.scenario
     m, tr, par = scn.model, scn.training, scn.parallelism
-    t, cp, pp, dp = par.tp, par.cp, par.pp, par.dp
+    t, cp, pp = par.tp, par.cp, par.pp
     shard = par.shard_dp * cp          # ZeRO shards over the shard group (zero_group), not replicas
     layers = wl.layers_per_chunk * (wl.chunks // pp)
     params = layers * wl.layer.params + wl.embed_params * (2 if pp == 1 else 1)
