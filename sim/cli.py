@@ -140,7 +140,8 @@ def _format_topology(info: dict[str, Any]) -> str:
     lines = [f"{info['topology']}: {info['chips']} x {info['chip']}"]
     if "slice" in info:
         wrap = "".join("w" if w else "-" for w in info["wraparound"])
-        lines.append(f"  slice            {info['slice']} x {info['pods']} slice(s) over DCN  "
+        over = f" x {info['pods']} slices over DCN" if info["pods"] > 1 else ""
+        lines.append(f"  slice            {info['slice']}{over}  "
                      f"(wraparound {wrap}{', twisted' if info['twisted'] else ''})")
         lines.append(f"  hosts            {info['nodes']}")
     else:
