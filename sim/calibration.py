@@ -6,6 +6,8 @@ only) and how; ``tests/test_calibration.py`` re-runs each fit and checks the val
 
 from __future__ import annotations
 
+from .compute.kernels import AttentionParams, GemmParams
+
 # Achievable fraction of a link's line rate for bulk collective traffic, by link kind.
 #
 # nvlink: fitted on the calibration split's single-node NVSwitch runs in the bandwidth regime
@@ -21,45 +23,97 @@ LINK_EFFICIENCY: dict[str, float] = {
     "ib": 64 / 66,
 }
 
-# ----------------------------------------------------------------------------- compute
+# ----------------------------------------------------------------------------- compute kernels
 #
-# GEMM efficiency curve eff(F) = e_max (1 - exp(-F / (peak t_ramp))) (sim.compute), fitted by
-# least squares on validation/compute/gemm.csv: H100 bf16 square sweep + MAMF best shape gives
-# e_max 0.78, t_ramp 8.4 us; the TPU7x per-core sweep independently gives 0.79, 7.7 us. We use the
-# H100 fit's t_ramp for every chip (a ramp of fixed duration scales with the chip's peak).
-# A100's e_max is the mean of its two large-GEMM measurements (MAMF 0.869, FlagPerf 0.935): 0.90.
-# TPU v4/v5e/v5p/v6e have no public GEMM sweep: the TPU7x fit (0.79) stands in for them.
-GEMM_E_MAX: dict[str, float] = {
-    "ampere": 0.90,
-    "hopper": 0.78,
-    "blackwell": 0.776,        # MAMF B200 (validation/compute_and_tpu.md B3), no sweep
-    "tpu-v4": 0.79, "tpu-v5e": 0.79, "tpu-v5p": 0.79, "tpu-v6e": 0.79,
+# Every constant below is fitted on the kernel tables measured for this project on one H100 SXM
+# (validation/compute/h100-sxm-80gb/, PyTorch 2.11, cuDNN 9.19) by the functions named, and
+# re-derived from the tables by tests/test_calibration.py. The H200 tables are never fitted on:
+# `clustersim validate --suite compute` reports them as a test of a chip the fit has not seen.
+
+# GEMM tile/wave model (sim.compute.kernels.gemm_time_s), per input dtype, fitted by
+# sim.compute.tables.fit_gemm on gemm_layers_bf16.csv + gemm_square.csv (bf16) and
+# gemm_layers_fp8.csv + gemm_layers_fp8_bwd.csv + gemm_square.csv (fp8), rows >= 20 us.
+GEMM_HOPPER: dict[str, GemmParams] = {
+    "bf16": GemmParams(efficiency=0.731, tile_s=3.51e-6, k0=0, call_s=22.0e-6),
+    "fp8": GemmParams(efficiency=0.692, tile_s=0.0, k0=442, call_s=27.4e-6),
 }
-GEMM_E_MAX_DEFAULT = 0.78
-GEMM_T_RAMP_S = 8.4e-6
-# FP8 GEMMs reach a lower fraction of their (doubled) peak: MAMF H100 fp8 70.9% vs bf16 80.3%.
-FP8_GEMM_RATIO = 0.709 / 0.803
-# HBM: A100-40GB device-to-device copy reaches 85.5% of spec (FlagPerf, compute_and_tpu.md B4);
-# TPU7x copies reach 6.42 of ~7.37 TB/s = 87% (A2). We take 0.86.
-HBM_EFFICIENCY = 0.86
-KERNEL_LAUNCH_S = 4e-6         # per kernel on GPUs (CUDA launch + tail); assumed, not fitted
-# Attention kernels relative to a GEMM of the same FLOPs, by architecture: fitted jointly with
-# TRAINING_EFFICIENCY on the calibration split of validation/training
-# (sim.validate_training.fit_attention_efficiency, grid 0.35-0.55 for Ampere, 0.20-0.40 for
-# Hopper): A100 0.45, H100 0.30. The published runs mostly predate FlashAttention-2/3 tuned
-# kernels (MPT's Triton attention, Megatron's fused softmax): best cases reach more (FA2 ~0.8 of
-# GEMM efficiency on A100, Dao 2023; FA3 ~0.9 on H100, Shah et al. 2024), which is why this is a
-# fit and not a datasheet number. The fit lowers the calibration split's median step error from
-# 12.8% to 7.8% (A100) and 13.9% to 6.2% (H100). TPU: no fit (one calibration run): 0.75 assumed.
-ATTENTION_EFFICIENCY: dict[str, float] = {"ampere": 0.45, "hopper": 0.30, "blackwell": 0.30}
-ATTENTION_EFFICIENCY_DEFAULT = 0.75
-# What a training framework achieves of the microbenchmark rates in a full step (kernel gaps,
-# unfused elementwise work, host overheads, imperfect overlap), per chip family, as a factor on
-# GEMM and attention efficiency: fitted on the calibration split of validation/training by
-# sim.validate_training.fit_training_efficiency (median predicted/measured step time -> 1 over
-# the family's calibration runs; 103 A100 runs, 22 H100), with ATTENTION_EFFICIENCY as fitted
-# below (re-fitted after the vTrain runs moved to hgx-a100-4nic: unchanged). TPU: 13 calibration
-# runs since Multislice and hybrid sharding (MaxText v5p 32B-1024B on 1 and 2 slices, v5e 16B-64B
-# on 2 and 8 slices; 5 before); the same fit gives 1.012 as it did on the 5, i.e. XLA reaches the
-# GEMM-sweep rate of the TPU7x stand-in (GEMM_E_MAX) about 1% over.
-TRAINING_EFFICIENCY: dict[str, float] = {"A100": 0.709, "H100": 0.715, "TPU": 1.012}
+# Other NVIDIA architectures have no per-shape table. Their sustained efficiency is the Hopper fit
+# scaled by the ratio of the best-shape matmul rates (MAMF) of the two chips, both measured with
+# the same brute-force search (validation/compute_and_tpu.md B3): A100 SXM 86.9% vs H100 SXM
+# 80.3% of peak (bf16), B200 77.6%; FP8 B200 76.3% vs H100 70.9%.
+MAMF_RATIO_VS_HOPPER: dict[str, dict[str, float]] = {
+    "ampere": {"bf16": 0.869 / 0.803},
+    "hopper": {"bf16": 1.0, "fp8": 1.0},
+    "blackwell": {"bf16": 0.776 / 0.803, "fp8": 0.763 / 0.709},
+}
+
+# TPU GEMMs (no per-shape table for v4-v6e): eff(F) = e_max (1 - exp(-F / (peak t_ramp))), least
+# squares on the TPU7x square sweep (validation/compute/gemm.csv, compute_and_tpu.md A3):
+# e_max 0.79, t_ramp 7.7 us; the H100 square sweep gives 0.78 and 8.4 us, and we keep the H100
+# t_ramp for every TPU (a ramp of fixed duration scales with the chip's peak).
+TPU_GEMM_E_MAX = 0.79
+TPU_GEMM_T_RAMP_S = 8.4e-6
+
+# Fused attention per kernel family and pass (sim.compute.kernels.attention_time_s), fitted by
+# sim.compute.tables.fit_attention on attention.csv (cuDNN = CUDNN_ATTENTION, FlashAttention-2 =
+# PyTorch's FLASH_ATTENTION build; the backward is the fwd+bwd row less the fwd row).
+ATTENTION_HOPPER: dict[tuple[str, str], AttentionParams] = {
+    ("cudnn", "fwd"): AttentionParams(efficiency=0.678, d256=1.157, tail=0.968, mem=1.36),
+    ("cudnn", "bwd"): AttentionParams(efficiency=0.568, d256=0.753, tail=0.155, mem=3.044),
+    ("flash-attention-2", "fwd"): AttentionParams(efficiency=0.355, d256=0.967, tail=0.945, mem=1.475),
+    ("flash-attention-2", "bwd"): AttentionParams(efficiency=0.337, d256=0.871, tail=0.4, mem=4.789),
+}
+# FlashAttention-3 was not measured here. Shah et al. 2024 (arXiv 2407.08608, H100 SXM5, BF16,
+# head dim 128) measure it beside cuDNN at sequence 2k, 4k, 8k, 16k, in TFLOP/s: causal forward
+# FA3 521 579 602 616 vs cuDNN 484 518 529 539; backward FA3 501 542 559 561 vs cuDNN 465 499 518
+# 516. FA3 is cuDNN's model at the median ratio of those (tests/test_calibration.py recomputes it).
+FA3_VS_CUDNN_TFLOPS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "fwd": ((521, 579, 602, 616), (484, 518, 529, 539)),
+    "bwd": ((501, 542, 559, 561), (465, 499, 518, 516)),
+}
+FA3_SPEEDUP_VS_CUDNN: dict[str, float] = {"fwd": 1.128, "bwd": 1.082}
+# FlashAttention-2 on Ampere, where it was written for: 50-73% of the A100 peak (Dao 2023,
+# arXiv 2307.08691, abstract; forward at the top of that range, backward lower). No table: the
+# forward takes 0.70 and the backward 0.55 of peak, with the Hopper fit's tail and HBM terms.
+# cuDNN's fused attention on Ampere is taken to run as FlashAttention-2 does (assumed).
+ATTENTION_AMPERE_EFFICIENCY: dict[str, float] = {"fwd": 0.70, "bwd": 0.55}
+# TPU: Pallas splash attention (MaxText's default `attention: flash`) has no public per-shape
+# measurement; it runs at this fraction of the GEMM curve's efficiency (assumed, as before this
+# model: a flash kernel's matmuls are smaller and it has softmax work between them).
+TPU_SPLASH_VS_GEMM = 0.75
+
+# Memory-bound ops: fraction of the HBM spec reached, per op class, fitted by
+# sim.compute.tables.fit_memory_fractions on memory_bound.csv (median over its shapes; eager
+# PyTorch kernels: F.rms_norm, silu(u) * v, x + y). `copy` (a 2 GiB device-to-device copy) stands
+# for a fused elementwise kernel that streams its tensors once.
+MEMORY_FRACTION: dict[str, float] = {
+    "copy": 0.879, "residual_add": 0.855, "rmsnorm_fwd": 0.515, "rmsnorm_bwd": 0.245,
+    "swiglu_fwd": 0.304,
+}
+# TPU: a copy reaches 6.42 of ~7.37 TB/s on TPU7x (compute_and_tpu.md A2): 0.87; XLA fuses
+# elementwise work, so every memory-bound op runs at that fraction.
+TPU_MEMORY_FRACTION = 0.87
+
+# AdamW step, fraction of the HBM spec per implementation, fitted by
+# sim.compute.tables.fit_optimizer_fractions on optimizer.csv (500 M fp32 parameters).
+OPTIMIZER_FRACTION: dict[str, float] = {"adamw_fused": 0.748, "adamw_foreach": 0.273}
+
+# ----------------------------------------------------------------------------- software stacks
+#
+# What a whole training step loses against the sum of its kernels as the tables measured them
+# (launch gaps, allocator and host work, clocks under sustained power, SMs that overlapped NCCL
+# kernels take), per (software profile, GPU family or TPU generation, precision), as a factor on
+# kernel time: fitted on that group's calibration runs only by
+# sim.validate_training.fit_stack_efficiency (median predicted / measured step -> 1, three
+# rounds). A group with fewer than 3 calibration runs has no entry and runs at 1.0.
+# TPU v4 and v6e have no calibration group of 3 runs (MaxText: 0 and 1), so they run at 1.0.
+STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
+    ("deepspeed", "A100", "bf16"): 0.899,
+    ("llm-foundry", "A100", "bf16"): 0.949,
+    ("llm-foundry", "H100", "bf16"): 0.88,
+    ("maxtext", "tpu-v5e", "bf16"): 1.042,
+    ("maxtext", "tpu-v5p", "bf16"): 1.005,
+    ("megatron", "A100", "bf16"): 0.947,
+    ("megatron-te", "H100", "fp8"): 0.785,
+    ("pytorch-fsdp", "A100", "bf16"): 0.773,
+}

@@ -246,6 +246,11 @@ def _format_step(r: Any, scn: Any) -> str:
         f"zero={p['zero']}"
         + (f" zero_group={p['zero_group']}" if p["zero_group"] != p["dp"] else "")
         + f" {p['schedule']}, {p['microbatches']} micro-batches",
+        f"  software         {r.software['framework']} (attention {r.software['attention']}, "
+        f"{r.software['elementwise']} elementwise ops"
+        + (", TP comm overlapped" if r.software["tp_comm_overlap"] else "")
+        + (", FP8 linear layers" if scn.training.precision == "fp8" and r.software["fp8_linear"] else "")
+        + ")",
         f"  step time        {r.step_time_s:.3f} s",
         f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.chips:,.0f} per chip)",
         f"  MFU              {100 * r.mfu:.1f} %",

@@ -19,6 +19,7 @@ import yaml
 from .errors import ConfigError
 from .hardware import Chip, get_chip
 from .models import PRESETS, MoE, ModelSpec
+from .software import SoftwareProfile, resolve_software
 from .topology_spec import GpuClusterSpec, SliceShape, TopologySpec, TpuPodSpec
 from .units import Gbps_to_Bps, GB, us_to_s
 
@@ -363,13 +364,14 @@ class Scenario:
     failures: FailuresConfig | None
     cost: CostConfig
     seed: int = 0
+    software: SoftwareProfile | None = None   # None only for scenarios built by hand in tests
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 _CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "slices", "twisted", "oversubscription",
                            "sharp"})
 _TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
-                       "failures", "cost", "seed"})
+                       "failures", "cost", "seed", "software"})
 _MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
                          "head_dim", "vocab", "mlp", "moe"})
 
@@ -409,6 +411,15 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
                                                    "schedule", "virtual_stages",
                                                    "sequence_parallel"}),
                        cluster, model)
+    soft_s = top.section("software", {"framework", "attention"})
+    software = resolve_software(soft_s.text("framework") if soft_s.has("framework") else None,
+                                soft_s.text("attention") if soft_s.has("attention") else None,
+                                cluster.chip)
+    if training.precision == "fp8" and not software.fp8_linear:
+        raise ConfigError(f"training.precision: fp8 needs a framework with FP8 linear layers; "
+                          f"{software.framework} has none; use bf16, or software.framework: "
+                          "megatron-te, pytorch-eager, torch-compile, pytorch-fsdp, llm-foundry, "
+                          "maxtext or paxml")
     strag = (_stragglers(top.section("stragglers", {f for f in StragglersConfig.__slots__}))
              if "stragglers" in raw else None)
     fail = (_failures(top.section("failures", {f for f in FailuresConfig.__slots__}))
@@ -422,7 +433,8 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     name = top.text("name", default_name)
     seed = top.integer("seed", 0, minimum=0)
     return Scenario(name=name, source=source, cluster=cluster, model=model, training=training,
-                    parallelism=par, stragglers=strag, failures=fail, cost=cost, seed=seed, raw=raw)
+                    parallelism=par, stragglers=strag, failures=fail, cost=cost, seed=seed,
+                    software=software, raw=raw)
 
 
 def _cluster(s: _Section) -> ClusterConfig:

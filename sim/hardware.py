@@ -40,6 +40,7 @@ class Chip:
     usd_per_chip_hour: float | None
     dcn_Bps: float | None = None
     in_network_reduction: bool = False   # NVSwitch SHARP (NVLS) on Hopper and later
+    sms: int | None = None               # streaming multiprocessors (GPUs): one GEMM tile each per wave
 
     @property
     def scaleup_Bps(self) -> float:
@@ -67,6 +68,7 @@ _CHIPS = (
         scaleup_links=12, scaleup_link_Bps=25 * GB,   # NVLink3: 12 x 25 GB/s per dir (SB-GPU)
         tdp_W=400,                          # GK-A100 (SXM)
         usd_per_chip_hour=27.44705 / 8,     # AWS p4de.24xlarge $27.44705/h for 8 GPUs (AWSGPU)
+        sms=108,                           # NVIDIA A100 whitepaper: 108 SMs
     ),
     Chip(
         name="A100-SXM-40GB", vendor="nvidia", family="A100", arch="ampere",
@@ -77,6 +79,7 @@ _CHIPS = (
         scaleup_links=12, scaleup_link_Bps=25 * GB,
         tdp_W=400,                          # GK-A100 (SXM)
         usd_per_chip_hour=21.957642 / 8,    # AWS p4d.24xlarge $21.957642/h for 8 GPUs (AWSGPU)
+        sms=108,                           # NVIDIA A100 whitepaper: 108 SMs
     ),
     Chip(
         name="H100-SXM", vendor="nvidia", family="H100", arch="hopper",
@@ -88,6 +91,7 @@ _CHIPS = (
         tdp_W=700,                          # GK-H100
         usd_per_chip_hour=55.04 / 8,        # AWS p5.48xlarge $55.04/h for 8 GPUs (AWSGPU, 2026-01)
         in_network_reduction=True,          # NVSwitch gen3 SHARP (NV-NVS3; SB-GPU)
+        sms=132,                           # GK-H100; validation/compute/h100-sxm-80gb/env.json: 132
     ),
     Chip(
         name="H200", vendor="nvidia", family="H100", arch="hopper",
@@ -99,6 +103,7 @@ _CHIPS = (
         tdp_W=700,                          # MLPERF-H200 "H200 TGP 700W"
         usd_per_chip_hour=63.296 / 8,       # AWS p5en.48xlarge $63.296/h for 8 GPUs (AWSGPU)
         in_network_reduction=True,
+        sms=132,                           # validation/compute/h200-sxm-141gb/env.json: 132
     ),
     Chip(
         name="B200", vendor="nvidia", family="B200", arch="blackwell",
@@ -110,6 +115,7 @@ _CHIPS = (
         tdp_W=1000,                         # GK-B200; VERDA
         usd_per_chip_hour=113.9328 / 8,     # AWS p6-b200.48xlarge $113.9328/h for 8 GPUs (AWSGPU)
         in_network_reduction=True,
+        sms=148,                           # NVIDIA Blackwell: 148 SMs per B200 (two 74-SM dies)
     ),
     Chip(
         name="TPU-v4", vendor="google", family="TPU", arch="tpu-v4",

@@ -26,6 +26,7 @@ class StepResult:
     critical_stage: int
     engine_events: int
     seed: int
+    software: dict[str, Any] = field(default_factory=dict)   # the profile used (sim.software)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -64,6 +65,7 @@ class StepResult:
             "cost_usd_per_million_tokens": self.cost_usd_per_million_tokens,
             "parallelism": self.parallelism,
             "critical_stage": self.critical_stage,
+            "software": self.software,
             "seed": self.seed,
         }
         out.update(self.extra)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .collectives import CollectiveModel
-from .compute import ComputeModel
+from .compute.model import ComputeModel
 from .config import Scenario, scenario_from_dict
 from .engine import Segment, StagePlan, simulate
 from .results import StepResult
@@ -19,39 +19,63 @@ from .topology import Topology, build_topology
 from .units import GiB
 from .workload.layout import Layout
 from .workload.memory import check_fits, memory_per_chip
-from .workload.transformer import Item, Op, Workload, build_workload
+from .software import resolve_software
+from .workload.transformer import Comm, Item, Op, Workload, build_workload
 
 __all__ = ["run_step", "TrainingPredictor", "plan_stages"]
 
-OPTIMIZER_BYTES_PER_PARAM = 30      # Adam: read fp32 param, grad, m, v; write param, m, v, bf16 copy
+# Adam with fp32 master weights: read param, grad, m, v and write param, m, v (28 bytes, as the
+# optimizer table counts them: validation/compute/*/optimizer.csv), plus the bf16 model copy.
+OPTIMIZER_BYTES_PER_PARAM = 30
+
+
+def _overlap_gemm_s(items: tuple[Item, ...], i: int, cm: ComputeModel) -> float:
+    """GEMM time a TP collective at ``items[i]`` can hide behind under userbuffers overlap: the
+    GEMMs that consume an all-gather's output (those right after it) or produce a reduce-scatter's
+    input (those right before it)."""
+    step = 1 if isinstance(items[i], Comm) and items[i].op == "allgather" else -1
+    total, j = 0.0, i + step
+    while 0 <= j < len(items) and isinstance(items[j], Op) and items[j].kind == "gemm":
+        total += cm.op_time_s(items[j])
+        j += step
+    return total
 
 
 def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel, lay: Layout,
               stage: int) -> tuple[Segment, ...]:
     out: list[Segment] = []
-    acc = 0.0
-    for it in items:
+    ops: list[Op] = []
+    for i, it in enumerate(items):
         if isinstance(it, Op):
-            acc += cm.op_time_s(it)
+            ops.append(it)
             continue
-        if acc:
-            out.append(Segment("compute", acc))
-            acc = 0.0
+        if ops:
+            out.append(Segment("compute", cm.stream_time_s(ops)))
+            ops = []
         group = {"tp": lay.tp_group, "cp": lay.cp_group, "ep": lay.ep_group, "dp": lay.dp_group}[it.group](stage)
-        out.append(Segment(it.group, net.time(it.op, max(1, it.size_bytes), group).time_s, it.group))
-    if acc:
-        out.append(Segment("compute", acc))
+        seconds = net.time(it.op, max(1, it.size_bytes), group).time_s
+        if (it.group == "tp" and cm.profile.tp_comm_overlap
+                and it.op in ("allgather", "reducescatter")):
+            seconds = max(0.0, seconds - _overlap_gemm_s(items, i, cm))
+        out.append(Segment(it.group, seconds, it.group))
+    if ops:
+        out.append(Segment("compute", cm.stream_time_s(ops)))
     return tuple(out)
 
 
+def compute_model(scn: Scenario,
+                  stack_efficiency: dict[tuple[str, str, str], float] | None = None) -> ComputeModel:
+    """The compute model of *scn*: its chip, precision and software profile."""
+    profile = scn.software or resolve_software(None, None, scn.cluster.chip)
+    return ComputeModel(scn.cluster.chip, scn.training.precision, profile, stack_efficiency)
+
+
 def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
-                training_efficiency: dict[str, float] | None = None,
-                attention_efficiency: dict[str, float] | None = None) -> list[StagePlan]:
+                stack_efficiency: dict[tuple[str, str, str], float] | None = None) -> list[StagePlan]:
     scn = wl.scenario
     par = scn.parallelism
     lay = Layout.of(par)
-    cm = ComputeModel(scn.cluster.chip, scn.training.precision, training_efficiency,
-                      attention_efficiency)
+    cm = compute_model(scn, stack_efficiency)
     plans = []
     for stage in range(par.pp):
         fwd = _segments(wl.layer.forward, cm, net, lay, stage)
@@ -80,16 +104,21 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
         layers = wl.layers_per_chunk * (wl.chunks // par.pp)
         params = layers * wl.layer.params + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
         opt_params = params / (shard if par.zero >= 1 else 1)
-        optimizer = OPTIMIZER_BYTES_PER_PARAM * opt_params / cm.hbm
+        optimizer = cm.optimizer_s(OPTIMIZER_BYTES_PER_PARAM * opt_params)
         pg = (net.time("allgather", max(1, 2 * params), dpg).time_s
               if par.zero in (1, 2) and shard > 1 else 0.0)
+        if pg and cm.profile.param_gather_overlap:
+            # Megatron --overlap-param-gather: each chunk's updated weights are gathered while the
+            # next step's forward runs the chunks before it; only what exceeds one micro-batch's
+            # forward over the stage stays exposed.
+            pg = max(0.0, pg - sum(x.seconds for x in fwd if x.kind == "compute") * layers)
         if par.pp > 1:
             a, b = lay.stage_pair(stage)
             p2p = net.time("sendrecv", max(1, wl.pp_bytes), [a, b]).time_s
         else:
             p2p = 0.0
         def t(items: tuple[Item, ...]) -> float:
-            return sum(cm.op_time_s(i) for i in items if isinstance(i, Op))
+            return cm.stream_time_s(i for i in items if isinstance(i, Op))
         plans.append(StagePlan(
             layer_fwd=fwd, layer_bwd=bwd, layers_per_chunk=wl.layers_per_chunk,
             first_fwd=t(wl.first_forward), first_bwd=t(wl.first_backward),
@@ -103,8 +132,8 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
 def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
              trace: bool = False, topo: Topology | None = None,
              net: CollectiveModel | None = None,
-             training_efficiency: dict[str, float] | None = None,
-             attention_efficiency: dict[str, float] | None = None) -> tuple[StepResult, Any]:
+             stack_efficiency: dict[tuple[str, str, str], float] | None = None
+             ) -> tuple[StepResult, Any]:
     """Simulate one step; returns the result and the engine's record (for traces)."""
     wl = build_workload(scn)
     mem = memory_per_chip(wl)
@@ -116,7 +145,7 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
         topo = degrade_links(topo, scn.stragglers, scn.seed)
         net = CollectiveModel(topo)
     net = net or CollectiveModel(topo)
-    plans = plan_stages(wl, topo, net, training_efficiency, attention_efficiency)
+    plans = plan_stages(wl, topo, net, stack_efficiency)
     par = scn.parallelism
     vs = par.virtual_stages if par.schedule == "interleaved" else 1
     lay = Layout.of(par)
@@ -157,7 +186,7 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
                      "schedule": par.schedule, "virtual_stages": vs,
                      "microbatches": wl.microbatches},
         critical_stage=eng.critical_stage, engine_events=eng.events,
-        seed=step_seed, extra=extra)
+        seed=step_seed, software=compute_model(scn).profile.describe(), extra=extra)
     return result, eng
 
 
@@ -199,11 +228,10 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
 class TrainingPredictor:
     """``sim.validate`` training suite predictor: scenario mapping -> StepResult (cached models).
 
-    *training_efficiency* overrides ``sim.calibration.TRAINING_EFFICIENCY`` (for its fit).
+    *stack_efficiency* overrides ``sim.calibration.STACK_EFFICIENCY`` (for its fit).
     """
 
-    training_efficiency: dict[str, float] | None = None
-    attention_efficiency: dict[str, float] | None = None
+    stack_efficiency: dict[tuple[str, str, str], float] | None = None
 
     def __post_init__(self) -> None:
         self._nets: dict[Any, tuple[Topology, CollectiveModel]] = {}
@@ -215,5 +243,4 @@ class TrainingPredictor:
             topo = build_topology(c)
             self._nets[c] = (topo, CollectiveModel(topo))
         topo, net = self._nets[c]
-        return run_step(scn, topo=topo, net=net, training_efficiency=self.training_efficiency,
-                        attention_efficiency=self.attention_efficiency)[0]
+        return run_step(scn, topo=topo, net=net, stack_efficiency=self.stack_efficiency)[0]

@@ -320,6 +320,7 @@ class MappedRun:
     scenario: Mapping[str, Any] | None = None  # DESIGN.md scenario mapping, loads with scenario_from_dict
     measured: Measured | None = None
     assumptions: tuple[str, ...] = ()
+    framework: str = ""                        # software profile the run is predicted with
 
 
 def _read_csv(path: Path) -> tuple[tuple[str, ...], list[tuple[int, dict[str, str]]]]:
@@ -663,7 +664,23 @@ class _RowMapper:
             cluster["slices"] = slices
         raw = {"name": self.cell("id"), "cluster": cluster,
                "model": model, "training": training, "parallelism": par}
+        if (fw := self.framework()) is not None:
+            raw["software"] = {"framework": fw}
         return topo, raw
+
+    def framework(self) -> str | None:
+        """The ``framework`` column (the stack the source ran), None for the chip's default."""
+        from .software import FRAMEWORKS
+
+        text = self.row.get("framework", "").strip()
+        if text in FRAMEWORKS:
+            return text
+        if text in ("", "other"):
+            self.assumptions.append(f"framework {text or 'not labelled'}: the chip's default "
+                                    "software profile")
+            return None
+        raise ConfigError(f"{self.where}: framework: got {text!r}; valid: "
+                          f"{', '.join(FRAMEWORKS)}, other")
 
     def measure(self, model: ModelSpec, raw: Mapping[str, Any], chip: Chip) -> Measured:
         training = raw["training"]
@@ -747,9 +764,11 @@ def map_runs(data_dir: Path) -> tuple[MappedRun, ...]:
                                  chips=chips, supported=False, reason=str(e),
                                  assumptions=tuple(mapper.assumptions)))
             continue
+        assert scn.software is not None
         out.append(MappedRun(id=row["id"], split=row["split"], hardware=row["hardware"], chips=chips,
                              supported=True, reason="", topology=topo, family=chip.family,
-                             scenario=raw, measured=measured, assumptions=tuple(mapper.assumptions)))
+                             scenario=raw, measured=measured, assumptions=tuple(mapper.assumptions),
+                             framework=scn.software.framework))
     return tuple(out)
 
 
@@ -780,6 +799,7 @@ class TrainingRunResult:
     family: str
     topology: str
     chips: int
+    framework: str
     time_from: str
     flops_convention: str
     measured_step_s: float
@@ -809,7 +829,8 @@ class UnsupportedTrainingRun:
 
 @dataclass(frozen=True, slots=True)
 class TrainingSummary:
-    """Aggregate over the predicted runs of one split (family "all") or split x family."""
+    """Aggregate over the predicted runs of one split (family "all"), split x family, or split x
+    family x framework (``framework`` "all" for the first two)."""
 
     split: str
     family: str
@@ -817,6 +838,7 @@ class TrainingSummary:
     step_median_abs_pct: float | None
     step_p90_abs_pct: float | None
     mfu_median_abs_pp: float | None
+    framework: str = "all"
 
 
 @dataclass(frozen=True, slots=True)
@@ -827,6 +849,7 @@ class TrainingReport:
     splits: tuple[TrainingSummary, ...]        # one per split, family "all"
     families: tuple[TrainingSummary, ...]      # one per (split, family) with supported runs
     unsupported: tuple[UnsupportedTrainingRun, ...]
+    stacks: tuple[TrainingSummary, ...] = ()   # one per (split, family, framework)
 
     @property
     def errors(self) -> tuple[TrainingRunResult, ...]:
@@ -857,7 +880,7 @@ def _score(run: MappedRun, predict: TrainingPredictor) -> TrainingRunResult:
     m = run.measured
     unscored = TrainingRunResult(
         id=run.id, split=run.split, family=run.family, topology=run.topology, chips=run.chips,
-        time_from=m.time_from, flops_convention=m.flops_convention, measured_step_s=m.step_time_s,
+        framework=run.framework, time_from=m.time_from, flops_convention=m.flops_convention, measured_step_s=m.step_time_s,
         measured_mfu=m.mfu, published_mfu=m.published_mfu, model_flops_per_step=m.model_flops_per_step,
         assumptions=run.assumptions, scenario=run.scenario)
     try:
@@ -878,14 +901,15 @@ def _score(run: MappedRun, predict: TrainingPredictor) -> TrainingRunResult:
                                predicted_model_flops_per_step=flops)
 
 
-def _summarize(split: str, family: str, runs: Iterable[TrainingRunResult]) -> TrainingSummary:
+def _summarize(split: str, family: str, runs: Iterable[TrainingRunResult],
+               framework: str = "all") -> TrainingSummary:
     runs = [r for r in runs if r.error is None]
     step = [r.step_abs_err_pct for r in runs if r.step_abs_err_pct is not None]
     mfu = [r.mfu_abs_err_pp for r in runs if r.mfu_abs_err_pp is not None]
     return TrainingSummary(split=split, family=family, runs=len(runs),
                            step_median_abs_pct=_percentile(step, 0.5),
                            step_p90_abs_pct=_percentile(step, 0.9),
-                           mfu_median_abs_pp=_percentile(mfu, 0.5))
+                           mfu_median_abs_pp=_percentile(mfu, 0.5), framework=framework)
 
 
 def validate_training(data_dir: Path, predict: TrainingPredictor,
@@ -907,7 +931,12 @@ def validate_training(data_dir: Path, predict: TrainingPredictor,
     families = tuple(_summarize(SPLITS[i], fam, (r for r in results if r.split == SPLITS[i]
                                                   and r.family == fam))
                      for i, _, fam in groups)
-    return TrainingReport(runs=results, splits=splits, families=families, unsupported=unsupported)
+    stack_keys = sorted({(SPLITS.index(r.split), r.family, r.framework) for r in results})
+    stacks = tuple(_summarize(SPLITS[i], fam, (r for r in results if r.split == SPLITS[i]
+                                                and r.family == fam and r.framework == fw), fw)
+                   for i, fam, fw in stack_keys)
+    return TrainingReport(runs=results, splits=splits, families=families, unsupported=unsupported,
+                          stacks=stacks)
 
 
 # ----------------------------------------------------------------------------- budgets
@@ -963,7 +992,7 @@ def format_training_report(report: TrainingReport) -> str:
         ("  from: where the measured step comes from (step | tokens: batch x seq / tokens/s | "
          "tflops, mfu: the source's FLOP count, see flops_convention in --json)"),
         "",
-        (f"{'run':<{width}}  {'split':<12}{'family':<7}{'chips':>6} {'from':<7}{'meas s':>10}"
+        (f"{'run':<{width}}  {'split':<12}{'family':<7}{'framework':<14}{'chips':>6} {'from':<7}{'meas s':>10}"
          f"{'pred s':>10}{'err%':>8}{'meas MFU%':>10}{'pred MFU%':>10}  note"),
     ]
     for r in report.runs:
@@ -972,18 +1001,24 @@ def format_training_report(report: TrainingReport) -> str:
                 and abs(r.predicted_model_flops_per_step / r.model_flops_per_step - 1) > 0.01):
             note = (f"predictor's model FLOPs differ by "
                     f"{(r.predicted_model_flops_per_step / r.model_flops_per_step - 1) * 100:+.1f}%")
-        lines.append(f"{r.id:<{width}}  {r.split:<12}{r.family:<7}{r.chips:>6} {r.time_from:<7}"
+        lines.append(f"{r.id:<{width}}  {r.split:<12}{r.family:<7}{r.framework:<14}{r.chips:>6} {r.time_from:<7}"
                      f"{r.measured_step_s:>10.4g}{_f(r.predicted_step_s, '.4g'):>10}"
                      f"{_f(r.step_abs_err_pct, '.1f'):>8}{r.measured_mfu * 100:>10.1f}"
                      f"{_f(None if r.predicted_mfu is None else r.predicted_mfu * 100, '.1f'):>10}"
                      f"  {note}".rstrip())
-    head = f"{'split':<12}{'family':<8}{'runs':>5}{'step med%':>11}{'step p90%':>11}{'MFU med pp':>12}"
+    head = (f"{'split':<12}{'family':<8}{'framework':<14}{'runs':>5}{'step med%':>11}"
+            f"{'step p90%':>11}{'MFU med pp':>12}")
     lines += ["", "by split (predicted runs):", head]
-    for s in (*report.splits, None, *report.families):
+    for s in (*report.splits, None, *report.families, "stacks", *report.stacks):
         if s is None:
             lines += ["", "by split and family:", head]
             continue
-        lines.append(f"{s.split:<12}{s.family:<8}{s.runs:>5}{_f(s.step_median_abs_pct, '.1f'):>11}"
+        if s == "stacks":
+            lines += ["", "by split, family and framework (software profile):", head]
+            continue
+        assert isinstance(s, TrainingSummary)
+        lines.append(f"{s.split:<12}{s.family:<8}{s.framework:<14}{s.runs:>5}"
+                     f"{_f(s.step_median_abs_pct, '.1f'):>11}"
                      f"{_f(s.step_p90_abs_pct, '.1f'):>11}{_f(s.mfu_median_abs_pp, '.1f'):>12}")
     lines += ["", f"unsupported ({len(report.unsupported)} runs, not predicted):"]
     for u in report.unsupported:
@@ -1002,6 +1037,7 @@ def training_report_to_json(report: TrainingReport) -> dict[str, Any]:
         "runs": [dataclasses.asdict(r) for r in report.runs],
         "splits": [dataclasses.asdict(s) for s in report.splits],
         "families": [dataclasses.asdict(s) for s in report.families],
+        "stacks": [dataclasses.asdict(s) for s in report.stacks],
         "unsupported": [dataclasses.asdict(u) for u in report.unsupported],
         "errors": [{"id": r.id, "split": r.split, "error": r.error} for r in report.errors],
     }
@@ -1009,61 +1045,42 @@ def training_report_to_json(report: TrainingReport) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- calibration fit
 
-def fit_training_efficiency(data_dir: Path, predictor_for: Callable[[dict[str, float]], Any],
-                            families: Sequence[str] = ("A100", "H100", "TPU"),
-                            rounds: int = 3) -> dict[str, float]:
-    """Fit of ``sim.calibration.TRAINING_EFFICIENCY`` on the calibration split only.
+def fit_stack_efficiency(data_dir: Path,
+                         predictor_for: Callable[[dict[tuple[str, str, str], float]], Any],
+                         rounds: int = 3, min_runs: int = 3) -> dict[tuple[str, str, str], float]:
+    """Fit of ``sim.calibration.STACK_EFFICIENCY`` on the calibration split only.
 
-    Per chip family, the factor on GEMM/attention efficiency that makes the median ratio of
-    predicted to measured step time 1 over that family's calibration runs: start from 1 and
-    rescale by the median ratio a few times (the step is not exactly proportional, since
-    communication and memory-bound work do not scale with it). *predictor_for(table)* builds a
-    predictor with that table. A family with fewer than 3 calibration runs keeps 1.0.
+    Per (framework, GPU family or TPU generation, precision) with at least *min_runs* calibration
+    runs, the factor on kernel time that makes the median ratio of predicted to measured step time
+    1 over that group's calibration runs: start from 1 and rescale by the median ratio *rounds*
+    times (communication does not scale with it). *predictor_for(table)* builds a predictor with
+    that table. Groups with fewer runs are left out (they run at 1.0).
     """
-    mapped = tuple(m for m in map_runs(data_dir) if m.supported and m.split == "calibration")
-    table = {f: 1.0 for f in families}
+    from .config import scenario_from_dict
+    from .software import resolve_software
+
+    mapped = [m for m in map_runs(data_dir) if m.supported and m.split == "calibration"]
+    keys: dict[str, tuple[str, str, str]] = {}
+    for m in mapped:
+        assert m.scenario is not None
+        scn = scenario_from_dict(m.scenario)
+        chip = scn.cluster.chip
+        profile = scn.software or resolve_software(None, None, chip)
+        keys[m.id] = (profile.framework, chip.family if chip.vendor == "nvidia" else chip.arch,
+                      scn.training.precision)
+    counts: dict[tuple[str, str, str], int] = {}
+    for k in keys.values():
+        counts[k] = counts.get(k, 0) + 1
+    table = {k: 1.0 for k, n in counts.items() if n >= min_runs}
     for _ in range(rounds):
         predict = predictor_for(dict(table))
-        ratios: dict[str, list[float]] = {f: [] for f in families}
+        ratios: dict[tuple[str, str, str], list[float]] = {k: [] for k in table}
         for m in mapped:
-            if m.family not in ratios or m.measured is None:
-                continue
-            r = _score(m, predict)
-            if r.error is None and r.predicted_step_s:
-                ratios[m.family].append(r.predicted_step_s / r.measured_step_s)
-        for f in families:
-            if len(ratios[f]) >= 3:
-                table[f] *= float(sorted(ratios[f])[len(ratios[f]) // 2])
-    return {f: round(v, 3) for f, v in table.items()}
-
-
-def fit_attention_efficiency(data_dir: Path, predictor_for: Callable[[dict[str, float], dict[str, float]], Any],
-                             grid: dict[str, Sequence[float]]) -> tuple[dict[str, float], dict[str, float]]:
-    """Joint fit of ``ATTENTION_EFFICIENCY`` (per GPU architecture) and ``TRAINING_EFFICIENCY``
-    on the calibration split: for each grid value of the attention efficiency, fit the training
-    efficiency (``fit_training_efficiency``) and score the median absolute step-time error of each
-    family's calibration runs; keep, per architecture, the value with the smallest error.
-    *grid*: architecture -> candidate values; *predictor_for(training, attention)* builds a
-    predictor. Returns (attention, training) tables.
-    """
-    fam_of = {"ampere": "A100", "hopper": "H100"}
-    mapped = tuple(m for m in map_runs(data_dir) if m.supported and m.split == "calibration")
-    n = max(len(v) for v in grid.values())
-    best: dict[str, tuple[float, float, float]] = {}
-    for i in range(n):
-        att = {arch: vals[min(i, len(vals) - 1)] for arch, vals in grid.items()}
-        train = fit_training_efficiency(data_dir, lambda t: predictor_for(t, att))
-        predict = predictor_for(train, att)
-        errs: dict[str, list[float]] = {f: [] for f in fam_of.values()}
-        for m in mapped:
-            if m.family in errs and m.measured is not None:
+            if keys[m.id] in ratios:
                 r = _score(m, predict)
                 if r.error is None and r.predicted_step_s:
-                    errs[m.family].append(abs(r.predicted_step_s / r.measured_step_s - 1))
-        for arch, fam in fam_of.items():
-            if arch in att and errs[fam]:
-                e = sorted(errs[fam])[len(errs[fam]) // 2]
-                if arch not in best or e < best[arch][0]:
-                    best[arch] = (e, att[arch], train[fam])
-    return ({a: v[1] for a, v in best.items()},
-            {fam_of[a]: round(v[2], 3) for a, v in best.items()})
+                    ratios[keys[m.id]].append(r.predicted_step_s / r.measured_step_s)
+        for k, v in ratios.items():
+            if v:
+                table[k] *= float(sorted(v)[len(v) // 2])
+    return {k: round(v, 3) for k, v in sorted(table.items())}

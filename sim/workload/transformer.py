@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ..config import Scenario
 from ..errors import ConfigError
 from ..models import ModelSpec
+from ..compute.kernels import AttentionShape, attention_bytes, attention_flops
 
 __all__ = ["Op", "Comm", "LayerWork", "Workload", "build_workload", "model_flops_per_token"]
 
@@ -28,13 +29,23 @@ BYTES = 2          # bf16 activations and weights
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """One kernel on one rank: FLOPs, HBM bytes, and the GEMM shape (m, n, k) where it is one."""
+    """One kernel on one rank: FLOPs, HBM bytes, the GEMM shape (m, n, k) where it is one.
+
+    ``cls`` says what the compute model needs beyond the shape: for a GEMM ``linear`` (a layer's
+    weight matmul, FP8 under Transformer Engine), ``head`` (the output layer) or ``router``; for
+    attention the pass (``fwd``, ``bwd``, ``recompute``) with its ``attn`` shape; for a memory-bound
+    op its class (``norm``, ``act``, ``rope``, ``residual``, ``cross-entropy``, ``embedding``, each
+    with a ``-bwd`` form), which the software profile maps to a measured bandwidth.
+    """
 
     name: str
     kind: str                    # "gemm" | "attention" | "memory"
     flops: float
     bytes: float
     shape: tuple[int, int, int] = (0, 0, 0)
+    cls: str = ""
+    attn: AttentionShape | None = None
+    batch: int = 1               # GEMMs of this shape in one grouped kernel (MoE experts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +95,27 @@ def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     return 6 * m.non_embedding_params(active_only=True) + 12 * m.layers * m.heads * m.head_dim * seq_len
 
 
-def _gemm(name: str, m: int, n: int, k: int) -> Op:
-    """C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs; reads A and B, writes C (bf16)."""
-    return Op(name, "gemm", 2.0 * m * n * k, BYTES * (m * k + k * n + m * n), (m, n, k))
+def _gemm(name: str, m: int, n: int, k: int, cls: str = "linear", batch: int = 1) -> Op:
+    """*batch* GEMMs C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs each; read A and B, write C (bf16)."""
+    return Op(name, "gemm", 2.0 * m * n * k * batch, BYTES * batch * (m * k + k * n + m * n),
+              (m, n, k), cls, batch=batch)
 
 
-def _mem(name: str, nbytes: float) -> Op:
-    return Op(name, "memory", 0.0, float(nbytes))
+def _mem(name: str, nbytes: float, cls: str) -> Op:
+    return Op(name, "memory", 0.0, float(nbytes), cls=cls)
+
+
+def _attention(name: str, shape: AttentionShape, passname: str) -> Op:
+    bwd = passname == "bwd"
+    return Op(name, "attention", attention_flops(shape, bwd), attention_bytes(shape, bwd),
+              cls=passname, attn=shape)
+
+
+# Backward bytes of a memory-bound op per forward byte: RMSNorm reads x and dy and writes dx
+# (3 tensors against 2); SwiGLU reads u, v, dy and writes du, dv (5 against 3), GeLU reads x, dy
+# and writes dx (3 against 2); RoPE rotates the gradient as it rotated the input; a residual add's
+# gradient is added to the branch's (the same 3 tensors).
+_BWD_BYTES = {"norm": 1.5, "rope": 1.0, "residual": 1.0, "embedding": 1.0}
 
 
 def build_workload(scn: Scenario) -> Workload:
@@ -107,58 +132,69 @@ def build_workload(scn: Scenario) -> Workload:
 
     fwd: list[Item] = []
     # Attention block
-    fwd.append(_mem("norm1", 2 * act / (t if sp else 1)))
+    fwd.append(_mem("norm1", 2 * act / (t if sp else 1), "norm"))
     if sp:                       # without SP the input is replicated: nothing to gather
         fwd.append(Comm("tp-ag-attn", "allgather", "tp", act))
     fwd.append(_gemm("qkv", tok, (a + 2 * g) * d // t, h))
-    fwd.append(_mem("rope", 2 * tok * (a + g) * d // t * BYTES))
-    # Flash attention: causal, so half the 4 b s S a d of the full score matrix; reads q, k, v and
-    # writes o once (scores stay on chip).
-    keys = s * cp
-    attn_flops = 4.0 * b * s * keys * (a // t) * d / 2
-    fwd.append(Op("attention", "attention", attn_flops, BYTES * tok * (2 * a + 2 * g) * d / t))
+    fwd.append(_mem("rope", 2 * tok * (a + g) * d // t * BYTES, "rope"))
+    # Attention over this rank's a/t query heads (and its share of the kv heads) against every key
+    # of the sequence (context parallelism hands the other ranks' keys round a ring).
+    heads_local = a // t
+    kv_local = max(1, g // t)
+    attn = AttentionShape(b, heads_local, kv_local, s, s * cp, d, causal=True)
+    fwd.append(_attention("attention", attn, "fwd"))
     fwd.append(_gemm("attn-out", tok, h, a * d // t))
     if t > 1:
         fwd.append(Comm("tp-rs-attn", "reducescatter" if sp else "allreduce", "tp", act))
-    fwd.append(_mem("residual1", 3 * act / (t if sp else 1)))
+    fwd.append(_mem("residual1", 3 * act / (t if sp else 1), "residual"))
     # MLP block (dense or routed experts)
-    fwd.append(_mem("norm2", 2 * act / (t if sp else 1)))
+    fwd.append(_mem("norm2", 2 * act / (t if sp else 1), "norm"))
     if sp:
         fwd.append(Comm("tp-ag-mlp", "allgather", "tp", act))
     if m.moe is None:
         up = (2 if m.mlp == "swiglu" else 1) * f // t
         fwd.append(_gemm("mlp-up", tok, up, h))
-        fwd.append(_mem("activation", (3 if m.mlp == "swiglu" else 2) * tok * f // t * BYTES))
+        fwd.append(_mem("activation", (3 if m.mlp == "swiglu" else 2) * tok * f // t * BYTES, "act"))
         fwd.append(_gemm("mlp-down", tok, h, f // t))
     else:
         e, k = m.moe.experts, m.moe.top_k
         routed = int(math.ceil(tok * k * m.moe.capacity_factor))   # token copies this rank computes
-        fwd.append(_gemm("router", tok, e, h))
+        fwd.append(_gemm("router", tok, e, h, "router"))
+        # Each tensor-parallel rank dispatches only its 1/t share of the token copies (Megatron's
+        # all-to-all token dispatcher runs on the sequence-parallel shard); the expert GEMMs then
+        # see all of them, split over t by the experts' own tensor parallelism.
+        a2a = math.ceil(routed / t) * h * BYTES
         if ep > 1:
-            fwd.append(Comm("ep-dispatch", "alltoall", "ep", routed * h * BYTES))
+            fwd.append(Comm("ep-dispatch", "alltoall", "ep", a2a))
+        # The rank's experts run as one grouped GEMM (Megatron's GroupedMLP, torch._grouped_mm):
+        # e / ep experts, each over its share of the token copies the all-to-all brought in.
+        local = e // ep
+        per_expert = max(1, math.ceil(routed / local))
         up = (2 if m.mlp == "swiglu" else 1) * f // t
-        fwd.append(_gemm("expert-up", routed, up, h))
-        fwd.append(_mem("activation", (3 if m.mlp == "swiglu" else 2) * routed * f // t * BYTES))
-        fwd.append(_gemm("expert-down", routed, h, f // t))
+        fwd.append(_mem("permute", 2 * routed * h * BYTES, "embedding"))
+        fwd.append(_gemm("expert-up", per_expert, up, h, batch=local))
+        fwd.append(_mem("activation", (3 if m.mlp == "swiglu" else 2) * routed * f // t * BYTES, "act"))
+        fwd.append(_gemm("expert-down", per_expert, h, f // t, batch=local))
+        fwd.append(_mem("unpermute", 2 * routed * h * BYTES, "embedding"))
         if ep > 1:
-            fwd.append(Comm("ep-combine", "alltoall", "ep", routed * h * BYTES))
+            fwd.append(Comm("ep-combine", "alltoall", "ep", a2a))
     if t > 1:
         fwd.append(Comm("tp-rs-mlp", "reducescatter" if sp else "allreduce", "tp", act))
-    fwd.append(_mem("residual2", 3 * act / (t if sp else 1)))
+    fwd.append(_mem("residual2", 3 * act / (t if sp else 1), "residual"))
 
     bwd: list[Item] = []
     for item in reversed(fwd):
         if isinstance(item, Op):
             if item.kind == "gemm":
                 mm, nn, kk = item.shape
-                bwd.append(_gemm(item.name + "-dgrad", mm, kk, nn))
-                bwd.append(_gemm(item.name + "-wgrad", kk, nn, mm))
+                bwd.append(_gemm(item.name + "-dgrad", mm, kk, nn, item.cls, item.batch))
+                bwd.append(_gemm(item.name + "-wgrad", kk, nn, mm, item.cls, item.batch))
             elif item.kind == "attention":
-                # FlashAttention backward: 2.5x the forward matmul work (it recomputes the scores);
-                # Dao 2023, "FlashAttention-2", section 3.1.2 (5 matmuls vs 2 in the forward).
-                bwd.append(Op("attention-bwd", "attention", 2.5 * item.flops, 2 * item.bytes))
+                assert item.attn is not None
+                bwd.append(_attention("attention-bwd", item.attn, "bwd"))
             else:
-                bwd.append(_mem(item.name + "-bwd", 2 * item.bytes))
+                factor = _BWD_BYTES.get(item.cls, 5 / 3 if m.mlp == "swiglu" else 1.5)
+                bwd.append(_mem(item.name + "-bwd", factor * item.bytes, item.cls + "-bwd"))
         else:
             # The backward of an all-gather is a reduce-scatter and vice versa; without sequence
             # parallelism the all-reduce after a row-parallel GEMM becomes one before the
@@ -169,9 +205,9 @@ def build_workload(scn: Scenario) -> Workload:
     if tr.recompute == "full":
         recompute = tuple(fwd)
     elif tr.recompute == "selective":
-        # Korthikanti et al.: recompute the attention core only (flash attention's own backward
-        # already does; no extra work beyond it is charged here).
-        recompute = ()
+        # Korthikanti et al.: recompute the attention core only. A flash kernel's backward already
+        # does (the compute model charges 0 for it); an unfused one runs its forward again.
+        recompute = (_attention("attention-recompute", attn, "recompute"),)
     else:
         recompute = ()
 
@@ -181,13 +217,14 @@ def build_workload(scn: Scenario) -> Workload:
 
     # Embedding on the first stage (a gather: memory bound), output head + loss on the last.
     V = m.vocab
-    first_f: tuple[Item, ...] = (_mem("embedding", act * 2),)
-    first_b: tuple[Item, ...] = (_mem("embedding-bwd", act * 2),)
-    head = _gemm("lm-head", tok, V // t, h)
-    loss = _mem("cross-entropy", tok * V // t * 4 * 3)          # fp32 logits: write, read, grad
-    last_f: tuple[Item, ...] = (_mem("final-norm", 2 * act), head, loss)
-    last_b: tuple[Item, ...] = (_gemm("lm-head-dgrad", tok, h, V // t),
-                                _gemm("lm-head-wgrad", h, V // t, tok), _mem("final-norm-bwd", 4 * act))
+    first_f: tuple[Item, ...] = (_mem("embedding", act * 2, "embedding"),)
+    first_b: tuple[Item, ...] = (_mem("embedding-bwd", act * 2, "embedding-bwd"),)
+    head = _gemm("lm-head", tok, V // t, h, "head")
+    loss = _mem("cross-entropy", tok * V // t * 4 * 3, "cross-entropy")   # fp32 logits: write, read, grad
+    last_f: tuple[Item, ...] = (_mem("final-norm", 2 * act, "norm"), head, loss)
+    last_b: tuple[Item, ...] = (_gemm("lm-head-dgrad", tok, h, V // t, "head"),
+                                _gemm("lm-head-wgrad", h, V // t, tok, "head"),
+                                _mem("final-norm-bwd", 3 * act, "norm-bwd"))
 
     vs = par.virtual_stages if par.schedule == "interleaved" else 1
     chunks = pp * vs

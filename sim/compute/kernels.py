@@ -1,0 +1,144 @@
+"""Kernel time formulas: a GEMM, an attention kernel, a memory-bound op, on one chip.
+
+Pure functions of a shape and a parameter record; the parameters are fitted on the kernel tables
+in ``validation/compute/`` (``sim.compute.fit``) and live in ``sim.calibration``. Each formula is
+the mechanism the tables show, not a curve through them:
+
+- **GEMM** (NVIDIA): cuBLAS splits C[m, n] into output tiles, one thread block (CTA) per tile, and
+  runs them in waves of one tile per SM; a partly filled last wave costs a whole one (wave
+  quantisation). A tile's time is its k-loop at the sustained tensor-core rate, plus a pipeline
+  fill worth ``k0`` more steps of k, plus a fixed prologue/epilogue. cuBLAS picks among tile shapes;
+  we take the fastest of the usual Hopper/Ampere ones. Skinny shapes also meet the HBM roofline.
+- **GEMM** (TPU): no per-shape sweep exists for v4-v6e, so a saturating curve in the FLOP count
+  (``eff(F) = e_max (1 - exp(-F / (peak t_ramp)))``), fitted on the TPU7x square sweep.
+- **Attention** (fused flash kernels): FLOPs at the kernel's sustained rate, plus the critical path
+  of the longest thread block (the last block of queries under a causal mask sees every key, so
+  its work grows with the sequence, not with the batch), plus the HBM traffic the kernel cannot
+  hide (Q, K, V, O and LSE forward; in the backward also dO, dQ, dK, dV and FP32 dQ partials).
+- **Memory-bound ops**: bytes moved / (HBM bandwidth x the fraction of it that op class reaches).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["GemmParams", "AttentionParams", "AttentionShape", "gemm_time_s", "gemm_curve_time_s",
+           "attention_flops", "attention_bytes", "attention_time_s", "memory_time_s",
+           "GEMM_TILES"]
+
+# Output tiles (rows x columns) of the cuBLAS/CUTLASS kernels on Hopper and Ampere: 128x128 and the
+# 128x256 / 256x128 warp-specialised tiles (CUTLASS 3 default tile shapes for sm90 bf16/fp8).
+GEMM_TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
+# A flash-attention thread block owns 128 query rows (FlashAttention-2/3 and cuDNN's sm90 kernels).
+ATTENTION_BLOCK_ROWS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class GemmParams:
+    """One dtype's GEMM constants on one architecture (``sim.calibration.GEMM``).
+
+    ``efficiency``: sustained fraction of the dense peak inside a tile's k-loop; ``tile_s``: fixed
+    time per tile (prologue, epilogue); ``k0``: pipeline fill in units of k; ``call_s``: what an
+    isolated, timed call adds (launch and event latency; a training step's stream hides it).
+    """
+
+    efficiency: float
+    tile_s: float
+    k0: float
+    call_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionParams:
+    """One attention kernel family and pass on one architecture (``sim.calibration.ATTENTION``).
+
+    ``efficiency``: sustained fraction of the bf16 peak at head_dim 128; ``d256``: its factor at
+    head_dim 256; ``tail``: weight of the longest thread block's work; ``mem``: weight of the
+    kernel's HBM traffic at the chip's full bandwidth.
+    """
+
+    efficiency: float
+    d256: float
+    tail: float
+    mem: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionShape:
+    """Per-rank attention: ``batch`` sequences, ``heads`` query heads (``kv_heads`` key/value
+    heads), ``seq_q`` queries against ``seq_k`` keys each, ``head_dim``, causal mask or not."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    causal: bool = True
+
+
+def gemm_time_s(m: int, n: int, k: int, dtype_bytes: float, peak_flops: float, sms: int,
+                hbm_Bps: float, p: GemmParams, batch: int = 1, isolated: bool = False) -> float:
+    """Time of ``batch`` GEMMs C[m,n] = A[m,k] B[k,n] on an SM-based GPU (tile/wave model).
+
+    *dtype_bytes*: bytes per input element (2 bf16, 1 fp8); outputs are bf16. *isolated* adds the
+    per-call latency that a microbenchmark of one call measures (``validate --suite compute``).
+    """
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    per_sm = peak_flops / sms * p.efficiency
+    best = math.inf
+    for tm, tn in GEMM_TILES:
+        tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
+        waves = math.ceil(tiles / sms)
+        best = min(best, waves * (2.0 * tm * tn * (k + p.k0) / per_sm + p.tile_s))
+    # The roofline: inputs read once, the bf16 output written once (at 90% of the HBM spec, the
+    # order of a plain copy: validation/compute/*/memory_bound.csv).
+    memory = batch * (dtype_bytes * (m * k + k * n) + 2.0 * m * n) / (0.9 * hbm_Bps)
+    return max(best, memory) + (p.call_s if isolated else 0.0)
+
+
+def gemm_curve_time_s(flops: float, nbytes: float, peak_flops: float, e_max: float,
+                      t_ramp_s: float, hbm_Bps: float) -> float:
+    """GEMM time on a chip without a per-shape model (TPU): saturating efficiency in FLOPs."""
+    if flops <= 0:
+        return nbytes / hbm_Bps
+    eff = e_max * (1.0 - math.exp(-flops / (peak_flops * t_ramp_s)))
+    return max(flops / (peak_flops * eff), nbytes / hbm_Bps)
+
+
+def attention_flops(s: AttentionShape, backward: bool) -> float:
+    """Matmul FLOPs of flash attention: 4 b h s_q s_k d forward (QK^T and PV), halved by a causal
+    mask over a square score matrix; the backward does 2.5x the forward (five matmuls against two,
+    one of them recomputing the scores: Dao 2023, FlashAttention-2, section 3.1.2)."""
+    f = 4.0 * s.batch * s.heads * s.seq_q * s.seq_k * s.head_dim
+    if s.causal:
+        f /= 2
+    return 2.5 * f if backward else f
+
+
+def attention_bytes(s: AttentionShape, backward: bool) -> float:
+    """HBM bytes a fused attention kernel moves (bf16 tensors, each read or written once):
+    forward Q, K, V in and O out; backward Q, K, V, O, dO in, dQ, dK, dV out, and dQ accumulated
+    in FP32 (written and read once more, counted as two bf16-sized tensors)."""
+    q = s.batch * s.seq_q * s.heads * s.head_dim * 2.0
+    kv = s.batch * s.seq_k * s.kv_heads * s.head_dim * 2.0
+    if not backward:
+        return 2 * q + 2 * kv
+    return 3 * q + 2 * kv + 2 * q + 2 * kv + 2 * q
+
+
+def attention_time_s(s: AttentionShape, backward: bool, p: AttentionParams, peak_flops: float,
+                     sms: int, hbm_Bps: float) -> float:
+    """Fused flash attention: sustained-rate FLOPs + the longest block's critical path + HBM."""
+    eff = p.efficiency * (p.d256 if s.head_dim >= 256 else 1.0)
+    rate = peak_flops * eff
+    longest = 4.0 * ATTENTION_BLOCK_ROWS * s.seq_k * s.head_dim * (2.5 if backward else 1.0)
+    return (attention_flops(s, backward) / rate + p.tail * longest / (rate / sms)
+            + p.mem * attention_bytes(s, backward) / hbm_Bps)
+
+
+def memory_time_s(nbytes: float, hbm_Bps: float, fraction: float) -> float:
+    """A memory-bound op: *nbytes* moved at *fraction* of the HBM bandwidth."""
+    return nbytes / (hbm_Bps * fraction) if nbytes > 0 else 0.0

@@ -1,0 +1,169 @@
+"""The compute model: each op of a rank's work -> seconds on one chip, under one software stack.
+
+``ComputeModel(chip, precision, profile)`` turns a workload ``Op`` into a kernel time with the
+formulas of ``sim.compute.kernels`` and the constants of ``sim.calibration``; the profile
+(``sim.software``) decides which attention kernel runs, which GEMMs run in FP8, how elementwise
+ops are fused and which optimizer step runs. Times are memoised per op (the same shapes repeat in
+every layer and micro-batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .. import calibration as cal
+from ..hardware import Chip
+from ..software import SoftwareProfile
+from ..workload.transformer import Op
+from .kernels import (AttentionParams, AttentionShape, GemmParams, attention_flops,
+                      attention_time_s,
+                      gemm_curve_time_s, gemm_time_s, memory_time_s)
+
+__all__ = ["ComputeModel", "stack_key", "memory_class"]
+
+# Memory-bound op class (sim.workload.transformer) -> the measured class it runs as, per
+# elementwise mode of the profile. Eager PyTorch runs each op as its own kernel(s) at the
+# bandwidth measured for it; RoPE's rotate-half, like SwiGLU, is a chain of small elementwise
+# kernels; a row-wise softmax or cross-entropy is a reduction like RMSNorm. Megatron/Apex
+# ("partial") has one-kernel bias-GeLU and bias-dropout-add. A fused stack streams each tensor once.
+_CLASSES: dict[str, dict[str, str]] = {
+    "eager": {"norm": "rmsnorm_fwd", "norm-bwd": "rmsnorm_bwd", "act": "swiglu_fwd",
+              "act-bwd": "swiglu_fwd", "rope": "swiglu_fwd", "rope-bwd": "swiglu_fwd",
+              "residual": "residual_add", "residual-bwd": "residual_add",
+              "softmax": "rmsnorm_fwd", "softmax-bwd": "rmsnorm_bwd", "cross-entropy": "rmsnorm_fwd",
+              "embedding": "copy", "cast": "copy"},
+    "partial": {"norm": "rmsnorm_fwd", "norm-bwd": "rmsnorm_bwd", "act": "residual_add",
+                "act-bwd": "residual_add", "rope": "swiglu_fwd", "rope-bwd": "swiglu_fwd",
+                "residual": "residual_add", "residual-bwd": "residual_add",
+                "softmax": "rmsnorm_fwd", "softmax-bwd": "rmsnorm_bwd",
+                "cross-entropy": "rmsnorm_fwd", "embedding": "copy", "cast": "copy"},
+}
+
+
+def memory_class(op_class: str, elementwise: str) -> str:
+    """The measured class (``sim.calibration.MEMORY_FRACTION`` key) an op class runs as."""
+    if elementwise == "fused":
+        return "copy"
+    return _CLASSES[elementwise].get(op_class, "copy")
+
+
+def stack_key(profile: SoftwareProfile, chip: Chip, precision: str) -> tuple[str, str, str]:
+    """Key of ``sim.calibration.STACK_EFFICIENCY``: (framework, GPU family or TPU generation,
+    precision)."""
+    return profile.framework, (chip.family if chip.vendor == "nvidia" else chip.arch), precision
+
+
+class ComputeModel:
+    """Kernel times of one chip under one precision and software profile."""
+
+    def __init__(self, chip: Chip, precision: str, profile: SoftwareProfile,
+                 stack_efficiency: dict[tuple[str, str, str], float] | None = None) -> None:
+        self.chip = chip
+        self.profile = profile
+        self.gpu = chip.vendor == "nvidia"
+        self.bf16_peak = chip.bf16_flops
+        fp8_faster = chip.fp8_flops is not None and chip.fp8_flops > chip.bf16_flops
+        self.fp8 = precision == "fp8" and profile.fp8_linear and fp8_faster
+        self.hbm_Bps = chip.hbm_Bps
+        table = cal.STACK_EFFICIENCY if stack_efficiency is None else stack_efficiency
+        self.stack_efficiency = table.get(stack_key(profile, chip, precision), 1.0)
+        self._memo: dict[Op, float] = {}
+        if self.gpu:
+            assert chip.sms, chip.name
+            ratio = cal.MAMF_RATIO_VS_HOPPER.get(chip.arch, {})
+            self.gemm = {dt: GemmParams(p.efficiency * ratio.get(dt, 1.0), p.tile_s, p.k0, p.call_s)
+                         for dt, p in cal.GEMM_HOPPER.items()}
+
+    # ------------------------------------------------------------------ kernels
+    def gemm_s(self, m: int, n: int, k: int, fp8: bool = False, batch: int = 1) -> float:
+        if not self.gpu:
+            flops = 2.0 * m * n * k * batch
+            nbytes = 2.0 * batch * (m * k + k * n + m * n)
+            return gemm_curve_time_s(flops, nbytes, self.bf16_peak, cal.TPU_GEMM_E_MAX,
+                                     cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps * cal.TPU_MEMORY_FRACTION)
+        if fp8:
+            assert self.chip.fp8_flops is not None
+            return gemm_time_s(m, n, k, 1.0, self.chip.fp8_flops, self.chip.sms, self.hbm_Bps,
+                               self.gemm["fp8"], batch)
+        return gemm_time_s(m, n, k, 2.0, self.bf16_peak, self.chip.sms, self.hbm_Bps,
+                           self.gemm["bf16"], batch)
+
+    def memory_s(self, nbytes: float, op_class: str) -> float:
+        if not self.gpu:
+            return memory_time_s(nbytes, self.hbm_Bps, cal.TPU_MEMORY_FRACTION)
+        fraction = cal.MEMORY_FRACTION[memory_class(op_class, self.profile.elementwise)]
+        return memory_time_s(nbytes, self.hbm_Bps, fraction)
+
+    def _flash_params(self, family: str, passname: str) -> AttentionParams:
+        if self.chip.arch == "ampere":
+            p = cal.ATTENTION_HOPPER[("flash-attention-2", passname)]
+            return AttentionParams(cal.ATTENTION_AMPERE_EFFICIENCY[passname], p.d256, p.tail, p.mem)
+        if family == "flash-attention-3":
+            p = cal.ATTENTION_HOPPER[("cudnn", passname)]
+            return AttentionParams(p.efficiency * cal.FA3_SPEEDUP_VS_CUDNN[passname], p.d256,
+                                   p.tail, p.mem)
+        return cal.ATTENTION_HOPPER[(family, passname)]
+
+    def attention_s(self, s: AttentionShape, passname: str) -> float:
+        """One attention pass (``fwd``, ``bwd``, or ``recompute``: the forward a backward repeats
+        when the kernel keeps no scores, i.e. only for the unfused ``xla`` path)."""
+        family = self.profile.attention
+        if family == "xla":
+            return self._unfused_attention_s(s, passname)
+        if passname == "recompute":
+            return 0.0                     # a flash backward recomputes its scores itself
+        bwd = passname == "bwd"
+        if family == "splash":
+            flops = attention_flops(s, bwd)
+            curve = gemm_curve_time_s(flops, 0.0, self.bf16_peak, cal.TPU_GEMM_E_MAX,
+                                      cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps)
+            return curve / cal.TPU_SPLASH_VS_GEMM
+        return attention_time_s(s, bwd, self._flash_params(family, passname), self.bf16_peak,
+                                self.chip.sms or 1, self.hbm_Bps)
+
+    def _unfused_attention_s(self, s: AttentionShape, passname: str) -> float:
+        """Scores through HBM: batched GEMMs over every (query, key) pair (a causal mask saves no
+        matmul work here) and a softmax that reads and writes the b h s_q s_k scores in bf16."""
+        bh, q, k, d = s.batch * s.heads, s.seq_q, s.seq_k, s.head_dim
+        scores = 2.0 * bh * q * k
+        if passname in ("fwd", "recompute"):
+            return (self.gemm_s(q, k, d, batch=bh) + self.gemm_s(q, d, k, batch=bh)
+                    + self.memory_s(2 * scores, "softmax"))
+        return (self.gemm_s(k, d, q, batch=bh) + self.gemm_s(q, k, d, batch=bh)
+                + self.gemm_s(q, d, k, batch=bh) + self.gemm_s(k, d, q, batch=bh)
+                + self.memory_s(3 * scores, "softmax-bwd"))
+
+    # ------------------------------------------------------------------ ops
+    def op_time_s(self, op: Op) -> float:
+        """GPU (or TPU) time of one op, memoised; the stack's efficiency applied."""
+        t = self._memo.get(op)
+        if t is None:
+            t = self._memo[op] = self._op_time_s(op) / self.stack_efficiency
+        return t
+
+    def _op_time_s(self, op: Op) -> float:
+        if op.kind == "memory":
+            return self.memory_s(op.bytes, op.cls)
+        if op.kind == "attention":
+            assert op.attn is not None, op
+            return self.attention_s(op.attn, op.cls)
+        m, n, k = op.shape
+        if self.fp8 and op.cls == "linear":
+            # FP8 GEMM plus the cast of its activation / gradient operand to FP8 (bf16 read,
+            # fp8 written) that Transformer Engine runs beside it.
+            return (self.gemm_s(m, n, k, fp8=True, batch=op.batch)
+                    + self.memory_s(3.0 * m * k * op.batch, "cast"))
+        return self.gemm_s(m, n, k, batch=op.batch)
+
+    def stream_time_s(self, ops: Iterable[Op]) -> float:
+        """A stretch of kernels on one stream: the sum of their times, or the host's time to issue
+        them when that is longer (kernels shorter than the launch cost)."""
+        ops = list(ops)
+        gpu = sum(self.op_time_s(o) for o in ops)
+        return max(gpu, len(ops) * self.profile.host_kernel_s)
+
+    def optimizer_s(self, nbytes: float) -> float:
+        """The optimizer step over *nbytes* of parameter state at its implementation's rate."""
+        if not self.gpu:
+            return memory_time_s(nbytes, self.hbm_Bps, cal.TPU_MEMORY_FRACTION)
+        return memory_time_s(nbytes, self.hbm_Bps, cal.OPTIMIZER_FRACTION[self.profile.optimizer])

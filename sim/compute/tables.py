@@ -1,0 +1,194 @@
+"""The measured kernel tables (``validation/compute/<gpu>/``) read into typed cases, and the fits
+of the kernel constants on them.
+
+Each table is described in ``validation/compute/README.md``. A ``KernelCase`` is one measured row
+with what the model needs to predict it; ``fit_*`` re-derive every constant of
+``sim.calibration`` that comes from these tables (``tests/test_calibration.py`` checks that they
+equal the committed values), always on the H100 tables: the H200 tables are a test of a chip the
+fit never saw.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from .kernels import (AttentionParams, AttentionShape, GemmParams, attention_time_s,
+                      gemm_time_s)
+
+__all__ = ["KernelCase", "GPU_FOLDERS", "load_cases", "fit_gemm", "fit_attention",
+           "fit_memory_fractions", "fit_optimizer_fractions", "BACKENDS"]
+
+# Folder -> catalogue chip (sim.hardware) of the GPU it was measured on.
+GPU_FOLDERS = {"h100-sxm-80gb": "H100-SXM", "h200-sxm-141gb": "H200"}
+# The attention table's backend names -> our kernel families (software.attention).
+BACKENDS = {"CUDNN_ATTENTION": "cudnn", "FLASH_ATTENTION": "flash-attention-2"}
+# Rows shorter than this are mostly launch and event latency (README: "< ~30 us"); the fit skips
+# them, the report keeps them.
+FIT_MIN_S = 20e-6
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCase:
+    """One measured row. ``kind``: gemm | attention | memory | optimizer; ``key``: what the fit
+    groups by (the dtype, the attention family and pass, the memory op class)."""
+
+    table: str
+    kind: str
+    key: str
+    label: str
+    time_s: float
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    attention: AttentionShape | None = None
+    nbytes: float = 0.0
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read kernel table: {e.strerror}") from None
+
+
+def _num(row: dict[str, str], col: str, path: Path) -> float:
+    try:
+        v = float(row[col])
+    except (KeyError, ValueError):
+        raise ConfigError(f"{path}: column {col!r}: expected a number, got {row.get(col)!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise ConfigError(f"{path}: column {col!r}: expected a finite number >= 0, got {v}")
+    return v
+
+
+def load_cases(folder: Path) -> list[KernelCase]:
+    """Every row of every table in one GPU's folder that the model predicts."""
+    out: list[KernelCase] = []
+    gemm_tables = (("gemm_layers_bf16.csv", "bf16"), ("gemm_layers_fp8.csv", "fp8"),
+                   ("gemm_layers_fp8_bwd.csv", "fp8"), ("gemm_square.csv", None))
+    for name, dtype in gemm_tables:
+        path = folder / name
+        if not path.exists():
+            continue
+        for r in _rows(path):
+            dt = dtype or r["dtype"]
+            m, n, k = (int(_num(r, c, path)) for c in ("m", "n", "k"))
+            label = (f"{r['model']} tp{r['tp']} {r['tokens']} {r['linear']} {r.get('pass', 'fwd')}"
+                     if "model" in r else f"square {m}")
+            out.append(KernelCase(name, "gemm", dt, label, _num(r, "time_us", path) * 1e-6,
+                                  m=m, n=n, k=k))
+    path = folder / "moe_grouped_gemm.csv"
+    if path.exists():
+        for r in _rows(path):
+            if r["impl"] != "grouped_mm":          # the loop of per-expert matmuls is not a kernel
+                continue
+            e, per, n, k = (int(_num(r, c, path)) for c in ("experts_local", "tokens_per_expert",
+                                                              "n", "k"))
+            out.append(KernelCase(path.name, "gemm", "bf16", f"{r['model']} {r['linear']} {e}x{per}",
+                                  _num(r, "time_us", path) * 1e-6, m=per, n=n, k=k, batch=e))
+    path = folder / "attention.csv"
+    if path.exists():
+        for r in _rows(path):
+            if r["backend"] not in BACKENDS:
+                raise ConfigError(f"{path}: backend {r['backend']!r}; known: {sorted(BACKENDS)}")
+            b, s, h, g, d = (int(_num(r, c, path)) for c in ("batch", "seq", "heads", "kv_heads",
+                                                               "head_dim"))
+            shape = AttentionShape(b, h, g, s, s, d, causal=r["causal"] == "1")
+            fam = BACKENDS[r["backend"]]
+            out.append(KernelCase("attention.csv", "attention", f"{fam} {r['pass']}",
+                                  f"{fam} b{b} s{s} h{h}/{g} d{d} {r['pass']}",
+                                  _num(r, "time_us", path) * 1e-6, attention=shape))
+    path = folder / "memory_bound.csv"
+    if path.exists():
+        for r in _rows(path):
+            out.append(KernelCase("memory_bound.csv", "memory", r["op"], f"{r['op']} {r['shape']}",
+                                  _num(r, "time_us", path) * 1e-6,
+                                  nbytes=_num(r, "bytes_moved", path)))
+    path = folder / "optimizer.csv"
+    if path.exists():
+        for r in _rows(path):
+            out.append(KernelCase("optimizer.csv", "optimizer", r["optimizer"], r["optimizer"],
+                                  _num(r, "time_ms", path) * 1e-3,
+                                  nbytes=_num(r, "params", path) * _num(r, "bytes_per_param_moved", path)))
+    return out
+
+
+def fit_gemm(cases: Sequence[KernelCase], dtype: str, peak_flops: float, sms: int,
+             hbm_Bps: float) -> GemmParams:
+    """Least squares in log time of the tile/wave model over one dtype's GEMM rows."""
+    from scipy.optimize import least_squares
+
+    rows = [c for c in cases if c.kind == "gemm" and c.key == dtype and c.time_s >= FIT_MIN_S
+            and c.batch == 1]
+    if len(rows) < 4:
+        raise ConfigError(f"kernel tables: {len(rows)} {dtype} GEMM rows to fit; need >= 4")
+    dtype_bytes = 1.0 if dtype == "fp8" else 2.0
+
+    def residuals(x: Sequence[float]) -> list[float]:
+        p = GemmParams(x[0], x[1] * 1e-6, x[2], x[3] * 1e-6)
+        return [math.log(gemm_time_s(c.m, c.n, c.k, dtype_bytes, peak_flops, sms, hbm_Bps, p,
+                                     isolated=True) / c.time_s) for c in rows]
+
+    fit = least_squares(residuals, [0.75, 2.0, 100.0, 5.0],
+                        bounds=([0.3, 0.0, 0.0, 0.0], [1.0, 100.0, 4096.0, 100.0]))
+    e, tile_us, k0, call_us = (float(v) for v in fit.x)
+    return GemmParams(round(e, 3), round(tile_us, 2) * 1e-6, round(k0), round(call_us, 1) * 1e-6)
+
+
+def attention_pass_cases(cases: Sequence[KernelCase], family: str) -> dict[str, list[tuple[AttentionShape, float]]]:
+    """(shape, seconds) per pass; the backward is the fwd+bwd row less the forward row."""
+    fwd = {c.attention: c.time_s for c in cases if c.key == f"{family} fwd"}
+    both = {c.attention: c.time_s for c in cases if c.key == f"{family} fwd+bwd"}
+    return {"fwd": list(fwd.items()),
+            "bwd": [(s, t - fwd[s]) for s, t in both.items() if s in fwd and t > fwd[s]]}
+
+
+def fit_attention(cases: Sequence[KernelCase], family: str, passname: str, peak_flops: float,
+                  sms: int, hbm_Bps: float) -> AttentionParams:
+    """Least squares in log time of the flash-attention model over one family and pass."""
+    from scipy.optimize import least_squares
+
+    rows = attention_pass_cases(cases, family)[passname]
+    if len(rows) < 4:
+        raise ConfigError(f"kernel tables: {len(rows)} {family} {passname} attention rows to fit")
+    bwd = passname == "bwd"
+
+    def residuals(x: Sequence[float]) -> list[float]:
+        p = AttentionParams(*x)
+        return [math.log(attention_time_s(s, bwd, p, peak_flops, sms, hbm_Bps) / t) for s, t in rows]
+
+    fit = least_squares(residuals, [0.6, 1.0, 0.5, 1.0], bounds=([0.1, 0.3, 0.0, 0.0], [1.0, 2.0, 20.0, 50.0]))
+    e, d256, tail, mem = (round(float(v), 3) for v in fit.x)
+    return AttentionParams(e, d256, tail, mem)
+
+
+def fit_memory_fractions(cases: Sequence[KernelCase], hbm_Bps: float) -> dict[str, float]:
+    """Fraction of the HBM spec each memory-bound op class reaches: the median over its rows of
+    bytes / time / spec. ``rmsnorm_bwd`` is the fwd+bwd row less the forward row of one shape
+    (3 of the 5 tensors: x and dy read, dx written)."""
+    import statistics
+
+    rows = [c for c in cases if c.kind == "memory"]
+    by: dict[str, list[float]] = {}
+    fwd = {c.label.split()[1]: c for c in rows if c.key == "rmsnorm_fwd"}
+    for c in rows:
+        if c.key == "rmsnorm_fwd+bwd":
+            f = fwd.get(c.label.split()[1])
+            if f is None or c.time_s <= f.time_s:
+                continue
+            by.setdefault("rmsnorm_bwd", []).append((c.nbytes - f.nbytes) / (c.time_s - f.time_s) / hbm_Bps)
+        else:
+            by.setdefault(c.key, []).append(c.nbytes / c.time_s / hbm_Bps)
+    return {k: round(statistics.median(v), 3) for k, v in sorted(by.items())}
+
+
+def fit_optimizer_fractions(cases: Sequence[KernelCase], hbm_Bps: float) -> dict[str, float]:
+    """Fraction of the HBM spec an AdamW step reaches, per implementation (``adamw_fused``...)."""
+    return {c.key: round(c.nbytes / c.time_s / hbm_Bps, 3) for c in cases if c.kind == "optimizer"}
