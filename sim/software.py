@@ -6,7 +6,8 @@ model and the step plan:
 
 - ``attention``: the kernel family (``cudnn``, ``flash-attention-2``, ``flash-attention-3``, ``xla``
   (XLA's dot-product attention: score matrices through HBM, as eager PyTorch's math path and
-  Megatron's fused softmax also do), ``splash`` (Pallas splash attention on TPU));
+  Megatron's fused softmax also do), ``splash`` (Pallas splash attention on TPU), ``triton``
+  (the Triton FlashAttention kernel llm-foundry shipped before FlashAttention-2));
 - ``elementwise``: ``eager`` (one PyTorch kernel per op, at the bandwidths measured for them),
   ``partial`` (Megatron/Apex fusions: LayerNorm, bias-GeLU, bias-dropout-add; the rest eager) or
   ``fused`` (every norm, activation, RoPE and residual streams its tensors once: Transformer
@@ -35,7 +36,7 @@ from .hardware import Chip
 
 __all__ = ["SoftwareProfile", "FRAMEWORKS", "ATTENTION_KERNELS", "resolve_software", "default_framework"]
 
-ATTENTION_KERNELS = ("cudnn", "flash-attention-2", "flash-attention-3", "xla", "splash")
+ATTENTION_KERNELS = ("cudnn", "flash-attention-2", "flash-attention-3", "xla", "splash", "triton")
 ELEMENTWISE = ("eager", "partial", "fused")
 
 
@@ -96,10 +97,12 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # in the engine for every ZeRO-3 run.
     SoftwareProfile("pytorch-fsdp", "auto", "eager", True, False, False, "adamw_fused",
                     _EAGER_HOST_S),
-    # MosaicML llm-foundry (MPT): attn_impl "flash" (the flash-attn package, FlashAttention-2;
-    # llmfoundry/models/utils/config_defaults.py), eager elementwise ops, FSDP, Transformer Engine
-    # linears under amp_fp8.
-    SoftwareProfile("llm-foundry", "flash-attention-2", "eager", True, False, False,
+    # MosaicML llm-foundry (MPT): eager elementwise ops, FSDP, Transformer Engine linears under
+    # amp_fp8. Its published benchmark tables (scripts/train/benchmarking/README.md, "TODO: Update
+    # tables with torch 2.0") predate FlashAttention-2: the MPT yamls ran attn_impl: triton. The
+    # current default is attn_impl "flash" (llmfoundry/models/utils/config_defaults.py):
+    # software.attention: flash-attention-2 for a run on today's llm-foundry.
+    SoftwareProfile("llm-foundry", "triton", "eager", True, False, False,
                     "adamw_foreach", _EAGER_HOST_S),
     # MaxText (JAX/XLA): attention "flash" = Pallas splash attention on TPU, "cudnn_flash_te" on
     # GPU (MaxText attention docs; layers/attention_op.py); XLA fuses elementwise work.
@@ -124,13 +127,13 @@ def _check_attention(attention: str, chip: Chip, where: str) -> None:
     gpu = chip.vendor == "nvidia"
     if gpu and attention == "splash":
         raise ConfigError(f"{where}: 'splash' is a TPU (Pallas) kernel, not one {chip.name} can run; "
-                          "valid on GPUs: cudnn, flash-attention-2, flash-attention-3, xla")
-    if not gpu and attention in ("cudnn", "flash-attention-2", "flash-attention-3"):
+                          "valid on GPUs: cudnn, flash-attention-2, flash-attention-3, xla, triton")
+    if not gpu and attention in ("cudnn", "flash-attention-2", "flash-attention-3", "triton"):
         raise ConfigError(f"{where}: {attention!r} is a CUDA kernel, not one {chip.name} can run; "
                           "valid on TPUs: splash, xla")
     if attention == "flash-attention-3" and chip.arch == "ampere":
         raise ConfigError(f"{where}: flash-attention-3 needs Hopper or newer (wgmma, TMA); "
-                          f"{chip.name} is Ampere; valid: cudnn, flash-attention-2, xla")
+                          f"{chip.name} is Ampere; valid: cudnn, flash-attention-2, xla, triton")
 
 
 def resolve_software(framework: str | None, attention: str | None, chip: Chip,

@@ -95,6 +95,9 @@ class ComputeModel:
         return memory_time_s(nbytes, self.hbm_Bps, fraction)
 
     def _flash_params(self, family: str, passname: str) -> AttentionParams:
+        if family == "triton":
+            p = self._flash_params("flash-attention-2", passname)
+            return AttentionParams(p.efficiency / cal.FA2_VS_TRITON, p.d256, p.tail, p.mem)
         if self.chip.arch == "ampere":
             p = cal.ATTENTION_HOPPER[("flash-attention-2", passname)]
             return AttentionParams(cal.ATTENTION_AMPERE_EFFICIENCY[passname], p.d256, p.tail, p.mem)
