@@ -81,7 +81,7 @@ __all__ = [
     "validate_training",
 ]
 
-SUITES = ("collectives", "training", "failures")
+SUITES = ("collectives", "training", "failures", "compute")
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast")
 TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"})
 SPLITS = ("calibration", "test")
@@ -93,6 +93,7 @@ BUDGET_KEYS = types.MappingProxyType({
     "collectives": frozenset({"bw_median_abs_pct", "lat_median_abs_pct"}),
     "training": TRAINING_BUDGET_KEYS,       # per family (A100, H100, TPU) on the test split
     "failures": frozenset({"relative_err_max_pct"}),
+    "compute": frozenset({"gemm_median_abs_pct", "attention_median_abs_pct"}),
 })
 
 BUDGETS_FILE = "budgets.toml"
@@ -628,7 +629,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """Add ``validate [--suite S] [--data DIR] [--json]``; its handler is ``run_cli``."""
     p = subparsers.add_parser("validate", help="predicted vs measured, against the error budgets")
     p.add_argument("--suite", choices=SUITES, default="collectives",
-                   help="which suite: collectives (default) or training")
+                   help="which suite: collectives (default), training, failures or compute")
     p.add_argument("--data", type=Path, default=default_data_dir(), metavar="DIR",
                    help=f"validation folder with {BUDGETS_FILE} and one folder per suite "
                         "(default: the repository's validation/)")
@@ -649,6 +650,15 @@ def run_cli(args: argparse.Namespace) -> int:
         as_json = {"suite": "failures", "cases": [dataclasses.asdict(c) for c in cases]}
         as_text = format_failures(cases)
         scope = "budgeted cases"
+    elif args.suite == "compute":
+        from .validate_compute import (check_compute_budgets, compute_report_to_json,
+                                       format_compute_report, validate_compute)
+
+        rows, summaries = validate_compute(data_dir / args.suite)
+        violations = check_compute_budgets(summaries, budgets[args.suite])
+        as_json = compute_report_to_json(rows, summaries) if args.json else {}
+        as_text = "" if args.json else format_compute_report(rows, summaries)
+        scope = "test GPUs (H200)"
     elif args.suite == "training":
         from .training import TrainingPredictor  # lazily: the step model is only needed here
 
