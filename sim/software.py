@@ -131,9 +131,10 @@ def _check_attention(attention: str, chip: Chip, where: str) -> None:
     if not gpu and attention in ("cudnn", "flash-attention-2", "flash-attention-3", "triton"):
         raise ConfigError(f"{where}: {attention!r} is a CUDA kernel, not one {chip.name} can run; "
                           "valid on TPUs: splash, xla")
-    if attention == "flash-attention-3" and chip.arch == "ampere":
-        raise ConfigError(f"{where}: flash-attention-3 needs Hopper or newer (wgmma, TMA); "
-                          f"{chip.name} is Ampere; valid: cudnn, flash-attention-2, xla, triton")
+    if attention == "flash-attention-3" and chip.arch != "hopper":
+        raise ConfigError(f"{where}: flash-attention-3 is a Hopper kernel (wgmma, TMA; Shah et al. "
+                          f"2024); {chip.name} is {chip.arch.capitalize()}; valid: cudnn, "
+                          "flash-attention-2, xla, triton")
 
 
 def resolve_software(framework: str | None, attention: str | None, chip: Chip,

@@ -83,9 +83,10 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
         if par.cp > 1:
             ring = lay.cp_group(stage)
             kv = net.time("sendrecv", wl.layer.cp_kv_bytes, ring).time_s * (par.cp - 1)
-            attn = sum(cm.op_time_s(o) for o in wl.layer.forward if isinstance(o, Op) and o.kind == "attention")
-            fwd += (Segment("cp", max(0.0, kv - attn), "cp"),)
-            bwd += (Segment("cp", max(0.0, 2 * kv - 2.5 * attn), "cp"),)
+            def attn(items: tuple[Item, ...]) -> float:
+                return sum(cm.op_time_s(o) for o in items if isinstance(o, Op) and o.kind == "attention")
+            fwd += (Segment("cp", max(0.0, kv - attn(wl.layer.forward)), "cp"),)
+            bwd += (Segment("cp", max(0.0, 2 * kv - attn(wl.layer.backward)), "cp"),)
         dpg = lay.shard_group(stage)            # all data-parallel ranks unless hybrid sharding
         shard = len(dpg)
         grad_bytes = 2 * wl.layer.params

@@ -109,7 +109,10 @@ def validate_compute(data_dir: Path) -> tuple[list[ComputeRow], list[ComputeSumm
             raise ConfigError(f"{folder}: unknown GPU folder; known: {', '.join(sorted(GPU_FOLDERS))}")
         chip = CATALOGUE[GPU_FOLDERS[folder.name]]
         split = "fit" if folder.name == FIT_FOLDER else "test"
-        for c in load_cases(folder):
+        cases = load_cases(folder)
+        if not cases:
+            raise ConfigError(f"{folder}: no kernel table in it (attention.csv, gemm_*.csv, ...)")
+        for c in cases:
             pred = predict_case(c, chip)
             err = abs(pred / c.time_s - 1) * 100
             rows.append(ComputeRow(folder.name, split, c.table, c.kind, c.label, c.time_s, pred, err))
@@ -136,6 +139,9 @@ def check_compute_budgets(summaries: list[ComputeSummary], table: Mapping[str, f
     if not tests:
         return ["compute: no test-GPU tables; cannot check budgets"]
     for key, group in (("gemm_median_abs_pct", "gemm>=50us"), ("attention_median_abs_pct", "attention")):
+        for gpu in sorted({s.gpu for s in tests}):
+            if not any(s.gpu == gpu and s.group == group for s in tests):
+                out.append(f"compute: {gpu} has no {group} rows; cannot check {key}")
         for s in tests:
             if s.group == group and s.median_abs_pct is not None and s.median_abs_pct > table[key]:
                 out.append(f"compute: {s.gpu} {group} median abs error {s.median_abs_pct:.2f}% > "

@@ -137,3 +137,19 @@ def test_compute_suite_within_budget_on_the_h200_tables() -> None:
     assert check_compute_budgets(summaries, load_budgets(VALIDATION / "budgets.toml")["compute"]) == []
     assert {r.gpu for r in rows} == {"h100-sxm-80gb", "h200-sxm-141gb"}
     assert {r.split for r in rows if r.gpu == "h200-sxm-141gb"} == {"test"}
+
+
+def test_bad_kernel_tables_are_one_clear_error(tmp_path: Path) -> None:
+    from sim.errors import ConfigError
+
+    gpu = tmp_path / "h200-sxm-141gb"
+    gpu.mkdir()
+    (gpu / "gemm_square.csv").write_text("dtype,m,n,k,time_us,tflops\nfp16,1024,1024,1024,20,1\n")
+    with pytest.raises(ConfigError, match=r"gemm_square.csv: column 'dtype': got 'fp16'; valid: bf16, fp8"):
+        validate_compute(tmp_path)
+    (gpu / "gemm_square.csv").write_text("dtype,m,n,k,time_us,tflops\nbf16,1024,1024,1024,0,1\n")
+    with pytest.raises(ConfigError, match=r"column 'time_us': expected a finite number > 0, got 0"):
+        validate_compute(tmp_path)
+    (gpu / "gemm_square.csv").unlink()
+    with pytest.raises(ConfigError, match=r"no kernel table in it"):
+        validate_compute(tmp_path)

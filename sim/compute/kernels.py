@@ -120,8 +120,9 @@ def attention_flops(s: AttentionShape, backward: bool) -> float:
 
 def attention_bytes(s: AttentionShape, backward: bool) -> float:
     """HBM bytes a fused attention kernel moves (bf16 tensors, each read or written once):
-    forward Q, K, V in and O out; backward Q, K, V, O, dO in, dQ, dK, dV out, and dQ accumulated
-    in FP32 (written and read once more, counted as two bf16-sized tensors)."""
+    forward Q, K, V in and O out; backward Q, O, dO, K, V in, dK, dV out, and dQ: its FP32 partial
+    sums written and read (four bf16-sized tensors of Q's shape with the bf16 result, counted as
+    2 + 2). The fitted ``mem`` weight absorbs what this count misses."""
     q = s.batch * s.seq_q * s.heads * s.head_dim * 2.0
     kv = s.batch * s.seq_k * s.kv_heads * s.head_dim * 2.0
     if not backward:

@@ -105,7 +105,11 @@ class ComputeModel:
             p = cal.ATTENTION_HOPPER[("cudnn", passname)]
             return AttentionParams(p.efficiency * cal.FA3_SPEEDUP_VS_CUDNN[passname], p.d256,
                                    p.tail, p.mem)
-        return cal.ATTENTION_HOPPER[(family, passname)]
+        p = cal.ATTENTION_HOPPER[(family, passname)]
+        # Newer architectures (Blackwell) have no attention table: the Hopper fit scaled as their
+        # GEMMs are, by the best-shape matmul rates (assumed: attention is matmul-bound alike).
+        ratio = cal.MAMF_RATIO_VS_HOPPER.get(self.chip.arch, {}).get("bf16", 1.0)
+        return AttentionParams(p.efficiency * ratio, p.d256, p.tail, p.mem)
 
     def attention_s(self, s: AttentionShape, passname: str) -> float:
         """One attention pass (``fwd``, ``bwd``, or ``recompute``: the forward a backward repeats

@@ -27,6 +27,8 @@ __all__ = ["KernelCase", "GPU_FOLDERS", "load_cases", "fit_gemm", "fit_attention
 GPU_FOLDERS = {"h100-sxm-80gb": "H100-SXM", "h200-sxm-141gb": "H200"}
 # The attention table's backend names -> our kernel families (software.attention).
 BACKENDS = {"CUDNN_ATTENTION": "cudnn", "FLASH_ATTENTION": "flash-attention-2"}
+# The memory-bound ops the tables measure (validation/compute/README.md).
+MEMORY_OPS = frozenset({"copy", "rmsnorm_fwd", "rmsnorm_fwd+bwd", "swiglu_fwd", "residual_add"})
 # Rows shorter than this are mostly launch and event latency (README: "< ~30 us"); the fit skips
 # them, the report keeps them.
 FIT_MIN_S = 20e-6
@@ -63,8 +65,15 @@ def _num(row: dict[str, str], col: str, path: Path) -> float:
         v = float(row[col])
     except (KeyError, ValueError):
         raise ConfigError(f"{path}: column {col!r}: expected a number, got {row.get(col)!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise ConfigError(f"{path}: column {col!r}: expected a finite number >= 0, got {v}")
+    if not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"{path}: column {col!r}: expected a finite number > 0, got {v}")
+    return v
+
+
+def _pick(row: dict[str, str], col: str, valid: frozenset[str] | set[str], path: Path) -> str:
+    v = row.get(col)
+    if v not in valid:
+        raise ConfigError(f"{path}: column {col!r}: got {v!r}; valid: {', '.join(sorted(valid))}")
     return v
 
 
@@ -78,26 +87,26 @@ def load_cases(folder: Path) -> list[KernelCase]:
         if not path.exists():
             continue
         for r in _rows(path):
-            dt = dtype or r["dtype"]
+            dt = dtype or _pick(r, "dtype", {"bf16", "fp8"}, path)
             m, n, k = (int(_num(r, c, path)) for c in ("m", "n", "k"))
-            label = (f"{r['model']} tp{r['tp']} {r['tokens']} {r['linear']} {r.get('pass', 'fwd')}"
-                     if "model" in r else f"square {m}")
+            label = (f"{r.get('model')} tp{r.get('tp')} {r.get('tokens')} {r.get('linear')} "
+                     f"{r.get('pass', 'fwd')}" if "model" in r else f"square {m}")
             out.append(KernelCase(name, "gemm", dt, label, _num(r, "time_us", path) * 1e-6,
                                   m=m, n=n, k=k))
     path = folder / "moe_grouped_gemm.csv"
     if path.exists():
         for r in _rows(path):
-            if r["impl"] != "grouped_mm":          # the loop of per-expert matmuls is not a kernel
+            if _pick(r, "impl", {"grouped_mm", "loop"}, path) != "grouped_mm":   # a loop is no kernel
                 continue
             e, per, n, k = (int(_num(r, c, path)) for c in ("experts_local", "tokens_per_expert",
                                                               "n", "k"))
-            out.append(KernelCase(path.name, "gemm", "bf16", f"{r['model']} {r['linear']} {e}x{per}",
+            out.append(KernelCase(path.name, "gemm", "bf16", f"{r.get('model')} {r.get('linear')} {e}x{per}",
                                   _num(r, "time_us", path) * 1e-6, m=per, n=n, k=k, batch=e))
     path = folder / "attention.csv"
     if path.exists():
         for r in _rows(path):
-            if r["backend"] not in BACKENDS:
-                raise ConfigError(f"{path}: backend {r['backend']!r}; known: {sorted(BACKENDS)}")
+            _pick(r, "backend", set(BACKENDS), path)
+            _pick(r, "pass", {"fwd", "fwd+bwd"}, path)
             b, s, h, g, d = (int(_num(r, c, path)) for c in ("batch", "seq", "heads", "kv_heads",
                                                                "head_dim"))
             shape = AttentionShape(b, h, g, s, s, d, causal=r["causal"] == "1")
@@ -108,13 +117,15 @@ def load_cases(folder: Path) -> list[KernelCase]:
     path = folder / "memory_bound.csv"
     if path.exists():
         for r in _rows(path):
-            out.append(KernelCase("memory_bound.csv", "memory", r["op"], f"{r['op']} {r['shape']}",
+            op = _pick(r, "op", MEMORY_OPS, path)
+            out.append(KernelCase("memory_bound.csv", "memory", op, f"{op} {r.get('shape', '')}",
                                   _num(r, "time_us", path) * 1e-6,
                                   nbytes=_num(r, "bytes_moved", path)))
     path = folder / "optimizer.csv"
     if path.exists():
         for r in _rows(path):
-            out.append(KernelCase("optimizer.csv", "optimizer", r["optimizer"], r["optimizer"],
+            opt = _pick(r, "optimizer", {"adamw_fused", "adamw_foreach"}, path)
+            out.append(KernelCase("optimizer.csv", "optimizer", opt, opt,
                                   _num(r, "time_ms", path) * 1e-3,
                                   nbytes=_num(r, "params", path) * _num(r, "bytes_per_param_moved", path)))
     return out

@@ -160,10 +160,10 @@ def build_workload(scn: Scenario) -> Workload:
         e, k = m.moe.experts, m.moe.top_k
         routed = int(math.ceil(tok * k * m.moe.capacity_factor))   # token copies this rank computes
         fwd.append(_gemm("router", tok, e, h, "router"))
-        # Each tensor-parallel rank dispatches only its 1/t share of the token copies (Megatron's
-        # all-to-all token dispatcher runs on the sequence-parallel shard); the expert GEMMs then
+        # With sequence parallelism each tensor-parallel rank dispatches only its 1/t share of the
+        # token copies (Megatron's all-to-all dispatcher runs on the sequence shard); the expert GEMMs then
         # see all of them, split over t by the experts' own tensor parallelism.
-        a2a = math.ceil(routed / t) * h * BYTES
+        a2a = math.ceil(routed / (t if sp else 1)) * h * BYTES
         if ep > 1:
             fwd.append(Comm("ep-dispatch", "alltoall", "ep", a2a))
         # The rank's experts run as one grouped GEMM (Megatron's GroupedMLP, torch._grouped_mm):
