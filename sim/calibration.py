@@ -117,7 +117,7 @@ STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
     ("llm-foundry", "A100", "bf16"): 1.041,
     ("llm-foundry", "H100", "bf16"): 0.982,
     ("maxtext", "tpu-v5e", "bf16"): 1.042,
-    ("maxtext", "tpu-v5p", "bf16"): 1.005,
+    ("maxtext", "tpu-v5p", "bf16"): 0.883,
     ("megatron", "A100", "bf16"): 0.947,
     ("megatron-te", "H100", "fp8"): 0.785,
     ("pytorch-fsdp", "A100", "bf16"): 0.773,

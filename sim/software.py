@@ -105,8 +105,12 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     SoftwareProfile("llm-foundry", "triton", "eager", True, False, False,
                     "adamw_foreach", _EAGER_HOST_S),
     # MaxText (JAX/XLA): attention "flash" = Pallas splash attention on TPU, "cudnn_flash_te" on
-    # GPU (MaxText attention docs; layers/attention_op.py); XLA fuses elementwise work.
-    SoftwareProfile("maxtext", "auto", "fused", True, False, False, "adamw_fused", 0.0),
+    # GPU (MaxText attention docs; layers/attention_op.py); XLA fuses elementwise work. Its TPU
+    # recipes run XLA's asynchronous collectives overlapped with compute (LIBTPU_INIT_ARGS
+    # --xla_tpu_enable_async_collective_fusion=true --xla_tpu_overlap_compute_collective_tc=true
+    # --xla_enable_async_all_gather=true in MaxText's configs/v5p/*.sh and the tpu-recipes), so
+    # tensor-parallel all-gathers and reduce-scatters hide behind the matmuls next to them.
+    SoftwareProfile("maxtext", "auto", "fused", True, True, False, "adamw_fused", 0.0),
     # Paxml/Praxis (JAX/XLA): dot-product attention compiled by XLA (scores through HBM).
     SoftwareProfile("paxml", "xla", "fused", True, False, False, "adamw_fused", 0.0),
 )}
