@@ -51,6 +51,9 @@ MAMF_RATIO_VS_HOPPER: dict[str, dict[str, float]] = {
 # squares on the TPU7x square sweep (validation/compute/gemm.csv, compute_and_tpu.md A3):
 # e_max 0.79, t_ramp 7.7 us; the H100 square sweep gives 0.78 and 8.4 us, and we keep the H100
 # t_ramp for every TPU (a ramp of fixed duration scales with the chip's peak).
+# The sweep is per TensorCore: its peak is half the chip's 2,307 TFLOP/s (FACTS.md GCP-7x: BF16
+# peak per chip, 2 TensorCores).
+TPU7X_CORE_PEAK_FLOPS = 2307e12 / 2
 TPU_GEMM_E_MAX = 0.79
 TPU_GEMM_T_RAMP_S = 8.4e-6
 

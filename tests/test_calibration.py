@@ -68,3 +68,15 @@ def test_fitted_efficiencies_are_physical() -> None:
         assert 0.2 < p.efficiency < 0.8
     assert all(0 < f <= 1 for f in cal.MEMORY_FRACTION.values())
     assert all(0.5 < v < 1.2 for v in cal.STACK_EFFICIENCY.values())
+
+
+def test_tpu_gemm_curve_is_the_tpu7x_fit() -> None:
+    import csv
+
+    path = H100.parent / "gemm.csv"
+    with path.open() as f:
+        rows = [r for r in csv.DictReader(f) if r["chip"] == "TPU7x-core"]
+    points = [(2.0 * int(r["m"]) * int(r["n"]) * int(r["k"]), float(r["tflops"]) * 1e12) for r in rows]
+    e_max, t_ramp = tables.fit_gemm_curve(points, cal.TPU7X_CORE_PEAK_FLOPS)
+    assert e_max == pytest.approx(cal.TPU_GEMM_E_MAX, abs=0.005)
+    assert t_ramp == pytest.approx(7.7e-6, abs=0.1e-6)     # the H100 ramp (8.4 us) is used instead

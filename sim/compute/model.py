@@ -167,7 +167,18 @@ class ComputeModel:
         them when that is longer (kernels shorter than the launch cost)."""
         ops = list(ops)
         gpu = sum(self.op_time_s(o) for o in ops)
-        return max(gpu, len(ops) * self.profile.host_kernel_s)
+        return max(gpu, sum(self.kernels(o) for o in ops) * self.profile.host_kernel_s)
+
+    def kernels(self, op: Op) -> int:
+        """Kernel launches one op takes: an unfused attention pass is its GEMMs and a softmax
+        (3 forward, 5 backward), a flash kernel's recompute none, an FP8 linear its cast and GEMM."""
+        if op.kind == "attention":
+            if self.profile.attention == "xla":
+                return 5 if op.cls == "bwd" else 3
+            return 0 if op.cls == "recompute" else 1
+        if op.kind == "gemm" and self.fp8 and op.cls == "linear":
+            return 2
+        return 1
 
     def optimizer_s(self, nbytes: float) -> float:
         """The optimizer step over *nbytes* of parameter state at its implementation's rate."""

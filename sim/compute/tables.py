@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from .kernels import (AttentionParams, AttentionShape, GemmParams, attention_time_s,
                       gemm_time_s)
 
-__all__ = ["KernelCase", "GPU_FOLDERS", "load_cases", "fit_gemm", "fit_attention",
+__all__ = ["KernelCase", "GPU_FOLDERS", "load_cases", "fit_gemm", "fit_attention", "fit_gemm_curve",
            "fit_memory_fractions", "fit_optimizer_fractions", "BACKENDS"]
 
 # Folder -> catalogue chip (sim.hardware) of the GPU it was measured on.
@@ -198,6 +198,19 @@ def fit_memory_fractions(cases: Sequence[KernelCase], hbm_Bps: float) -> dict[st
         else:
             by.setdefault(c.key, []).append(c.nbytes / c.time_s / hbm_Bps)
     return {k: round(statistics.median(v), 3) for k, v in sorted(by.items())}
+
+
+def fit_gemm_curve(points: Sequence[tuple[float, float]], peak_flops: float) -> tuple[float, float]:
+    """Least-squares (e_max, t_ramp_s) of ``eff(F) = e_max (1 - exp(-F / (peak t_ramp)))`` from
+    (FLOPs, achieved FLOP/s) points: the TPU GEMM curve (``sim.compute.kernels.gemm_curve_time_s``)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    F = np.array([p[0] for p in points], float)
+    eff = np.array([p[1] for p in points], float) / peak_flops
+    res = least_squares(lambda x: x[0] * (1 - np.exp(-F / (peak_flops * x[1]))) - eff,
+                        [0.8, 1e-5], bounds=([0.0, 1e-9], [1.0, 1e-2]))
+    return round(float(res.x[0]), 2), round(float(res.x[1]), 7)
 
 
 def fit_optimizer_fractions(cases: Sequence[KernelCase], hbm_Bps: float) -> dict[str, float]:
