@@ -1,7 +1,10 @@
 """Calibration constants: the one place for numbers fitted to measurements.
 
-Each constant names the data it was fitted on (the ``calibration`` split of ../shared/validation
-only) and how; ``tests/test_calibration.py`` re-runs each fit and checks the value here.
+Each constant names the data it was fitted on and how: the kernel constants on the H100 kernel
+tables (re-fitted by ``tests/test_calibration.py``), the link efficiency on the collectives'
+calibration split (``tests/test_validation_budgets.py``) and the stack efficiencies on the
+training runs' calibration split (``tests/test_validation_training.py``). Constants taken from a
+publication rather than fitted say so and cite it.
 """
 
 from __future__ import annotations
