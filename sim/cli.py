@@ -1,7 +1,9 @@
 """Command line: ``clustersim`` / ``python -m sim``. Commands and flags as in DESIGN.md.
 
 Every expected error (bad input, impossible plan) is one line on stderr and exit 2 (input) or 3
-(infeasible plan); a traceback means a bug in clustersim.
+(infeasible plan). Anything else is a bug in clustersim: one line asking for a report, exit 1,
+and the traceback only with ``--debug``. A closed output pipe (``clustersim run ... | head``) ends
+the command quietly, as other Unix tools do.
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from .errors import ConfigError, InfeasibleError, SimError
 
 EXIT_INPUT = 2
 EXIT_INFEASIBLE = 3
+EXIT_BUG = 1
+EXIT_PIPE = 141                 # 128 + SIGPIPE, what a shell reports for a tool killed by it
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,6 +64,9 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="clustersim", description="Simulate accelerator clusters training large models.")
+    parser.add_argument("--version", action="version", version=f"clustersim {_version()}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an internal error, print the Python traceback")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="simulate one scenario")
@@ -99,20 +107,83 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("clustersim")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (the one error boundary of the program)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:                      # --help, --version, usage errors
+        return int(e.code or 0) if not isinstance(e.code, str) else EXIT_INPUT
     try:
         return int(args.func(args) or 0)
     except InfeasibleError as e:
-        print(f"clustersim: infeasible: {e}", file=sys.stderr)
+        _err(f"clustersim: infeasible: {_one_line(str(e))}")
         return EXIT_INFEASIBLE
     except SimError as e:
-        print(f"clustersim: error: {_one_line(str(e))}", file=sys.stderr)
+        _err(f"clustersim: error: {_one_line(str(e))}")
         return EXIT_INPUT
+    except BrokenPipeError:
+        # The reader went away (| head): stop quietly; point stdout at /dev/null so that Python's
+        # own flush at exit does not raise again.
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_PIPE
     except KeyboardInterrupt:
-        print("clustersim: interrupted", file=sys.stderr)
+        _err("clustersim: interrupted")
         return 130
+    except RecursionError:
+        _err("clustersim: error: input nested too deeply to read")
+        return EXIT_INPUT
+    except Exception as e:                       # noqa: BLE001 - the boundary: a bug of ours
+        if getattr(args, "debug", False):
+            import traceback
+
+            traceback.print_exc()
+        _err(f"clustersim: internal error: {type(e).__name__}: {_one_line(str(e))[:300]}; this is a "
+             "bug in clustersim, please report it with the command line (--debug shows the traceback)")
+        return EXIT_BUG
+
+
+def _err(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+def check_output_path(path: str, flag: str) -> Path:
+    """An output file the command can write, checked before any work: a ConfigError otherwise."""
+    import os
+
+    if not path:
+        raise ConfigError(f"{flag}: empty file name; give the path of the file to write")
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag}: {path!r} is a folder; give a file name inside it")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"{flag}: folder {str(parent)!r} does not exist; create it first")
+    if (p.exists() and not os.access(p, os.W_OK)) or (not p.exists() and not os.access(parent, os.W_OK)):
+        raise ConfigError(f"{flag}: cannot write {path!r} (permission denied)")
+    return p
+
+
+def dump_json(obj: Any) -> str:
+    """Strict JSON (no NaN or Infinity): a non-finite number in an output is a bug of ours."""
+    return json.dumps(obj, allow_nan=False)
 
 
 def _one_line(text: str) -> str:
@@ -130,7 +201,7 @@ def _cmd_topo_show(args: argparse.Namespace) -> int:
                            where="topo show", slices=args.slices)
     info = summarize(build_topology(cluster))
     if args.json:
-        print(json.dumps(info))
+        print(dump_json(info))
     else:
         print(_format_topology(info))
     return 0
@@ -172,6 +243,8 @@ def _cmd_collective(args: argparse.Namespace) -> int:
                            sharp=True if args.sharp else None, where="collective",
                            slices=args.slices)
     topo = build_topology(cluster)
+    if args.group is not None and args.group < 2:
+        raise ConfigError(f"--group: a collective needs at least 2 ranks, got {args.group}")
     if args.group is not None and args.group > topo.chips:
         raise ConfigError(f"--group: {args.group} ranks but the topology has {topo.chips} chips")
     group = list(range(args.group)) if args.group else None
@@ -203,6 +276,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .config import load_scenario
     from .training import run_step
 
+    if args.trace is not None:
+        check_output_path(args.trace, "--trace")
     scn = load_scenario(args.scenario)
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed: must be >= 0, got {args.seed}")
@@ -228,7 +303,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         write_trace(args.trace, eng.intervals, scn.name)
     if args.json:
-        print(json.dumps(result.to_json()))
+        print(dump_json(result.to_json()))
         return 0
     print(_format_step(result, scn))
     if args.trace:

@@ -1,6 +1,6 @@
 """Scenario and topology files -> validated, frozen config objects.
 
-The only module that reads YAML (with ``yaml.safe_load``). Every error is a ``ConfigError`` that
+The only module that reads YAML (``yaml.SafeLoader``, duplicate keys and deep nesting refused). Every error is a ``ConfigError`` that
 names the file, the dotted field, the value found and what would be valid. Nothing downstream sees
 a dict.
 """
@@ -141,14 +141,65 @@ def _read_yaml(path: Path, what: str) -> Mapping[str, Any]:
 
 def _read_text(path: Path, what: str) -> str:
     try:
-        return path.read_text()
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a {what} file") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read {what}: {e.strerror}") from None
+    return decode_utf8(data, str(path), what)
+
+
+def decode_utf8(data: bytes, where: str, what: str) -> str:
+    """*data* as UTF-8 text, or a ConfigError saying where the first bad byte is."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: a {what} file must be UTF-8 text; byte 0x{data[e.start]:02x} at "
+                          f"offset {e.start} is not (binary, UTF-16 or Latin-1?); save it as UTF-8") from None
+
+
+# Deepest nesting a scenario or topology file may have: the schemas need 4 levels; 50 leaves room
+# and keeps yaml's recursive composer far from Python's recursion limit.
+MAX_YAML_DEPTH = 50
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that rejects duplicate keys and nesting deeper than MAX_YAML_DEPTH."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            mark = self.peek_event().start_mark
+            raise ConfigError(f"line {mark.line + 1}: nested deeper than {MAX_YAML_DEPTH} levels; "
+                              "no clustersim file needs more than 4")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: a mapping key must be a "
+                                  f"plain value, got {type(key).__name__}") from None
+            if key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r} "
+                                  f"(first on line {seen[key]}); each key may appear once")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
 
 
 def _parse_yaml(text: str, path: Path, what: str) -> Mapping[str, Any]:
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_StrictLoader)      # noqa: S506 - a SafeLoader subclass
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark is not None else ""

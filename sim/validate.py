@@ -567,8 +567,10 @@ def load_budgets(path: Path, suites: Iterable[str] | None = None) -> dict[str, d
             raw = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: budgets file not found") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the budgets file: {e.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid UTF-8 TOML: {e}") from None
     if unknown := sorted(set(raw) - set(BUDGET_KEYS)):
         raise ConfigError(f"{path}: unknown suite table(s) {unknown}; allowed {sorted(BUDGET_KEYS)}")
     out: dict[str, dict[str, float]] = {}
@@ -641,6 +643,9 @@ def run_cli(args: argparse.Namespace) -> int:
     """Run the suite, print the report; 1 if an error budget is exceeded, else 0."""
     assert args.suite in SUITES, args.suite  # argparse choices already checked it
     data_dir = Path(args.data)
+    if not data_dir.is_dir():
+        raise ConfigError(f"--data: {str(data_dir)!r} is not a folder; give the validation folder "
+                          f"that holds {BUDGETS_FILE} and one folder per suite")
     budgets = load_budgets(data_dir / BUDGETS_FILE, suites=(args.suite,))
     if args.suite == "failures":
         from .validate_failures import check_failure_budgets, format_failures, validate_failures
@@ -677,7 +682,7 @@ def run_cli(args: argparse.Namespace) -> int:
         scope = "test split"
     if args.json:
         print(json.dumps({**as_json, "budgets": budgets[args.suite],
-                          "budget_violations": violations}))
+                          "budget_violations": violations}, allow_nan=False))
     else:
         print(as_text)
         print()

@@ -47,11 +47,12 @@ class FailureCase:
 
 def validate_failures(data_dir: Path, seed: int = 0) -> list[FailureCase]:
     path = data_dir / "cases.csv"
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise ConfigError(f"{path}: columns must be exactly {list(COLUMNS)}")
-        rows = list(reader)
+    from .validate_training import _read_csv
+
+    header, numbered = _read_csv(path)
+    if header != COLUMNS:
+        raise ConfigError(f"{path}: columns must be exactly {list(COLUMNS)}")
+    rows = [row for _, row in numbered]
     out = []
     cache: dict[str, Any] = {}
     for i, r in enumerate(rows, start=2):

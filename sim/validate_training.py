@@ -326,12 +326,18 @@ class MappedRun:
 def _read_csv(path: Path) -> tuple[tuple[str, ...], list[tuple[int, dict[str, str]]]]:
     """Header and (line number, row) pairs of a CSV file; a missing file is a ConfigError."""
     try:
-        with path.open(newline="") as fh:
+        with path.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             header = tuple(reader.fieldnames or ())
             rows = [(reader.line_num, row) for row in reader]
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte at offset {e.start}); save it as UTF-8") from None
+    except csv.Error as e:
+        raise ConfigError(f"{path}: not a valid CSV file ({e})") from None
     for line, row in rows:
         if None in row or any(v is None for v in row.values()):
             raise ConfigError(f"{path}:{line}: expected {len(header)} columns {list(header)}")

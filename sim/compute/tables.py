@@ -54,10 +54,12 @@ class KernelCase:
 
 def _rows(path: Path) -> list[dict[str, str]]:
     try:
-        with path.open(newline="") as f:
+        with path.open(newline="", encoding="utf-8") as f:
             return list(csv.DictReader(f))
     except OSError as e:
         raise ConfigError(f"{path}: cannot read kernel table: {e.strerror}") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"{path}: not a UTF-8 CSV table ({e})") from None
 
 
 def _num(row: dict[str, str], col: str, path: Path) -> float:
