@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto timeline")
     run.add_argument("--steps", type=_positive_int, default=1,
                      help="simulate K steps with fresh straggler draws; report the distribution")
+    run.add_argument("--max-events", type=_positive_int, default=None, metavar="N",
+                     help="refuse a run whose simulation would exceed N events in all "
+                          "(default 8,000,000: about 10 s); raise it to run a bigger plan")
     run.set_defaults(func=_cmd_run)
 
     coll = sub.add_parser("collective", help="nccl-tests-style sweep of one collective")
@@ -281,13 +284,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     scn = load_scenario(args.scenario)
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed: must be >= 0, got {args.seed}")
-    result, eng = run_step(scn, seed=args.seed, trace=bool(args.trace))
+    from .training import DEFAULT_MAX_EVENTS
+
+    limit = args.max_events or DEFAULT_MAX_EVENTS
+    result, eng = run_step(scn, seed=args.seed, trace=bool(args.trace), max_events=limit,
+                           steps=args.steps)
     if args.steps > 1:
         import numpy as np
 
+        from .progress import progress
+
         base = scn.seed if args.seed is None else args.seed
-        times = [result.step_time_s] + [run_step(scn, seed=base + k)[0].step_time_s
-                                         for k in range(1, args.steps)]
+        times = [result.step_time_s] + [
+            run_step(scn, seed=base + k)[0].step_time_s
+            for k in progress(range(1, args.steps), args.steps - 1, "simulating steps")]
         if not args.json:
             print(f"simulated {args.steps} steps", file=sys.stderr)
         result = result.with_extra({"steps": args.steps, "step_time_dist_s": {

@@ -64,14 +64,20 @@ class _Section:
     def has(self, key: str) -> bool:
         return key in self.raw and self.raw[key] is not None
 
-    def integer(self, key: str, default: int | None = None, minimum: int | None = 1) -> int:
+    def integer(self, key: str, default: int | None = None, minimum: int | None = 1,
+                maximum: int | None = None) -> int:
         v = self.raw.get(key, default)
         if v is None:
             raise ConfigError(f"{self.at(key)}: required (an integer)")
+        if isinstance(v, float) and v.is_integer() and abs(v) < 2**63:
+            v = int(v)                    # YAML reads 1e6 as a float; a whole one is an integer
         if isinstance(v, bool) or not isinstance(v, int):
             raise ConfigError(f"{self.at(key)}: expected an integer, got {_show(v)}")
         if minimum is not None and v < minimum:
             raise ConfigError(f"{self.at(key)}: must be >= {minimum}, got {v}")
+        limit = maximum if maximum is not None else _MAX_INT.get(key)
+        if limit is not None and v > limit:
+            raise ConfigError(f"{self.at(key)}: must be <= {limit:,}, got {v:,}")
         return v
 
     def opt_int(self, key: str, minimum: int = 1) -> int | None:
@@ -83,12 +89,13 @@ class _Section:
         if v is None:
             raise ConfigError(f"{self.at(key)}: required (a number)")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ConfigError(f"{self.at(key)}: expected a number, got {_show(v)}")
+            raise ConfigError(f"{self.at(key)}: expected a finite number, got {_show(v)}")
         if minimum is not None and (v < minimum or (strict_min and v == minimum)):
             op = ">" if strict_min else ">="
             raise ConfigError(f"{self.at(key)}: must be {op} {minimum}, got {v}")
-        if maximum is not None and v > maximum:
-            raise ConfigError(f"{self.at(key)}: must be <= {maximum}, got {v}")
+        limit = maximum if maximum is not None else _MAX_NUMBER.get(key)
+        if limit is not None and v > limit:
+            raise ConfigError(f"{self.at(key)}: must be <= {limit:g}, got {v:g}")
         return float(v)
 
     def text(self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None) -> str:
@@ -128,6 +135,39 @@ class _Section:
 
     def section(self, key: str, allowed: frozenset[str] | set[str]) -> "_Section":
         return _Section(self.raw.get(key), self.at(key), allowed)
+
+
+# Upper bounds of fields, by key: beyond them a value is physically absurd (or would make the
+# simulation run for hours); each names why. Lower bounds are at the readers' call sites.
+_MAX_INT: dict[str, int] = {
+    "chips": 1_000_000,              # a million accelerators: beyond any cluster built
+    "layers": 10_000, "hidden": 1_000_000, "ffn_hidden": 10_000_000, "heads": 100_000,
+    "kv_heads": 100_000, "head_dim": 65_536, "vocab": 100_000_000,
+    "experts": 100_000, "top_k": 100_000,
+    "seq_len": 100_000_000,          # 100 M tokens per sequence
+    "global_batch": 1_000_000_000, "micro_batch": 1_000_000,
+    "tp": 1_000_000, "pp": 100_000, "cp": 1_000_000, "ep": 1_000_000, "virtual_stages": 10_000,
+    "zero_group": 1_000_000, "slices": 1_000,
+    "monte_carlo_runs": 100_000,     # the failure Monte Carlo: 100 runs give 5-95% bands
+    "seed": 2**63 - 1,
+    "gpus": 1_024, "nvswitches": 1_024, "nics": 1_024, "su_nodes": 100_000,
+    "leaf_down_ports": 10_000, "leaf_up_ports": 10_000, "two_tier_max_sus": 100_000,
+    "max_gpus": 10_000_000, "cube": 1_024, "wrap_len": 100_000, "chips_per_host": 1_024,
+    "default_chips": 10_000_000,
+}
+_MAX_NUMBER: dict[str, float] = {
+    "compute_jitter_sigma": 1.0,     # log-normal sigma: 1 already spreads steps over e^+-2
+    "slow_factor": 1_000.0,          # a chip 1,000x slower is a dead chip
+    "horizon_days": 3_650.0,         # ten years
+    "checkpoint_interval_min": 525_600.0, "checkpoint_write_s": 86_400.0,
+    "checkpoint_load_s": 86_400.0, "detect_s": 86_400.0, "restart_s": 86_400.0,
+    "swap_s": 86_400.0,              # a day for any one recovery step
+    "planned_per_day": 1_000.0, "rate_scale": 10_000.0, "tokens": 1e18,
+    "usd_per_chip_hour": 10_000.0, "oversubscription": 1_000.0, "capacity_factor": 1_000.0,
+    "nvlink_latency_us": 1e6, "pcie_latency_us": 1e6, "ib_latency_us": 1e6,
+    "ici_latency_us": 1e6, "dcn_latency_us": 1e6,          # one second per hop
+    "nic_Gbps": 1e6, "ib_port_Gbps": 1e6, "pcie_GBps": 1e5,
+}
 
 
 def _show(v: object) -> str:
@@ -578,7 +618,7 @@ def _parallelism(s: _Section, cluster: ClusterConfig, model: ModelSpec) -> Paral
     vs = s.integer("virtual_stages", 1)
     if vs > 1 and schedule != "interleaved":
         raise ConfigError(f"parallelism.virtual_stages: {vs} needs schedule: interleaved, got {schedule!r}")
-    zero = s.integer("zero", 1, minimum=0)
+    zero = s.integer("zero", 1, minimum=0, maximum=3)       # ZeRO stages 0-3 (Rajbhandari 2020)
     group = s.opt_int("zero_group")
     if group is not None:
         if dp % group:

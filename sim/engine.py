@@ -20,7 +20,7 @@ import simpy
 
 from .workload.schedules import schedule
 
-__all__ = ["Segment", "StagePlan", "EngineResult", "simulate"]
+__all__ = ["Segment", "StagePlan", "EngineResult", "simulate", "estimate_events"]
 
 ProcGen = Generator[simpy.Event, Any, Any]
 
@@ -91,6 +91,19 @@ class _Barrier:
             self.last = rank
             self.event.succeed()
         return self.event
+
+
+def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_stage: int = 1,
+                    simulations: int = 1) -> int:
+    """About how many simpy events ``simulate`` will process (within a factor of ~2; the
+    benchmark's events/s turns it into seconds), so that a plan too big to play can be refused
+    before it runs: every rank plays micro x vs forward and backward steps, each its layers'
+    segments (a timeout and a resume each) plus its dependency and hand-over events."""
+    per_rank = 0
+    for sp in plan:
+        segs = len(sp.layer_fwd) + len(sp.layer_bwd)
+        per_rank += micro * vs * (sp.layers_per_chunk * (segs + 1) + 4)
+    return simulations * ranks_per_stage * per_rank
 
 
 def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_kind: str,

@@ -67,6 +67,10 @@ class FailureSummary:
         return {k: v / len(self.runs) for k, v in total.most_common()}
 
 
+# Interruptions the failure Monte Carlo may draw in all (~10 s of its Python loop).
+MAX_FAILURE_EVENTS = 3_000_000
+
+
 def simulate_failures(cfg: FailuresConfig, chip: Chip, chips: int, seed: int,
                       runs: int = 100, ocs_spares: bool = False) -> FailureSummary:
     """Monte Carlo of *runs* histories (seeds seed .. seed+runs-1) over the horizon."""
@@ -87,8 +91,16 @@ def simulate_failures(cfg: FailuresConfig, chip: Chip, chips: int, seed: int,
     H = cfg.horizon_days * DAY_S
     planned_rate = cfg.planned_per_day / DAY_S
     p = rates / total
+    # Work limit: the loop below handles each interruption in Python (a few us each).
+    expected = runs * (total + planned_rate) * H
+    if expected > MAX_FAILURE_EVENTS:
+        raise ConfigError(f"failures: {runs} Monte Carlo runs of {cfg.horizon_days:g} days would draw "
+                          f"~{expected:,.0f} interruptions (over {MAX_FAILURE_EVENTS:,}, ~10 s); lower "
+                          "failures.monte_carlo_runs, horizon_days, rate_scale or planned_per_day")
+    from .progress import progress
+
     out = []
-    for k in range(runs):
+    for k in progress(range(runs), runs if expected > 200_000 else 0, "failure histories"):
         rng = np.random.default_rng(seed + k)
         # Hardware fails on the wall clock whether or not the job is running: one Poisson stream
         # of unexpected failures (by cause) and one of planned interruptions over the horizon.

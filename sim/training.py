@@ -13,16 +13,34 @@ from typing import Any
 from .collectives import CollectiveModel
 from .compute.model import ComputeModel
 from .config import Scenario, scenario_from_dict
-from .engine import Segment, StagePlan, simulate
+from .engine import Segment, StagePlan, estimate_events, simulate
 from .results import StepResult
 from .topology import Topology, build_topology
+from .errors import ConfigError
 from .units import GiB
 from .workload.layout import Layout
 from .workload.memory import check_fits, memory_per_chip
 from .software import resolve_software
 from .workload.transformer import Comm, Item, Op, Workload, build_workload
 
-__all__ = ["run_step", "TrainingPredictor", "plan_stages"]
+__all__ = ["run_step", "TrainingPredictor", "plan_stages", "check_work", "EVENTS_PER_S",
+           "DEFAULT_MAX_EVENTS"]
+
+# Engine speed on the CI machine (benchmarks/test_bench_training.py: ~0.8-0.9 M events/s) and the
+# default work limit of a command: ~10 s of simulation. Larger plans are refused up front with the
+# estimate, and run with --max-events.
+EVENTS_PER_S = 800_000
+DEFAULT_MAX_EVENTS = 8_000_000
+
+
+def check_work(events: int, max_events: int, what: str) -> None:
+    """ConfigError when *events* exceeds *max_events*, with the time it would take."""
+    if events > max_events:
+        minutes = events / EVENTS_PER_S / 60
+        took = f"~{minutes:.0f} minutes" if minutes >= 1 else f"~{minutes * 60:.0f} s"
+        raise ConfigError(f"{what} would process ~{events:,} simulation events ({took}), over the "
+                          f"limit of {max_events:,}; pass --max-events {events} to run it anyway, "
+                          "or shrink training.global_batch / --steps")
 
 # Adam with fp32 master weights: read param, grad, m, v and write param, m, v (28 bytes, as the
 # optimizer table counts them: validation/compute/*/optimizer.csv), plus the bf16 model copy.
@@ -133,9 +151,13 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
 def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
              trace: bool = False, topo: Topology | None = None,
              net: CollectiveModel | None = None,
-             stack_efficiency: dict[tuple[str, str, str], float] | None = None
-             ) -> tuple[StepResult, Any]:
-    """Simulate one step; returns the result and the engine's record (for traces)."""
+             stack_efficiency: dict[tuple[str, str, str], float] | None = None,
+             max_events: int | None = None, steps: int = 1) -> tuple[StepResult, Any]:
+    """Simulate one step; returns the result and the engine's record (for traces).
+
+    *max_events*: refuse (ConfigError) before running when *steps* such steps would process more
+    simpy events than this (``sim.engine.estimate_events``); None: no limit.
+    """
     wl = build_workload(scn)
     mem = memory_per_chip(wl)
     check_fits(wl, mem)
@@ -165,6 +187,12 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
         return t, lay.dp * lay.cp
 
     step_seed = scn.seed if seed is None else seed
+    if max_events is not None:
+        sims = par.dp if scn.stragglers is not None and not per_rank else 1
+        est = estimate_events(plans, vs=vs, micro=wl.microbatches, ranks_per_stage=per_stage,
+                              simulations=sims)
+        check_work(est * steps, max_events,
+                   f"{scn.source}: {steps} steps" if steps > 1 else f"{scn.source}: this step")
     extra: dict[str, Any] = {}
     if scn.stragglers is not None and not per_rank:
         eng, extra = _straggler_step(scn, plans, wl, vs, step_seed, trace)
@@ -200,19 +228,29 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
 
     par, cfg = scn.parallelism, scn.stragglers
     assert cfg is not None
-    slow = draw_slow_devices(cfg, scn.cluster.chips, np.random.default_rng([scn.seed, 1]))
+    # Every draw comes from the step's seed (--seed included): slow chips, then each replica's
+    # jitter; the same seed gives the same step, another seed other slow chips.
+    slow = draw_slow_devices(cfg, scn.cluster.chips, np.random.default_rng([seed, 1]))
     results = []
     for draws in replica_draws(scn, slow):
         jit = jitter_for(draws, cfg.compute_jitter_sigma, par.tp * par.cp,
                          np.random.default_rng([seed, 2, draws.replica]))
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
-                       jitter=jit, trace=trace and draws.replica == 0)
+                       jitter=jit)
         results.append((eng.step_time_s, draws, eng))
     step = max(r[0] for r in results)
     ordered = sorted(results, key=lambda r: (r[0], r[1].replica))
     median = ordered[len(ordered) // 2]
     slowest = ordered[-1]
     eng = median[2]
+    if trace:
+        # The trace shows the replica the breakdown reports: the median one, replayed with its
+        # own draws (the same generator seeds give the same times).
+        d = median[1]
+        eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
+                       jitter=jitter_for(d, cfg.compute_jitter_sigma, par.tp * par.cp,
+                                         np.random.default_rng([seed, 2, d.replica])), trace=True)
+        assert eng.step_time_s == median[0], (eng.step_time_s, median[0])
     eng.breakdown_s["straggler_wait"] += step - median[0]
     eng.step_time_s = step
     extra = {

@@ -570,7 +570,7 @@ def load_budgets(path: Path, suites: Iterable[str] | None = None) -> dict[str, d
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the budgets file: {e.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not valid UTF-8 TOML: {e}") from None
+        raise ConfigError(f"{path}: not valid TOML (UTF-8): {e}") from None
     if unknown := sorted(set(raw) - set(BUDGET_KEYS)):
         raise ConfigError(f"{path}: unknown suite table(s) {unknown}; allowed {sorted(BUDGET_KEYS)}")
     out: dict[str, dict[str, float]] = {}

@@ -926,8 +926,11 @@ def validate_training(data_dir: Path, predict: TrainingPredictor,
     predictor refuses (a ``SimError``) are listed and kept out of the aggregates. Raises
     ``ConfigError`` for missing or malformed data files, ``ValueError`` for a nonsensical prediction.
     """
+    from .progress import progress
+
     mapped = map_runs(data_dir) if mapped is None else tuple(mapped)
-    results = tuple(_score(m, predict) for m in mapped if m.supported)
+    supported = [m for m in mapped if m.supported]
+    results = tuple(_score(m, predict) for m in progress(supported, len(supported), "training runs"))
     unsupported = tuple(UnsupportedTrainingRun(id=m.id, split=m.split, hardware=m.hardware,
                                                chips=m.chips, reason=m.reason)
                         for m in mapped if not m.supported)

@@ -169,7 +169,7 @@ def test_head_dim_decouples_attention_width_from_hidden() -> None:
 
 
 def test_value_ranges() -> None:
-    bad(r"stragglers.slow_fraction: must be <= 1.0, got 1.5", stragglers={"slow_fraction": 1.5})
+    bad(r"stragglers.slow_fraction: must be <= 1, got 1.5", stragglers={"slow_fraction": 1.5})
     bad(r"failures.checkpoint_write_s: must be >= 0.0, got -5", failures={"checkpoint_write_s": -5})
     bad(r"failures.checkpoint_interval_min: 0.5 min is not longer than checkpoint_write_s = 60",
         failures={"checkpoint_interval_min": 0.5})

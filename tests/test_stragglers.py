@@ -75,7 +75,7 @@ def test_jitter_is_deterministic_per_seed_and_varies_across_seeds() -> None:
 def test_bad_straggler_config() -> None:
     from sim.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"stragglers.slow_fraction: must be <= 1.0, got 2"):
+    with pytest.raises(ConfigError, match=r"stragglers.slow_fraction: must be <= 1, got 2"):
         scenario_from_dict({**BASE, "stragglers": {"slow_fraction": 2}}, "s.yaml")
     with pytest.raises(ConfigError, match=r"stragglers.compute_jitter_sigma: must be >= 0.0, got -0.1"):
         scenario_from_dict({**BASE, "stragglers": {"compute_jitter_sigma": -0.1}}, "s.yaml")

@@ -80,6 +80,7 @@ class CollectiveModel:
         self._sharp = bool(topo.facts.get("sharp"))
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
+        self._wire: tuple[float, float] | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -205,7 +206,7 @@ class CollectiveModel:
         transfer = per_byte * size
         arch = self.topo.spec.chip.arch
         if self._tpu:
-            lat = hops * self._ici_hop_s
+            lat = hops * self._ici_hop_s + self._dcn_latency_s(op, gi)
             return CollectiveResult(op, algo, "ici", size, gi.n, lat + transfer, lat, transfer)
         transfer /= nccl.protocol_factor(algo, proto, gi.nodes)
         if algo in ("nvls", "nvls_tree", "collnet"):
@@ -218,11 +219,40 @@ class CollectiveModel:
                 transfer = factor * size / (cap * 1e9)
         lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet") else "ring"
         lat_op = op if algo != "hierarchical" else "allreduce"
+        w_intra, w_inter = self._wire_latency_s()
         if algo in ("pairwise", "p2p"):          # no p2p entry in NCCL's model: one ring Simple step
-            lat = nccl.latency_s("ring", proto, "sendrecv", 2, min(gi.nodes, 2), size)
+            lat = nccl.latency_s("ring", proto, "sendrecv", 2, min(gi.nodes, 2), size,
+                                 w_intra, w_inter)
         else:
-            lat = nccl.latency_s(lat_algo, proto, lat_op, gi.n, gi.nodes, size)
+            lat = nccl.latency_s(lat_algo, proto, lat_op, gi.n, gi.nodes, size, w_intra, w_inter)
         return CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
+
+    def _dcn_latency_s(self, op: str, gi: GroupInfo) -> float:
+        """TPU Multislice: the data-center network trips of a group spread over several slices:
+        one slice-to-slice path (PCIe, host NIC, DCN; the topology's latencies) per ring step
+        between slices, twice as many for an all-reduce."""
+        g = self.topo.graph
+        pods = sorted({g.nodes[d]["pod"] for d in gi.devices})
+        if len(pods) < 2:
+            return 0.0
+        a = next(d for d in gi.devices if g.nodes[d]["pod"] == pods[0])
+        b = next(d for d in gi.devices if g.nodes[d]["pod"] == pods[1])
+        trips = (len(pods) - 1) * (2 if op == "allreduce" else 1)
+        return trips * self.router.path_latency_s(a, b)
+
+    def _wire_latency_s(self) -> tuple[float, float]:
+        """Path latency of one step inside a node and one between nodes (GPU topologies): the
+        routed links' latencies (NVLink and NVSwitch; PCIe, NIC and InfiniBand switches)."""
+        if self._wire is None:
+            g = self.topo.graph
+            devs = sorted(n for n, d in g.nodes(data=True) if d.get("kind") == "gpu")
+            node_of = {d: g.nodes[d].get("node") for d in devs}
+            first = devs[0] if devs else None
+            intra = next((d for d in devs[1:] if node_of[d] == node_of[first]), None)
+            inter = next((d for d in devs[1:] if node_of[d] != node_of[first]), None)
+            self._wire = (self.router.path_latency_s(first, intra) if intra is not None else 0.0,
+                          self.router.path_latency_s(first, inter) if inter is not None else 0.0)
+        return self._wire
 
     def _cost(self, op: str, gi: GroupInfo, algo: str) -> tuple[float, int]:
         """(transfer seconds per byte of ``size``, latency-bearing steps) of an algorithm; cached.

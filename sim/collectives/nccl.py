@@ -26,6 +26,10 @@ _NVLINK = {"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0), "nvls": (0.0, 0.0,
 _NET = {"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0), "nvls": (0.0, 0.0, 18.0),
         "nvls_tree": (0.0, 0.0, 20.9), "collnet": (0.0, 0.0, 31.0)}
 _NET_OVERHEAD_US = 1.0          # getNetOverhead, Intel x86 host; x3 for Simple
+# Path latency of one step on the bundled dgx-a100 / dgx-h100 graphs (GPU-NVSwitch-GPU 2 x 0.25 us;
+# GPU-PCIe-NIC-leaf-...-NIC-PCIe-GPU 1.6 us): the hardware NCCL's hwLat constants are taken to
+# describe. ``latency_s`` adds only a topology's difference from it.
+REFERENCE_WIRE_US = {"intra": 0.5, "inter": 1.6}
 
 # llMaxBws [row][col] GB/s: single node row = GPU arch, col 0; multi-node row = CPU (Intel = 0),
 # col 1 (2 nodes) or 2 (>= 3 nodes)
@@ -55,12 +59,20 @@ def _col(nodes: int) -> int:
     return 0 if nodes == 1 else (1 if nodes == 2 else 2)
 
 
-def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: float) -> float:
-    """NCCL's modelled latency of one collective call (``ncclTopoTuneModel`` + plateau), seconds."""
+def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: float,
+              wire_intra_s: float = REFERENCE_WIRE_US["intra"] * 1e-6,
+              wire_inter_s: float = REFERENCE_WIRE_US["inter"] * 1e-6) -> float:
+    """NCCL's modelled latency of one collective call (``ncclTopoTuneModel`` + plateau), seconds,
+    with the topology's own links in it: *wire_intra_s* / *wire_inter_s* are the path latencies of
+    one step inside a node / between nodes on the topology graph. NCCL's hwLat constants hold for
+    the reference systems the bundled DGX topologies describe (REFERENCE_WIRE_US: their path
+    latencies); a topology whose links are slower or faster moves each step by the difference."""
     p = _P[proto]
     base = _BASE.get(algo, _BASE["ring"])[p]
-    intra = _NVLINK.get(algo, _NVLINK["ring"])[p]
-    inter = _NET.get(algo, _NET["ring"])[p]
+    intra = max(0.0, _NVLINK.get(algo, _NVLINK["ring"])[p]
+                + wire_intra_s * 1e6 - REFERENCE_WIRE_US["intra"])
+    inter = max(0.0, _NET.get(algo, _NET["ring"])[p]
+                + wire_inter_s * 1e6 - REFERENCE_WIRE_US["inter"])
     ppn = max(1, ranks // max(nodes, 1))
     if algo == "ring":
         nsteps = 2 * (ranks - 1) if op == "allreduce" else (ranks - 1 if op in
