@@ -29,16 +29,19 @@ __all__ = [
     "topology_dir", "scenario_dir", "load_cluster",
 ]
 
-_REPO = Path(__file__).resolve().parent.parent
+# The bundled data ships inside the package (sim/data/; the repository's top-level topologies/,
+# scenarios/ and validation/ are links to it), so an installed clustersim finds it anywhere.
+DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 def topology_dir() -> Path:
     """Folder of the bundled topologies (``$CLUSTERSIM_TOPOLOGIES`` overrides)."""
-    return Path(os.environ.get("CLUSTERSIM_TOPOLOGIES", _REPO / "topologies"))
+    return Path(os.environ.get("CLUSTERSIM_TOPOLOGIES", DATA_DIR / "topologies"))
 
 
 def scenario_dir() -> Path:
-    return _REPO / "scenarios"
+    """Folder of the bundled scenarios: ``clustersim run default`` finds ``default.yaml`` there."""
+    return DATA_DIR / "scenarios"
 
 
 # ----------------------------------------------------------------------------- field readers

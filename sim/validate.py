@@ -115,8 +115,8 @@ _DEFAULT_DTYPE = "float"
 
 
 def default_data_dir() -> Path:
-    """The repository's ``validation/`` folder (holds ``budgets.toml`` and ``collectives/``)."""
-    return Path(__file__).resolve().parent.parent / "validation"
+    """The bundled validation data (``sim/data/validation``; the repository's ``validation/`` links to it)."""
+    return Path(__file__).resolve().parent / "data" / "validation"
 
 
 # ----------------------------------------------------------------------------- inputs
