@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="one JSON object on stdout")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto timeline")
+    run.add_argument("--trace-ranks", choices=("stage", "all"), default="stage",
+                     help="trace one representative rank per pipeline stage (default; with "
+                          "stragglers, the median replica the breakdown reports) or every rank")
     run.add_argument("--steps", type=_positive_int, default=1,
                      help="simulate K steps with fresh straggler draws; report the distribution")
     run.add_argument("--max-events", type=_positive_int, default=None, metavar="N",
@@ -287,8 +290,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .training import DEFAULT_MAX_EVENTS
 
     limit = args.max_events or DEFAULT_MAX_EVENTS
+    per_rank = args.trace_ranks == "all"
+    if per_rank and not args.trace:
+        raise ConfigError("--trace-ranks all: needs --trace FILE to write the timeline to")
+    if per_rank and scn.stragglers is not None:
+        raise ConfigError("--trace-ranks all: a straggler scenario is simulated replica by replica; "
+                          "trace the replica it reports with --trace-ranks stage")
     result, eng = run_step(scn, seed=args.seed, trace=bool(args.trace), max_events=limit,
-                           steps=args.steps)
+                           steps=args.steps, per_rank=per_rank)
     if args.steps > 1:
         import numpy as np
 

@@ -1,0 +1,103 @@
+"""Issue 11's mechanisms, one test each: seeds redraw everything random, traces show what the
+result reports, topology latencies are used, work limits refuse before running, YAML is strict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+from sim.collectives import CollectiveModel
+from sim.config import load_cluster, scenario_from_dict
+from sim.errors import ConfigError
+from sim.training import run_step
+
+REPO = Path(__file__).resolve().parent.parent
+STRAGGLERS = str(REPO / "scenarios" / "llama3-70b-1024xh100-stragglers.yaml")
+
+
+def _json(argv: list[str], capsys) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_same_seed_same_output_other_seed_other_slow_chips(capsys) -> None:
+    a = _json(["run", STRAGGLERS, "--seed", "5", "--json"], capsys)
+    b = _json(["run", STRAGGLERS, "--seed", "5", "--json"], capsys)
+    assert a == b
+    others = {tuple(_json(["run", STRAGGLERS, "--seed", str(s), "--json"], capsys)["slow_chips"])
+              for s in (6, 7, 8)}
+    assert len(others | {tuple(a["slow_chips"])}) > 1
+
+
+def test_the_straggler_trace_is_the_replica_the_breakdown_reports(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "t.json"
+    assert main(["run", STRAGGLERS, "--trace", str(path)]) == 0
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert events
+    end_s = max(e["ts"] + e["dur"] for e in events) / 1e6
+    out = capsys.readouterr().out
+    median = float(next(line for line in out.splitlines() if "step time" in line).split()[2])
+    assert end_s <= median + 1e-6      # the median replica ends before the slowest one
+
+
+def test_trace_ranks_all_traces_every_rank(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "t.json"
+    default = str(REPO / "scenarios" / "default.yaml")
+    assert main(["run", default, "--trace", str(path), "--trace-ranks", "all"]) == 0
+    tids = {e["tid"].split()[1] for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert len(tids) == 8                      # tp 2 x dp 4 ranks of the one stage
+    assert main(["run", STRAGGLERS, "--trace", str(path), "--trace-ranks", "all"]) == 2
+
+
+@pytest.mark.parametrize("field, scale", [("ib_latency_us: 0.3 ", "ib_latency_us: 300 "),
+                                          ("nvlink_latency_us: 0.25 ", "nvlink_latency_us: 250 ")])
+def test_gpu_link_latencies_feed_the_collective_model(tmp_path: Path, field, scale) -> None:
+    text = (REPO / "topologies" / "dgx-h100.yaml").read_text()
+    assert field in text
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(text.replace(field, scale))
+    stock = CollectiveModel(_topo("dgx-h100")).time("allreduce", 1024).time_s
+    slower = CollectiveModel(_topo(str(slow))).time("allreduce", 1024).time_s
+    assert slower > stock + 100e-6             # hundreds of us more per step, several steps
+
+
+def _topo(name: str):
+    from sim.topology import build_topology
+
+    return build_topology(load_cluster(name, 16))
+
+
+def test_work_limit_refuses_before_running() -> None:
+    scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 8}, "model": "llama3-8b",
+                              "training": {"global_batch": 1_000_000}}, "big.yaml")
+    with pytest.raises(ConfigError, match=r"would process ~[\d,]+ simulation events .* pass --max-events"):
+        run_step(scn, max_events=1_000_000)
+
+
+def test_yaml_duplicate_keys_and_depth(tmp_path: Path) -> None:
+    from sim.config import load_scenario
+
+    p = tmp_path / "d.yaml"
+    p.write_text("model: llama3-8b\ncluster: {topology: dgx-h100}\ncluster: {chips: 8}\n")
+    with pytest.raises(ConfigError, match=r"line 3: duplicate key 'cluster' \(first on line 2\)"):
+        load_scenario(p)
+    p.write_text("model: " + "[" * 100 + "]" * 100 + "\n")
+    with pytest.raises(ConfigError, match=r"nested deeper than 50 levels"):
+        load_scenario(p)
+
+
+def test_internal_errors_are_one_line_unless_debug(monkeypatch, capsys) -> None:
+    import sim.cli
+
+    def boom(args):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(sim.cli, "_cmd_topo_show", boom)
+    assert main(["topo", "show", "dgx-h100"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "please report" in err and "Traceback" not in err
+    assert main(["--debug", "topo", "show", "dgx-h100"]) == 1
+    assert "Traceback" in capsys.readouterr().err
