@@ -99,6 +99,8 @@ class _Section:
         limit = maximum if maximum is not None else _MAX_NUMBER.get(key)
         if limit is not None and v > limit:
             raise ConfigError(f"{self.at(key)}: must be <= {limit:g}, got {v:g}")
+        if key in _MIN_NUMBER and v < _MIN_NUMBER[key]:
+            raise ConfigError(f"{self.at(key)}: must be >= {_MIN_NUMBER[key]:g}, got {v:g}")
         return float(v)
 
     def text(self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None) -> str:
@@ -171,6 +173,10 @@ _MAX_NUMBER: dict[str, float] = {
     "ici_latency_us": 1e6, "dcn_latency_us": 1e6,          # one second per hop
     "nic_Gbps": 1e6, "ib_port_Gbps": 1e6, "pcie_GBps": 1e5,
 }
+
+# Lower bounds where a positive value can still be absurd: a 1 Gb/s NIC or a 0.1 GB/s PCIe link is
+# slower than anything an accelerator has been attached with.
+_MIN_NUMBER: dict[str, float] = {"nic_Gbps": 1.0, "ib_port_Gbps": 1.0, "pcie_GBps": 0.1}
 
 
 def _show(v: object) -> str:

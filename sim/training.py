@@ -16,7 +16,7 @@ from .config import Scenario, scenario_from_dict
 from .engine import Segment, StagePlan, estimate_events, simulate
 from .results import StepResult
 from .topology import Topology, build_topology
-from .errors import ConfigError
+from .errors import ConfigError, InfeasibleError
 from .units import GiB
 from .workload.layout import Layout
 from .workload.memory import check_fits, memory_per_chip
@@ -31,6 +31,8 @@ __all__ = ["run_step", "TrainingPredictor", "plan_stages", "check_work", "EVENTS
 # estimate, and run with --max-events.
 EVENTS_PER_S = 800_000
 DEFAULT_MAX_EVENTS = 8_000_000
+# A training step longer than this (100 days) means an input outside any real range.
+MAX_STEP_S = 100 * 86400.0
 
 
 def check_work(events: int, max_events: int, what: str) -> None:
@@ -199,6 +201,11 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
     else:
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
                        ranks_per_stage=per_stage, groups=groups if per_rank else None, trace=trace)
+    if not (0 < eng.step_time_s <= MAX_STEP_S):
+        worst = max(eng.breakdown_s, key=lambda k: eng.breakdown_s[k])
+        raise InfeasibleError(f"{scn.source}: a step of {eng.step_time_s:.3g} s (mostly {worst}) is "
+                              f"over {MAX_STEP_S / 86400:.0f} days; some input (a bandwidth, a "
+                              "latency, the batch) is outside any real range")
     chip = scn.cluster.chip
     result = StepResult(
         scenario=scn.name, topology=topo.name, chip=chip.name, chips=scn.cluster.chips,
