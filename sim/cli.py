@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate one scenario")
     run.add_argument("scenario", help="scenario YAML (path, or a name in scenarios/)")
     run.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a scenario field (dotted key, YAML value), e.g. "
+                          "--set cluster.chips=2048 --set parallelism.tp=4; repeatable")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto timeline")
     run.add_argument("--trace-ranks", choices=("stage", "all"), default="stage",
@@ -284,7 +287,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
-    scn = load_scenario(args.scenario)
+    scn = load_scenario(args.scenario, args.set)
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed: must be >= 0, got {args.seed}")
     from .training import DEFAULT_MAX_EVENTS

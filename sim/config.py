@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ from .units import Gbps_to_Bps, GB, us_to_s
 __all__ = [
     "ClusterConfig", "CostConfig", "FailuresConfig", "ParallelismConfig", "Scenario",
     "StragglersConfig", "TrainingConfig", "load_scenario", "load_topology_spec", "scenario_from_dict",
-    "topology_dir", "scenario_dir", "load_cluster",
+    "topology_dir", "scenario_dir", "load_cluster", "apply_overrides", "set_key", "parse_value",
+    "read_scenario_raw", "scenario_keys",
 ]
 
 # The bundled data ships inside the package (sim/data/; the repository's top-level topologies/,
@@ -476,8 +477,8 @@ _MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "he
                          "head_dim", "vocab", "mlp", "moe"})
 
 
-def load_scenario(path: str | os.PathLike[str]) -> Scenario:
-    """Read and validate a scenario file (DESIGN.md schema)."""
+def read_scenario_raw(path: str | os.PathLike[str]) -> tuple[Mapping[str, Any], str, str]:
+    """(parsed mapping, source path, default name) of a scenario file or bundled scenario name."""
     p = Path(path)
     if not p.is_file():
         bundled = scenario_dir() / f"{p}.yaml"
@@ -485,7 +486,86 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
             p = bundled
         else:
             raise ConfigError(f"{path}: no such scenario file")
-    return scenario_from_dict(_read_yaml(p, "scenario"), str(p), default_name=p.stem)
+    return _read_yaml(p, "scenario"), str(p), p.stem
+
+
+def load_scenario(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Scenario:
+    """Read and validate a scenario file (DESIGN.md schema), with ``--set KEY=VALUE`` overrides."""
+    raw, source, name = read_scenario_raw(path)
+    return scenario_from_dict(apply_overrides(raw, overrides), source, default_name=name)
+
+
+# Keys of each scenario section (for the readers below and for --set / --over).
+_SECTION_KEYS: dict[str, frozenset[str]] = {
+    "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "recompute"}),
+    "parallelism": frozenset({"tp", "pp", "cp", "ep", "zero", "zero_group", "schedule",
+                              "virtual_stages", "sequence_parallel"}),
+    "software": frozenset({"framework", "attention"}),
+    "cost": frozenset({"usd_per_chip_hour"}),
+    "stragglers": frozenset(StragglersConfig.__slots__),
+    "failures": frozenset(FailuresConfig.__slots__),
+}
+
+
+def scenario_keys() -> dict[str, frozenset[str]]:
+    """Every section and its keys (``cluster``, ``model`` included): what --set may name."""
+    return {"cluster": _CLUSTER_KEYS, "model": _MODEL_KEYS, **_SECTION_KEYS}
+
+
+def parse_value(text: str, where: str) -> Any:
+    """A command-line value as a YAML scalar: ``2048`` int, ``0.5`` float, ``true``, ``bf16``."""
+    try:
+        v = yaml.load(text, Loader=_StrictLoader) if text.strip() else ""   # noqa: S506
+    except (yaml.YAMLError, ConfigError) as e:
+        raise ConfigError(f"{where}: cannot read value {text!r} ({e})") from None
+    if isinstance(v, (dict, list)):
+        raise ConfigError(f"{where}: expected one value (a number, true/false or a name), got {text!r}")
+    return v
+
+
+def set_key(raw: dict[str, Any], dotted: str, value: Any, where: str) -> None:
+    """Set a dotted scenario key (``cluster.chips``, ``model.moe.experts``, ``seed``) in *raw*,
+    naming the valid keys when it is not one."""
+    parts = dotted.split(".")
+    keys = scenario_keys()
+    top = parts[0]
+    if top not in _TOP_KEYS:
+        raise ConfigError(f"{where}: unknown key {dotted!r}; valid: {', '.join(sorted(_TOP_KEYS))} "
+                          "and their fields (e.g. cluster.chips, parallelism.tp)")
+    if len(parts) == 1:
+        if top in keys and top != "model":
+            raise ConfigError(f"{where}: {dotted!r} is a section; name one of its fields: "
+                              f"{', '.join(f'{top}.{k}' for k in sorted(keys[top]))}")
+        raw[top] = value
+        return
+    if top not in keys or parts[1] not in keys[top]:
+        valid = sorted(keys.get(top, ()))
+        raise ConfigError(f"{where}: unknown key {dotted!r}; valid under {top}: "
+                          f"{', '.join(valid) if valid else '(none: it takes one value)'}")
+    if len(parts) > 2 and not (top == "model" and parts[1] == "moe" and len(parts) == 3):
+        raise ConfigError(f"{where}: {dotted!r} is nested too deeply; valid: SECTION.FIELD "
+                          "(model.moe.FIELD for experts)")
+    node = raw.get(top)
+    if top == "model" and isinstance(node, str):
+        node = {"preset": node}                  # a preset name becomes a preset plus overrides
+    node = dict(node) if isinstance(node, Mapping) else {}
+    raw[top] = node
+    for p in parts[1:-1]:
+        node[p] = dict(node[p]) if isinstance(node.get(p), Mapping) else {}
+        node = node[p]
+    node[parts[-1]] = value
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],
+                    flag: str = "--set") -> dict[str, Any]:
+    """A copy of *raw* with each ``KEY=VALUE`` of *overrides* applied (values as YAML scalars)."""
+    out = dict(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{flag}: expected KEY=VALUE (e.g. cluster.chips=2048), got {item!r}")
+        set_key(out, key.strip(), parse_value(text, f"{flag} {key.strip()}"), f"{flag} {key.strip()}")
+    return out
 
 
 def scenario_from_dict(raw: Mapping[str, Any], source: str = "<dict>",
@@ -505,13 +585,9 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
         raise ConfigError(f"model: required; a preset name ({', '.join(sorted(PRESETS))}) "
                           "or a mapping with layers, hidden, ffn_hidden, heads, kv_heads, vocab")
     model = _model(raw["model"])
-    training = _training(top.section("training", {"seq_len", "global_batch", "micro_batch",
-                                                  "precision", "recompute"}), cluster)
-    par = _parallelism(top.section("parallelism", {"tp", "pp", "cp", "ep", "zero", "zero_group",
-                                                   "schedule", "virtual_stages",
-                                                   "sequence_parallel"}),
-                       cluster, model)
-    soft_s = top.section("software", {"framework", "attention"})
+    training = _training(top.section("training", _SECTION_KEYS["training"]), cluster)
+    par = _parallelism(top.section("parallelism", _SECTION_KEYS["parallelism"]), cluster, model)
+    soft_s = top.section("software", _SECTION_KEYS["software"])
     software = resolve_software(soft_s.text("framework") if soft_s.has("framework") else None,
                                 soft_s.text("attention") if soft_s.has("attention") else None,
                                 cluster.chip)
@@ -520,11 +596,11 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
                           f"{software.framework} has none; use bf16, or software.framework: "
                           "megatron-te, pytorch-eager, torch-compile, pytorch-fsdp, llm-foundry, "
                           "maxtext or paxml")
-    strag = (_stragglers(top.section("stragglers", {f for f in StragglersConfig.__slots__}))
+    strag = (_stragglers(top.section("stragglers", _SECTION_KEYS["stragglers"]))
              if "stragglers" in raw else None)
-    fail = (_failures(top.section("failures", {f for f in FailuresConfig.__slots__}))
+    fail = (_failures(top.section("failures", _SECTION_KEYS["failures"]))
             if "failures" in raw else None)
-    cost_s = top.section("cost", {"usd_per_chip_hour"})
+    cost_s = top.section("cost", _SECTION_KEYS["cost"])
     default_price = cluster.chip.usd_per_chip_hour
     if not cost_s.has("usd_per_chip_hour") and default_price is None:
         raise ConfigError(f"cost.usd_per_chip_hour: required, the catalogue has no price for "

@@ -119,3 +119,39 @@ def test_every_bundled_scenario_runs() -> None:
                            text=True, cwd=REPO)
         assert r.returncode == 0, (f.name, r.stderr)
         assert 0 < json.loads(r.stdout)["mfu"] < 1
+
+
+def test_fast_step_is_the_engine_over_a_grid_of_layouts() -> None:
+    """The closed-form screening path (sim.engine.fast_step) plays the same schedule as simpy:
+    equal step time and breakdown over schedules, pipeline depths, virtual stages, ZeRO stages."""
+    import itertools
+
+    from sim.collectives import CollectiveModel
+    from sim.config import scenario_from_dict
+    from sim.engine import fast_step, simulate
+    from sim.topology import build_topology
+    from sim.training import plan_stages
+    from sim.workload.transformer import build_workload
+
+    checked = 0
+    topo = build_topology(scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 64},
+                                              "model": "llama3-70b"}).cluster)
+    net = CollectiveModel(topo)
+    for tp, pp, sched, vs, zero in itertools.product([2, 8], [1, 2, 4], ["1f1b", "interleaved", "gpipe"],
+                                                     [1, 2, 5], [1, 3]):
+        if (sched == "interleaved") != (vs > 1) or (sched == "interleaved" and pp == 1):
+            continue
+        scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 64}, "model": "llama3-70b",
+                                  "training": {"seq_len": 4096, "global_batch": 64},
+                                  "parallelism": {"tp": tp, "pp": pp, "zero": zero, "schedule": sched,
+                                                  "virtual_stages": vs}})
+        wl = build_workload(scn)
+        plans = plan_stages(wl, topo, net)
+        kw = dict(pp=pp, vs=vs if sched == "interleaved" else 1, micro=wl.microbatches,
+                  schedule_kind=sched)
+        a, b = simulate(plans, **kw), fast_step(plans, **kw)
+        assert b.step_time_s == pytest.approx(a.step_time_s, rel=5e-3)
+        for k, v in a.breakdown_s.items():
+            assert b.breakdown_s[k] == pytest.approx(v, rel=5e-3, abs=1e-9), k
+        checked += 1
+    assert checked >= 20
