@@ -103,6 +103,27 @@ def build_parser() -> argparse.ArgumentParser:
     coll.add_argument("--csv", action="store_true", help="CSV with nccl-tests' columns")
     coll.set_defaults(func=_cmd_collective)
 
+    sw = sub.add_parser("sweep", help="a scenario over the cartesian product of swept keys")
+    sw.add_argument("scenario", help="base scenario YAML (path, or a name in scenarios/)")
+    sw.add_argument("--over", action="append", default=[], metavar="KEY=V1,V2,...",
+                    help="a swept key: KEY=V1,V2,... or KEY=A..BxF (geometric) or KEY=A..B+S; "
+                         "repeat for a cartesian product (e.g. --over cluster.chips=64..8192x2)")
+    sw.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a base scenario field, as for run")
+    sw.add_argument("--out", metavar="FILE", help="write the table: .csv or .parquet; a sweep "
+                                                 "started again with the same file resumes")
+    sw.add_argument("--plot", metavar="FILE", help="scaling curve (sweeps over cluster.chips) or "
+                                                  "step-time breakdown: .png, .svg or .pdf")
+    sw.add_argument("--weak", action="store_true",
+                    help="weak scaling: keep the global batch per chip as in the scenario")
+    sw.add_argument("--workers", type=_positive_int, default=None,
+                    help="local processes (default: the CPU count)")
+    sw.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (tcp://host:port)")
+    sw.add_argument("--max-events", type=_positive_int, default=None, metavar="N",
+                    help="per point, as for run (default 8,000,000)")
+    sw.add_argument("--json", action="store_true", help="the rows as one JSON list on stdout")
+    sw.set_defaults(func=_cmd_sweep)
+
     from .validate import add_parser as add_validate_parser
     add_validate_parser(sub)  # type: ignore[arg-type]
 
@@ -279,6 +300,65 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         print(f"  {b:>12} {c:>12} {args.dtype:>8} {r.time_s * 1e6:>11.2f} {r.algbw_GBps:>12.2f} "
               f"{r.busbw_GBps:>12.2f}  {r.algo}/{r.proto}")
     return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    import os
+
+    from .config import read_scenario_raw
+    from .progress import progress
+    from .sweep import parse_over, run_sweep
+    from .training import DEFAULT_MAX_EVENTS
+
+    if not args.over:
+        raise ConfigError("--over: give at least one KEY=V1,V2,... to sweep")
+    out = check_output_path(args.out, "--out") if args.out is not None else None
+    if out is not None and out.suffix not in (".csv", ".parquet"):
+        raise ConfigError(f"--out: {args.out!r}: valid suffixes are .csv and .parquet")
+    plot = check_output_path(args.plot, "--plot") if args.plot is not None else None
+    if plot is not None and plot.suffix not in (".png", ".svg", ".pdf"):
+        raise ConfigError(f"--plot: {args.plot!r}: valid suffixes are .png, .svg and .pdf")
+    raw, source, _ = read_scenario_raw(args.scenario)
+    axes = [parse_over(o, raw) for o in args.over]
+    workers = args.workers or os.cpu_count() or 1
+    rows = run_sweep(raw, source, axes, sets=args.set, weak=args.weak, workers=workers,
+                     scheduler=args.scheduler, out=out,
+                     max_events=args.max_events or DEFAULT_MAX_EVENTS, progress=progress)
+    if plot is not None:
+        from .plots import plot_sweep
+
+        plot_sweep(rows, [a.key for a in axes], plot, weak=args.weak)
+    if args.json:
+        print(dump_json(rows))
+        return 0
+    print(_format_sweep(rows, [a.key for a in axes]))
+    if out is not None:
+        print(f"table: {out}")
+    if plot is not None:
+        print(f"plot:  {plot}")
+    return 0
+
+
+def _format_sweep(rows: list[dict[str, Any]], keys: list[str]) -> str:
+    cols = keys + ["status", "step_time_s", "tokens_per_s_per_chip", "mfu"]
+    if any("scaling_efficiency" in r for r in rows):
+        cols.append("scaling_efficiency")
+    cols.append("cost_usd_per_million_tokens")
+    width = {c: max(len(c), 10) for c in cols}
+    head = "  ".join(f"{c:>{width[c]}}" for c in cols)
+    lines = [head]
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c, "")
+            if isinstance(v, float):
+                v = f"{v:.4g}" if c != "mfu" else f"{100 * v:.1f}%"
+            cells.append(f"{str(v):>{width[c]}}")
+        line = "  ".join(cells)
+        if r.get("status") != "ok":
+            line += f"  {r.get('error', '')}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -1,0 +1,284 @@
+"""``clustersim sweep``: a scenario over the cartesian product of ``--over KEY=V1,V2,...`` values.
+
+Each point is the base scenario with its keys set (exactly as ``run --set`` would), simulated on
+its own; a point that is invalid or infeasible is a row with its reason, never an abort. Rows carry
+every swept key and every field of ``run --json`` (nested fields flattened with dots:
+``breakdown_s.compute``), plus ``status`` and ``error``; a sweep over ``cluster.chips`` also gets
+``scaling_efficiency``: tokens/s per chip relative to the smallest chip count of the same other
+keys (strong scaling with the scenario's global batch; ``--weak`` scales the global batch with the
+chips so the batch per chip stays fixed).
+
+Points run in local processes (``--workers``) or on a Dask cluster (``--scheduler``); each point is
+a pure function of its inputs and seed, so the rows are the same whatever runs them. With
+``--out`` the table is rewritten as points finish, and a sweep started again with the same
+``--out`` skips the points it already has.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import apply_overrides, parse_value, scenario_from_dict, set_key
+from .errors import ConfigError, InfeasibleError, SimError
+
+__all__ = ["SweepAxis", "parse_over", "expand_points", "run_point", "run_sweep",
+           "scaling_efficiency", "read_table", "write_table", "MAX_POINTS"]
+
+MAX_POINTS = 10_000                # a sweep larger than this is refused (hours of work)
+_RANGE = re.compile(r"^\s*(-?[\d.e+]+)\s*\.\.\s*(-?[\d.e+]+)\s*(?:([x+])\s*([\d.e+]+))?\s*$")
+
+
+@dataclass(frozen=True)
+class SweepAxis:
+    key: str
+    values: tuple[Any, ...]
+
+
+def parse_over(text: str, base: Mapping[str, Any]) -> SweepAxis:
+    """``KEY=V1,V2,...`` or ``KEY=A..BxF`` (geometric, factor F) or ``KEY=A..B+S`` (step S;
+    ``A..B`` steps by 1): the key checked against the schema, the values parsed as YAML scalars."""
+    key, sep, spec = text.partition("=")
+    key = key.strip()
+    where = f"--over {key or text}"
+    if not sep or not key:
+        raise ConfigError(f"--over: expected KEY=V1,V2,... or KEY=A..BxF, got {text!r}")
+    set_key(dict(base), key, None, where)            # the key exists in the schema
+    m = _RANGE.match(spec)
+    if m:
+        a, b = parse_value(m.group(1), where), parse_value(m.group(2), where)
+        op, step = m.group(3) or "+", parse_value(m.group(4) or "1", where)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b, step)):
+            raise ConfigError(f"{where}: a range needs numbers, got {spec!r}")
+        if (op == "x" and step <= 1) or (op == "+" and step <= 0):
+            raise ConfigError(f"{where}: the step of {spec!r} must be > {1 if op == 'x' else 0}")
+        values: list[Any] = []
+        v = a
+        while v <= b * (1 + 1e-12) and len(values) <= MAX_POINTS:
+            values.append(v)
+            v = v * step if op == "x" else v + step
+        if not values:
+            raise ConfigError(f"{where}: the range {spec!r} is empty (start above end)")
+    else:
+        values = [parse_value(x, where) for x in spec.split(",") if x.strip()]
+        if not values:
+            raise ConfigError(f"{where}: no values; give V1,V2,... or A..BxF")
+    if len(set(map(repr, values))) != len(values):
+        raise ConfigError(f"{where}: a value appears twice in {spec!r}")
+    return SweepAxis(key, tuple(values))
+
+
+def expand_points(axes: Sequence[SweepAxis]) -> list[dict[str, Any]]:
+    """The cartesian product of the axes, first axis outermost."""
+    import itertools
+
+    n = math.prod(len(a.values) for a in axes)
+    if n > MAX_POINTS:
+        raise ConfigError(f"--over: {n:,} points, over the limit of {MAX_POINTS:,}; sweep fewer values")
+    keys = [a.key for a in axes]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"--over: a key is swept twice ({', '.join(keys)})")
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(a.values for a in axes))]
+
+
+def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, name + "."))
+        elif isinstance(v, (list, tuple)):
+            out[name] = json.dumps(v)
+        else:
+            out[name] = v
+    return out
+
+
+def run_point(payload: tuple[Mapping[str, Any], str, dict[str, Any], bool, int | None]) -> dict[str, Any]:
+    """One sweep point -> its row (a pure function: what workers and Dask tasks run)."""
+    from .training import run_step
+
+    raw, source, point, weak, max_events = payload
+    row: dict[str, Any] = dict(point)
+    try:
+        data = dict(raw)
+        for key, value in point.items():
+            set_key(data, key, value, f"--over {key}")
+        if weak:
+            data = _weak_batch(data, raw, source)
+        scn = scenario_from_dict(data, source)
+        result, _ = run_step(scn, max_events=max_events)
+        if scn.failures is not None:
+            from .faults import failure_report
+
+            result = result.with_extra(failure_report(scn, result, scn.seed))
+        row.update(status="ok", error="", model=scn.model.name)
+        row.update(_flatten(result.to_json()))
+    except InfeasibleError as e:
+        row.update(status="infeasible", error=" ".join(str(e).split()))
+    except SimError as e:
+        row.update(status="invalid", error=" ".join(str(e).split()))
+    return row
+
+
+def _weak_batch(data: dict[str, Any], base: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Weak scaling: the base scenario's global batch per chip, at this point's chip count."""
+    b = scenario_from_dict(base, source)
+    p = scenario_from_dict(data, source)
+    if b.training.global_batch is None:
+        return data             # the default batch already grows with data parallelism
+    per_chip = b.training.global_batch / b.cluster.chips
+    gb = per_chip * p.cluster.chips
+    if abs(gb - round(gb)) > 1e-9:
+        raise ConfigError(f"--weak: {b.training.global_batch} sequences on {b.cluster.chips} chips "
+                          f"is {per_chip:g} per chip, not a whole batch on {p.cluster.chips} chips")
+    set_key(data, "training.global_batch", int(round(gb)), "--weak")
+    return data
+
+
+def scaling_efficiency(rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
+    """Add ``scaling_efficiency`` to the rows of a ``cluster.chips`` sweep (in place): tokens/s per
+    chip over that of the smallest-chip ``ok`` row with the same other swept keys; empty otherwise."""
+    others = [k for k in keys if k != "cluster.chips"]
+    base: dict[tuple[str, ...], dict[str, Any]] = {}
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        g = tuple(repr(r.get(k)) for k in others)
+        if g not in base or r["chips"] < base[g]["chips"]:
+            base[g] = r
+    for r in rows:
+        b = base.get(tuple(repr(r.get(k)) for k in others))
+        ok = r.get("status") == "ok" and b is not None
+        r["scaling_efficiency"] = (r["tokens_per_s_per_chip"] / b["tokens_per_s_per_chip"]) if ok else ""
+
+
+def _key(point: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ...]:
+    return tuple(str(point.get(k)) for k in keys)
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """The rows of a sweep table written by ``write_table`` (CSV or Parquet, by suffix)."""
+    if path.suffix == ".parquet":
+        pq = _pyarrow(path)
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as e:                   # noqa: BLE001 - any unreadable file, named
+            raise ConfigError(f"--out: cannot read {str(path)!r} to resume ({e})") from None
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"--out: cannot read {str(path)!r} to resume ({e})") from None
+
+
+def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
+    """CSV (``.csv``) or Parquet (``.parquet``); columns in first-seen order, missing cells empty."""
+    columns: list[str] = []
+    for r in rows:
+        columns += [k for k in r if k not in columns]
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".parquet":
+        pq = _pyarrow(path)
+        import pyarrow as pa
+
+        table = pa.table({c: [_cell(r.get(c)) for r in rows] for c in columns})
+        pq.write_table(table, tmp)
+    else:
+        with tmp.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=columns, lineterminator="\n")
+            w.writeheader()
+            w.writerows({c: r.get(c, "") for c in columns} for r in rows)
+    tmp.replace(path)
+
+
+def _cell(v: Any) -> Any:
+    return "" if v is None else (str(v) if not isinstance(v, (int, float, str, bool)) else v)
+
+
+def _pyarrow(path: Path) -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError(f"--out {path.name}: Parquet needs pyarrow (pip install pyarrow); "
+                          "or write a .csv") from None
+    return pq
+
+
+def run_sweep(raw: Mapping[str, Any], source: str, axes: Sequence[SweepAxis], *,
+              sets: Sequence[str] = (), weak: bool = False, workers: int = 1,
+              scheduler: str | None = None, out: Path | None = None,
+              max_events: int | None = None,
+              progress: Callable[[Iterable[Any], int, str], Iterable[Any]] | None = None
+              ) -> list[dict[str, Any]]:
+    """Run every point (skipping those already in *out*); rows in point order."""
+    base = apply_overrides(raw, sets)
+    points = expand_points(axes)
+    keys = [a.key for a in axes]
+    if weak and "cluster.chips" not in keys:
+        raise ConfigError("--weak: needs a sweep over cluster.chips")
+    done: dict[tuple[str, ...], dict[str, Any]] = {}
+    if out is not None and out.exists():
+        for r in read_table(out):
+            if all(k in r for k in keys) and r.get("status") in ("ok", "infeasible", "invalid"):
+                done[_key(r, keys)] = r
+    todo = [(i, p) for i, p in enumerate(points) if _key(p, keys) not in done]
+    rows: dict[int, dict[str, Any]] = {i: done[_key(p, keys)] for i, p in enumerate(points)
+                                       if _key(p, keys) in done}
+    payloads = [(base, source, p, weak, max_events) for _, p in todo]
+    track = progress or (lambda it, n, d: it)
+
+    def finished(i: int, row: dict[str, Any]) -> None:
+        rows[i] = row
+        if out is not None:
+            write_table(out, [rows[j] for j in sorted(rows)])
+
+    if scheduler is not None:
+        for i, row in track(_dask(scheduler, payloads, [i for i, _ in todo]), len(todo), "sweep points"):
+            finished(i, row)
+    elif workers > 1 and len(todo) > 1:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
+            futs = {pool.submit(run_point, pl): i for (i, _), pl in zip(todo, payloads)}
+            for f in track(as_completed(futs), len(todo), "sweep points"):
+                finished(futs[f], f.result())
+    else:
+        for (i, _), pl in track(list(zip(todo, payloads)), len(todo), "sweep points"):
+            finished(i, run_point(pl))
+    ordered = [rows[i] for i in range(len(points))]
+    if "cluster.chips" in keys:
+        for r in ordered:                # a resumed CSV holds text: the numbers efficiency needs
+            for c in ("chips", "tokens_per_s_per_chip"):
+                if isinstance(r.get(c), str) and r[c]:
+                    r[c] = float(r[c])
+        scaling_efficiency(ordered, keys)
+    if out is not None:
+        write_table(out, ordered)
+    return ordered
+
+
+def _dask(address: str, payloads: list[Any], index: list[int]) -> Iterable[tuple[int, dict[str, Any]]]:
+    """Run the payloads on the Dask cluster at *address*; (point index, row) as each finishes."""
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise ConfigError("--scheduler: needs dask.distributed (pip install 'clustersim[dask]')") from None
+    try:
+        client = Client(address, timeout="5s")
+    except (OSError, TimeoutError, ValueError) as e:
+        raise ConfigError(f"--scheduler: cannot reach a Dask scheduler at {address!r} within 5 s "
+                          f"({type(e).__name__}); give tcp://HOST:PORT of a running scheduler") from None
+    try:
+        futs = client.map(run_point, payloads, pure=False)
+        where = {f.key: i for f, i in zip(futs, index)}
+        for f in as_completed(futs):
+            yield where[f.key], f.result()
+    finally:
+        client.close()

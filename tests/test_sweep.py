@@ -1,0 +1,119 @@
+"""sweep and run --set: overrides, ranges, rows, scaling efficiency, resume, workers, Dask, plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+from sim.config import apply_overrides, read_scenario_raw
+from sim.errors import ConfigError
+from sim.sweep import parse_over, read_table, run_sweep, scaling_efficiency
+
+REPO = Path(__file__).resolve().parent.parent
+S70 = str(REPO / "scenarios" / "llama3-70b-1024xh100.yaml")
+
+
+def test_set_overrides_are_validated_like_the_file() -> None:
+    raw, _, _ = read_scenario_raw("default")
+    out = apply_overrides(raw, ["cluster.chips=16", "parallelism.tp=4", "model.layers=16",
+                                "stragglers.slow_fraction=0.01"])
+    assert out["cluster"]["chips"] == 16 and out["parallelism"]["tp"] == 4
+    assert out["model"] == {"preset": "llama3-8b", "layers": 16}
+    assert raw["cluster"]["chips"] == 8                        # the base is not modified
+    for bad, match in [("cluster.chipz=3", r"unknown key 'cluster.chipz'; valid under cluster: chips"),
+                       ("parallelism=4", r"'parallelism' is a section"),
+                       ("nokey", r"expected KEY=VALUE"),
+                       ("bogus.x=1", r"unknown key 'bogus.x'"),
+                       ("cluster.chips=[1, 2]", r"expected one value")]:
+        with pytest.raises(ConfigError, match=match):
+            apply_overrides(raw, [bad])
+
+
+def test_ranges_and_value_lists() -> None:
+    raw, _, _ = read_scenario_raw("default")
+    assert parse_over("cluster.chips=64..8192x2", raw).values == (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    assert parse_over("parallelism.tp=1..4", raw).values == (1, 2, 3, 4)
+    assert parse_over("training.precision=bf16,fp8", raw).values == ("bf16", "fp8")
+    for bad, match in [("cluster.chips=64..8", r"empty"), ("cluster.chips=", r"no values"),
+                       ("cluster.bogus=1,2", r"unknown key"), ("cluster.chips=8..64x1", r"must be > 1"),
+                       ("cluster.chips=8,8", r"appears twice")]:
+        with pytest.raises(ConfigError, match=match):
+            parse_over(bad, raw)
+
+
+def test_linear_scaling_has_efficiency_one() -> None:
+    rows = [{"status": "ok", "chips": c, "tokens_per_s_per_chip": 1000.0, "cluster.chips": c}
+            for c in (8, 16, 32)]
+    rows.append({"status": "infeasible", "cluster.chips": 64})
+    scaling_efficiency(rows, ["cluster.chips"])
+    assert [r["scaling_efficiency"] for r in rows] == [1.0, 1.0, 1.0, ""]
+
+
+def test_sweep_rows_resume_and_workers(tmp_path: Path) -> None:
+    raw, src, _ = read_scenario_raw(S70)
+    axes = [parse_over("cluster.chips=64..512x2", raw), parse_over("parallelism.zero=1,3", raw)]
+    out = tmp_path / "s.csv"
+    one = run_sweep(raw, src, axes, out=out)
+    assert len(one) == 8 and {r["status"] for r in one} == {"ok"}
+    assert all(0 < float(r["scaling_efficiency"]) <= 1.0 + 1e-9 for r in one)
+    cols = read_table(out)[0]
+    for c in ("cluster.chips", "parallelism.zero", "step_time_s", "tokens_per_s", "mfu",
+              "breakdown_s.compute", "software.framework", "scaling_efficiency"):
+        assert c in cols
+    # Resume: a table with half the points gets the other half; nothing is run twice.
+    from sim.sweep import write_table
+
+    write_table(out, one[:4])
+    calls: list[int] = []
+    again = run_sweep(raw, src, axes, out=out,
+                      progress=lambda it, n, d: (calls.append(n), it)[1])
+    assert calls == [4]
+    assert [r["step_time_s"] for r in again][4:] == [r["step_time_s"] for r in one][4:]
+    two = run_sweep(raw, src, axes, workers=2)
+    assert [r["step_time_s"] for r in two] == [r["step_time_s"] for r in one]
+
+
+def test_bad_points_are_rows_not_aborts(tmp_path: Path, capsys) -> None:
+    assert main(["sweep", S70, "--over", "parallelism.tp=3,8", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in rows] == ["invalid", "ok"]
+    assert "parallelism" in rows[0]["error"]
+
+
+def test_dask_local_cluster_gives_the_same_rows() -> None:
+    distributed = pytest.importorskip("distributed")
+    raw, src, _ = read_scenario_raw(S70)
+    axes = [parse_over("cluster.chips=64..256x2", raw)]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        on_dask = run_sweep(raw, src, axes, scheduler=cluster.scheduler_address)
+    assert on_dask == run_sweep(raw, src, axes)
+
+
+def test_unreachable_scheduler_is_one_line(capsys) -> None:
+    assert main(["sweep", "default", "--over", "cluster.chips=8,16",
+                 "--scheduler", "tcp://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach a Dask scheduler" in err
+
+
+def test_parquet_and_plots(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    out, png = tmp_path / "s.parquet", tmp_path / "s.png"
+    assert main(["sweep", S70, "--over", "cluster.chips=64..256x2", "--out", str(out),
+                 "--plot", str(png)]) == 0
+    rows = read_table(out)
+    assert len(rows) == 3 and rows[0]["status"] == "ok"
+    assert png.stat().st_size > 10_000
+    from sim.plots import plot_breakdown, plot_scaling
+
+    fig = plot_scaling(rows, ["cluster.chips"], tmp_path / "a.svg")
+    assert [ax.get_xlabel() for ax in fig.axes] == ["chips", "chips"]
+    assert fig.axes[0].get_ylabel() == "tokens/s per chip"
+    assert "scaling efficiency" in fig.axes[1].get_ylabel()
+    fig = plot_breakdown(rows, ["cluster.chips"], tmp_path / "b.pdf")
+    assert fig.axes[0].get_ylabel() == "step time (s)"
+    assert (tmp_path / "b.pdf").read_bytes()[:4] == b"%PDF"
