@@ -400,6 +400,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from .faults import failure_report
 
         result = result.with_extra(failure_report(scn, result, scn.seed if args.seed is None else args.seed))
+    from .cost import cost_summary
+
+    result = result.with_extra(cost_summary(scn, result, result.extra.get("goodput")))
     if args.trace:
         from .trace import write_trace
 
@@ -432,10 +435,16 @@ def _format_step(r: Any, scn: Any) -> str:
         f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.chips:,.0f} per chip)",
         f"  MFU              {100 * r.mfu:.1f} %",
         f"  memory per chip  {r.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.hbm_bytes / 2**30:.1f} GiB",
-        f"  cost             ${r.cost_usd_per_million_tokens:.3f} per million tokens",
+        f"  cost             ${r.cost_usd_per_million_tokens:.3f} per million tokens at "
+        f"${r.extra['usd_per_chip_hour']:.2f} per chip-hour ({r.extra['price_source']})",
         "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in r.breakdown_s.items() if v > 1e-9),
     ]
     x = r.extra
+    if "train_days" in x:
+        lines.append(f"  to train         {x['token_budget']:.3g} tokens: {x['train_days']:.1f} days"
+                     + (" (goodput included)" if x["goodput_applied"] else "")
+                     + f", {x['chip_hours']:,.0f} chip-hours, ${x['cost_usd']:,.0f}"
+                     + (f", {x['energy_MWh']:,.0f} MWh (TDP x PUE 1.1)" if "energy_MWh" in x else ""))
     if "straggler_excess_s" in x:
         lines.append(f"  stragglers       slowest replica {x['straggler_replica']} finished "
                      f"{x['straggler_excess_s']:.3f} s after the median one"

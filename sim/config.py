@@ -403,6 +403,7 @@ class TrainingConfig:
     micro_batch: int = 1
     precision: str = "bf16"
     recompute: str = "selective"
+    tokens: float | None = None           # token budget to train (time, chip-hours, cost, energy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,7 +498,8 @@ def load_scenario(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -
 
 # Keys of each scenario section (for the readers below and for --set / --over).
 _SECTION_KEYS: dict[str, frozenset[str]] = {
-    "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "recompute"}),
+    "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "recompute",
+                           "tokens"}),
     "parallelism": frozenset({"tp", "pp", "cp", "ep", "zero", "zero_group", "schedule",
                               "virtual_stages", "sequence_parallel"}),
     "software": frozenset({"framework", "attention"}),
@@ -510,6 +512,25 @@ _SECTION_KEYS: dict[str, frozenset[str]] = {
 def scenario_keys() -> dict[str, frozenset[str]]:
     """Every section and its keys (``cluster``, ``model`` included): what --set may name."""
     return {"cluster": _CLUSTER_KEYS, "model": _MODEL_KEYS, **_SECTION_KEYS}
+
+
+_TOKEN_SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def parse_tokens(v: object, where: str) -> float:
+    """A token count: a number, or text like ``15T``, ``300B``, ``2.5e12`` (K/M/B/T = 10^3/6/9/12)."""
+    if isinstance(v, str):
+        t = v.strip().upper()
+        mult = _TOKEN_SUFFIX.get(t[-1:], 1.0)
+        try:
+            v = float(t[:-1] if mult != 1.0 else t) * mult
+        except ValueError:
+            raise ConfigError(f"{where}: expected a token count like 15T, 300B or 2.5e12, got {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"{where}: expected a token count > 0 like 15T or 300B, got {_show(v)}")
+    if v > 1e18:
+        raise ConfigError(f"{where}: must be <= 1e18 tokens, got {v:g}")
+    return float(v)
 
 
 def parse_value(text: str, where: str) -> Any:
@@ -686,6 +707,7 @@ def _training(s: _Section, cluster: ClusterConfig) -> TrainingConfig:
         micro_batch=s.integer("micro_batch", 1),
         precision=s.text("precision", "bf16", ("bf16", "fp8")),
         recompute=s.text("recompute", "selective", ("none", "selective", "full")),
+        tokens=parse_tokens(s.raw["tokens"], s.at("tokens")) if s.has("tokens") else None,
     )
     if t.precision == "fp8" and cluster.chip.fp8_flops is None:
         raise ConfigError(f"training.precision: fp8 is not supported on {cluster.chip.name}; use bf16")

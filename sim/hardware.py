@@ -41,6 +41,7 @@ class Chip:
     dcn_Bps: float | None = None
     in_network_reduction: bool = False   # NVSwitch SHARP (NVLS) on Hopper and later
     sms: int | None = None               # streaming multiprocessors (GPUs): one GEMM tile each per wave
+    price_source: str = ""               # where usd_per_chip_hour comes from (printed by run)
 
     @property
     def scaleup_Bps(self) -> float:
@@ -69,6 +70,7 @@ _CHIPS = (
         tdp_W=400,                          # GK-A100 (SXM)
         usd_per_chip_hour=27.44705 / 8,     # AWS p4de.24xlarge $27.44705/h for 8 GPUs (AWSGPU)
         sms=108,                           # NVIDIA A100 whitepaper: 108 SMs
+        price_source="AWS p4de.24xlarge on-demand, $27.45/h for 8 GPUs",
     ),
     Chip(
         name="A100-SXM-40GB", vendor="nvidia", family="A100", arch="ampere",
@@ -80,6 +82,7 @@ _CHIPS = (
         tdp_W=400,                          # GK-A100 (SXM)
         usd_per_chip_hour=21.957642 / 8,    # AWS p4d.24xlarge $21.957642/h for 8 GPUs (AWSGPU)
         sms=108,                           # NVIDIA A100 whitepaper: 108 SMs
+        price_source="AWS p4d.24xlarge on-demand, $21.96/h for 8 GPUs",
     ),
     Chip(
         name="H100-SXM", vendor="nvidia", family="H100", arch="hopper",
@@ -92,6 +95,7 @@ _CHIPS = (
         usd_per_chip_hour=55.04 / 8,        # AWS p5.48xlarge $55.04/h for 8 GPUs (AWSGPU, 2026-01)
         in_network_reduction=True,          # NVSwitch gen3 SHARP (NV-NVS3; SB-GPU)
         sms=132,                           # GK-H100; validation/compute/h100-sxm-80gb/env.json: 132
+        price_source="AWS p5.48xlarge on-demand, $55.04/h for 8 GPUs (2026-01)",
     ),
     Chip(
         name="H200", vendor="nvidia", family="H100", arch="hopper",
@@ -104,6 +108,7 @@ _CHIPS = (
         usd_per_chip_hour=63.296 / 8,       # AWS p5en.48xlarge $63.296/h for 8 GPUs (AWSGPU)
         in_network_reduction=True,
         sms=132,                           # validation/compute/h200-sxm-141gb/env.json: 132
+        price_source="AWS p5en.48xlarge on-demand, $63.30/h for 8 GPUs",
     ),
     Chip(
         name="B200", vendor="nvidia", family="B200", arch="blackwell",
@@ -116,6 +121,7 @@ _CHIPS = (
         usd_per_chip_hour=113.9328 / 8,     # AWS p6-b200.48xlarge $113.9328/h for 8 GPUs (AWSGPU)
         in_network_reduction=True,
         sms=148,                           # NVIDIA Blackwell: 148 SMs per B200 (two 74-SM dies)
+        price_source="AWS p6-b200.48xlarge on-demand, $113.93/h for 8 GPUs",
     ),
     Chip(
         name="TPU-v4", vendor="google", family="TPU", arch="tpu-v4",
@@ -127,6 +133,7 @@ _CHIPS = (
         tdp_W=192,                          # GCP-v4 measured max power (mean 170 W)
         usd_per_chip_hour=3.22,             # GPUHUNT us-central2 on-demand
         dcn_Bps=25 * GB / 4,                # SB-TPU (Feb 2025): ~2.5e10 B/s per host of 4 chips
+        price_source="Google Cloud on-demand, us-central2 (gpuhunt)",
     ),
     Chip(
         name="TPU-v5e", vendor="google", family="TPU", arch="tpu-v5e",
@@ -140,6 +147,7 @@ _CHIPS = (
         tdp_W=None,                         # not found (FACTS.md)
         usd_per_chip_hour=1.20,             # GPUHUNT us-central1 on-demand
         dcn_Bps=Gbps_to_Bps(25),            # SB-TPU-site 3.125e9 B/s per chip (2 x 100 Gb/s per 8-chip host)
+        price_source="Google Cloud on-demand, us-central1 (gpuhunt)",
     ),
     Chip(
         name="TPU-v5p", vendor="google", family="TPU", arch="tpu-v5p",
@@ -153,6 +161,7 @@ _CHIPS = (
         tdp_W=None,                         # not found
         usd_per_chip_hour=4.20,             # GPUHUNT us-east1/us-east5 on-demand
         dcn_Bps=Gbps_to_Bps(50),            # GCP-v5p: 50 Gb/s per chip
+        price_source="Google Cloud on-demand, us-east1/us-east5 (gpuhunt)",
     ),
     Chip(
         name="TPU-v6e", vendor="google", family="TPU", arch="tpu-v6e",
@@ -165,6 +174,7 @@ _CHIPS = (
         tdp_W=None,                         # not found
         usd_per_chip_hour=2.70,             # GPUHUNT us-east1 on-demand
         dcn_Bps=Gbps_to_Bps(100),           # SB-TPU-site 12.5e9 B/s per chip
+        price_source="Google Cloud on-demand, us-east1 (gpuhunt)",
     ),
 )
 
