@@ -124,6 +124,22 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--json", action="store_true", help="the rows as one JSON list on stdout")
     sw.set_defaults(func=_cmd_sweep)
 
+    pl = sub.add_parser("plan", help="smallest and cheapest cluster that trains N tokens in D days")
+    pl.add_argument("--model", required=True, help="model preset (llama3-8b, llama3-70b, ...)")
+    pl.add_argument("--tokens", required=True, help="token budget, e.g. 15T, 300B, 2.5e12")
+    pl.add_argument("--days", required=True, type=float, help="deadline in days")
+    pl.add_argument("--topology", required=True, help="comma-separated topologies, e.g. dgx-h100,tpu-v5p")
+    pl.add_argument("--price", default="", metavar="T=USD,...",
+                    help="USD per chip-hour per topology (default: the catalogue's on-demand price)")
+    pl.add_argument("--seq-len", type=_positive_int, default=8192, help="sequence length (default 8192)")
+    pl.add_argument("--batch-tokens", default="4M", help="tokens per step (default 4M = 4,194,304)")
+    pl.add_argument("--precision", choices=("bf16", "fp8"), default="bf16")
+    pl.add_argument("--framework", help="software.framework (default: the chip's)")
+    pl.add_argument("--max-chips", type=_positive_int, default=16384, help="largest cluster tried")
+    pl.add_argument("--plot", metavar="FILE", help="GPU vs TPU time and cost: .png, .svg or .pdf")
+    pl.add_argument("--json", action="store_true", help="one JSON object, one entry per topology")
+    pl.set_defaults(func=_cmd_plan)
+
     from .validate import add_parser as add_validate_parser
     add_validate_parser(sub)  # type: ignore[arg-type]
 
@@ -300,6 +316,119 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         print(f"  {b:>12} {c:>12} {args.dtype:>8} {r.time_s * 1e6:>11.2f} {r.algbw_GBps:>12.2f} "
               f"{r.busbw_GBps:>12.2f}  {r.algo}/{r.proto}")
     return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import math
+
+    from .config import PRESETS_NAMES, parse_tokens
+    from .plan import PlanRequest, plan, runners_up
+    from .progress import progress
+
+    if args.model not in PRESETS_NAMES:
+        raise ConfigError(f"--model: unknown model {args.model!r}; valid: {', '.join(PRESETS_NAMES)}")
+    if not (math.isfinite(args.days) and 0 < args.days <= 3650):
+        raise ConfigError(f"--days: expected a number of days in (0, 3650], got {args.days}")
+    plot = check_output_path(args.plot, "--plot") if args.plot is not None else None
+    if plot is not None and plot.suffix not in (".png", ".svg", ".pdf"):
+        raise ConfigError(f"--plot: {args.plot!r}: valid suffixes are .png, .svg and .pdf")
+    prices: dict[str, float] = {}
+    for item in filter(None, (x.strip() for x in args.price.split(","))):
+        name, sep, value = item.partition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = -1.0
+        if not sep or not (math.isfinite(price) and 0 < price <= 10_000):
+            raise ConfigError(f"--price: expected TOPOLOGY=USD_PER_CHIP_HOUR (0 < USD <= 10000), got {item!r}")
+        prices[name.strip()] = price
+    topologies = tuple(t.strip() for t in args.topology.split(",") if t.strip())
+    if not topologies:
+        raise ConfigError("--topology: give one or more topologies, e.g. dgx-h100,tpu-v5p")
+    if unknown := sorted(set(prices) - set(topologies)):
+        raise ConfigError(f"--price: {', '.join(unknown)} is not among --topology {args.topology}")
+    req = PlanRequest(model=args.model, tokens=parse_tokens(args.tokens, "--tokens"), days=args.days,
+                      topologies=topologies, prices=prices, seq_len=args.seq_len,
+                      batch_tokens=_batch_tokens(args.batch_tokens), precision=args.precision,
+                      max_chips=args.max_chips, framework=args.framework)
+    plans = plan(req, progress=progress)
+    out: dict[str, Any] = {}
+    for p in plans:
+        main_pick = p.smallest or p.closest
+        entry: dict[str, Any] = {"topology": p.topology, "chip": p.chip, "tokens": req.tokens,
+                                 "days_limit": req.days, "meets_deadline": p.smallest is not None,
+                                 "usd_per_chip_hour": p.usd_per_chip_hour,
+                                 "price_source": p.price_source,
+                                 "layouts_screened": p.layouts_screened}
+        if main_pick is not None:
+            entry.update(main_pick.to_json())
+        entry["smallest"] = p.smallest.to_json() if p.smallest else None
+        entry["cheapest"] = p.cheapest.to_json() if p.cheapest else None
+        entry["sizes"] = [c.to_json() for _, c in sorted(p.best.items())]
+        entry["refused"] = {str(k): v for k, v in sorted(p.refused.items())}
+        entry["runners_up"] = runners_up(p, main_pick.chips) if main_pick else []
+        out[p.topology] = entry
+    if plot is not None:
+        from .plots import plot_plan
+
+        plot_plan([e for e in out.values() if "chips" in e], plot)
+    if args.json:
+        print(dump_json(out))
+        return 0
+    print(_format_plan(out, req))
+    if plot is not None:
+        print(f"plot: {plot}")
+    return 0
+
+
+def _batch_tokens(text: str) -> float:
+    """Tokens per step: 4M means 4 x 2^20 (a power-of-two batch), like --max-bytes."""
+    t = text.strip().upper()
+    mult = {"K": 2**10, "M": 2**20}.get(t[-1:], 1)
+    try:
+        v = float(t[:-1] if mult > 1 else t) * mult
+    except ValueError:
+        v = -1.0
+    if not (v >= 1 and v <= 2**32):
+        raise ConfigError(f"--batch-tokens: expected a token count like 4M or 1048576, got {text!r}")
+    return v
+
+
+def _format_plan(out: dict[str, Any], req: Any) -> str:
+    lines = [f"plan: {req.model}, {req.tokens:.3g} tokens in {req.days:g} days "
+             f"(sequence {req.seq_len}, {req.batch_tokens:,.0f} tokens per step, {req.precision})", ""]
+    for name, e in out.items():
+        lines.append(f"{name} ({e['chip']}, ${e['usd_per_chip_hour']:.2f}/chip-hour: {e['price_source']}); "
+                     f"{e['layouts_screened']:,} layouts screened")
+        for label, key in (("smallest", "smallest"), ("cheapest", "cheapest")):
+            c = e[key]
+            if c is None:
+                continue
+            lay = c["layout"]
+            energy = f", {c['energy_MWh']:,.0f} MWh" if c["energy_MWh"] else ""
+            lines.append(f"  {label:<9} {c['chips']:>6} chips  {c['days']:6.1f} days  "
+                         f"${c['cost_usd'] / 1e6:,.2f} M  {c['chip_hours'] / 1e6:,.2f} M chip-hours{energy}"
+                         f"  MFU {100 * c['mfu']:.1f}%  goodput {100 * c['goodput']:.1f}%")
+            lines.append(f"            layout tp={lay['tp']} pp={lay['pp']} "
+                         + (f"vs={lay['virtual_stages']} " if lay["virtual_stages"] > 1 else "")
+                         + f"zero={lay['zero']} micro_batch={lay['micro_batch']} recompute={lay['recompute']}")
+        if not e["meets_deadline"]:
+            if "chips" in e:
+                lines.append(f"  no cluster up to the largest tried meets {req.days:g} days; closest: "
+                             f"{e['chips']} chips in {e['days']:.1f} days")
+            else:
+                lines.append("  no cluster size can run this model: " + "; ".join(
+                    f"{k} chips: {v}" for k, v in list(e["refused"].items())[:3]))
+        for r in e["runners_up"]:
+            lines.append(f"  runner-up {r}")
+        lines.append("")
+    picks = [(n, e) for n, e in out.items() if e.get("smallest")]
+    if len(picks) > 1:
+        lines.append("side by side (smallest cluster meeting the deadline):")
+        for n, e in picks:
+            c = e["smallest"]
+            lines.append(f"  {n:<12} {c['chips']:>6} chips  {c['days']:6.1f} days  ${c['cost_usd'] / 1e6:,.2f} M")
+    return "\n".join(lines)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

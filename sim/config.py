@@ -30,6 +30,8 @@ __all__ = [
     "read_scenario_raw", "scenario_keys",
 ]
 
+PRESETS_NAMES = tuple(sorted(PRESETS))
+
 # The bundled data ships inside the package (sim/data/; the repository's top-level topologies/,
 # scenarios/ and validation/ are links to it), so an installed clustersim finds it anywhere.
 DATA_DIR = Path(__file__).resolve().parent / "data"

@@ -293,8 +293,11 @@ def fast_step(plan: list[StagePlan], *, pp: int, vs: int, micro: int,
     now = [0.0] * pp
     busy = [{"compute": 0.0, "comm": 0.0, "pipeline_bubble": 0.0} for _ in range(pp)]
     dp_free = [0.0] * pp                   # when each stage's data-parallel stream is next free
-    last_b = [{c: max(m for k, m, cc in steps[st] if k == "B" and cc == c) for c in range(vs)}
-              for st in range(pp)]
+    last_b: list[dict[int, int]] = [{} for _ in range(pp)]
+    for st in range(pp):
+        for k, m, cc in steps[st]:
+            if k == "B" and m > last_b[st].get(cc, -1):
+                last_b[st][cc] = m
     seg_time = [{k: (sum(x.seconds for x in segs if x.kind == "compute"),
                      sum(x.seconds for x in segs if x.kind != "compute"))
                  for k, segs in (("F", sp.layer_fwd), ("B", sp.layer_bwd))} for sp in plan]

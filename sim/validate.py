@@ -636,12 +636,24 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    help=f"validation folder with {BUDGETS_FILE} and one folder per suite "
                         "(default: the repository's validation/)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--plot", metavar="FILE",
+                   help="predicted vs measured scatter with a +-10%% band (.png, .svg or .pdf)")
     p.set_defaults(func=run_cli)
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Run the suite, print the report; 1 if an error budget is exceeded, else 0."""
     assert args.suite in SUITES, args.suite  # argparse choices already checked it
+    plot = None
+    if getattr(args, "plot", None) is not None:
+        from .cli import check_output_path
+
+        plot = check_output_path(args.plot, "--plot")
+        if plot.suffix not in (".png", ".svg", ".pdf"):
+            raise ConfigError(f"--plot: {args.plot!r}: valid suffixes are .png, .svg and .pdf")
+        if args.suite == "failures":
+            raise ConfigError("--plot: the failures suite has a handful of cases and no scatter; "
+                              "plot collectives, training or compute")
     data_dir = Path(args.data)
     if not data_dir.is_dir():
         raise ConfigError(f"--data: {str(data_dir)!r} is not a folder; give the validation folder "
@@ -664,6 +676,8 @@ def run_cli(args: argparse.Namespace) -> int:
         as_json = compute_report_to_json(rows, summaries) if args.json else {}
         as_text = "" if args.json else format_compute_report(rows, summaries)
         scope = "test GPUs (H200)"
+        points = [(r.measured_s * 1e6, r.predicted_s * 1e6, f"{r.gpu} {r.kind}") for r in rows]
+        labels = ("kernel time", "us", "compute: kernel tables (H100 fit, H200 test)")
     elif args.suite == "training":
         from .training import TrainingPredictor  # lazily: the step model is only needed here
 
@@ -672,6 +686,9 @@ def run_cli(args: argparse.Namespace) -> int:
         as_json = training_report_to_json(training) if args.json else {}
         as_text = "" if args.json else format_training_report(training)
         scope = "test split, per family"
+        points = [(r.measured_step_s, r.predicted_step_s, f"{r.family} {r.split}")
+                  for r in training.runs if r.predicted_step_s is not None]
+        labels = ("step time", "s", "training: published runs")
     else:
         from .collectives import CasePredictor  # lazily: the model is only needed here
 
@@ -680,6 +697,14 @@ def run_cli(args: argparse.Namespace) -> int:
         as_json = report_to_json(report) if args.json else {}
         as_text = "" if args.json else format_report(report)
         scope = "test split"
+        points = [(p.measured_busbw_GBps, p.predicted_busbw_GBps, f"{r.split}")
+                  for r in report.runs if not r.anomalous for p in r.points
+                  if p.regime == "bandwidth" and p.measured_busbw_GBps > 0]
+        labels = ("bus bandwidth (>= 64 MiB)", "GB/s", "collectives: nccl-tests runs")
+    if plot is not None:
+        from .plots import plot_validation
+
+        plot_validation(points, labels[0], labels[1], plot, labels[2])
     if args.json:
         print(json.dumps({**as_json, "budgets": budgets[args.suite],
                           "budget_violations": violations}, allow_nan=False))

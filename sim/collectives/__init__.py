@@ -12,6 +12,7 @@ way NCCL's tuner picks from its own cost model.
 from __future__ import annotations
 
 import math
+from typing import Any
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,6 +75,9 @@ class CollectiveModel:
         self.links = LinkTable(topo, LINK_EFFICIENCY if efficiency is None else efficiency)
         self.router = Router(topo, self.links)
         self._per_byte: dict[tuple, tuple[float, int]] = {}
+        # PERF: the plan search asks for the same (op, size, group) many times across layouts
+        # (benchmarks/test_bench_plan.py); a result is a pure function of them.
+        self._results: dict[tuple[Any, ...], CollectiveResult] = {}
         self._tpu = topo.facts.get("shape") is not None
         g = topo.graph
         self._nvls = any(d.get("nvls") for _, d in g.nodes(data=True) if d.get("kind") == "nvswitch")
@@ -115,6 +119,17 @@ class CollectiveModel:
     def time(self, op: str, size_bytes: int, group: Sequence[int] | None = None,
              algo: str | None = None) -> CollectiveResult:
         """Predicted time of one collective call (``size_bytes`` as nccl-tests counts it)."""
+        key = (op, size_bytes, None if group is None else tuple(group), algo)
+        hit = self._results.get(key)
+        if hit is not None:
+            return hit
+        result = self._time(op, size_bytes, group, algo)
+        if len(self._results) < 200_000:
+            self._results[key] = result
+        return result
+
+    def _time(self, op: str, size_bytes: int, group: Sequence[int] | None,
+              algo: str | None) -> CollectiveResult:
         if op not in OPS:
             raise ConfigError(f"--op: unknown collective {op!r}; valid: {', '.join(OPS)}")
         if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, np.integer)) or size_bytes <= 0:

@@ -10,12 +10,20 @@ interleaving``): micro-batches in groups of pp cycle through the chunks; warm-up
 
 from __future__ import annotations
 
+import functools
+
 __all__ = ["schedule"]
 
 Step = tuple[str, int, int]          # ("F" | "B", micro-batch, chunk on this stage)
 
 
-def schedule(kind: str, stage: int, pp: int, micro: int, vs: int = 1) -> list[Step]:
+@functools.lru_cache(maxsize=4096)
+def schedule(kind: str, stage: int, pp: int, micro: int, vs: int = 1) -> tuple[Step, ...]:
+    """The stage's steps in order (memoised: the plan search asks for the same ones often)."""
+    return tuple(_schedule(kind, stage, pp, micro, vs))
+
+
+def _schedule(kind: str, stage: int, pp: int, micro: int, vs: int) -> list[Step]:
     if kind == "gpipe":
         return [("F", m, 0) for m in range(micro)] + [("B", m, 0) for m in reversed(range(micro))]
     if kind == "1f1b" or vs == 1:

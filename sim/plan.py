@@ -1,0 +1,261 @@
+"""``clustersim plan``: the smallest and the cheapest cluster (and layout) that trains N tokens in
+D days, per topology, GPU and TPU side by side.
+
+For each topology and each cluster size (powers of two from one node / one cube up), it lists
+the parallel layouts (tp, pp, virtual stages, ZeRO stage, micro-batch, recompute) that divide the
+model and fit in memory, times each with the screening path (``sim.engine.fast_step``: the
+engine's step as a longest path over the schedule, equal to the simpy engine wherever no
+straggler breaks symmetry; tests/test_engine.py), confirms the best with the simpy engine, and
+folds in goodput from the failure model (Monte Carlo over the horizon). Time to train = tokens /
+(tokens/s x goodput); cost = chip-hours x price; energy = chip-hours x TDP x PUE (sim.cost).
+
+Nothing is pruned: every layout that divides and fits is screened (a few ms each).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import load_topology_spec, scenario_from_dict
+from .errors import ConfigError, InfeasibleError, SimError
+from .topology_spec import GpuClusterSpec
+
+__all__ = ["PlanRequest", "Candidate", "TopologyPlan", "plan", "layouts"]
+
+GOODPUT_RUNS = 20                  # Monte Carlo histories per finalist (the 5-95% band is +-1%)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: str | Mapping[str, Any]
+    tokens: float
+    days: float
+    topologies: tuple[str, ...]
+    prices: Mapping[str, float] = field(default_factory=dict)
+    seq_len: int = 8192
+    batch_tokens: float = 4 * 2**20        # tokens per step (Llama 3 70B: 4M-16M)
+    precision: str = "bf16"
+    max_chips: int = 16384
+    framework: str | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    chips: int
+    layout: dict[str, Any]
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    memory_GiB: float
+    goodput: float = 1.0
+    days: float = math.inf
+    chip_hours: float = math.inf
+    cost_usd: float = math.inf
+    energy_MWh: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chips": self.chips, "days": self.days, "cost_usd": self.cost_usd,
+                "chip_hours": self.chip_hours, "layout": self.layout,
+                "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
+                "memory_per_chip_GiB": self.memory_GiB, "goodput": self.goodput,
+                "energy_MWh": self.energy_MWh}
+
+
+@dataclass
+class TopologyPlan:
+    topology: str
+    chip: str
+    usd_per_chip_hour: float
+    price_source: str
+    by_size: dict[int, list[Candidate]] = field(default_factory=dict)   # screened, best first
+    best: dict[int, Candidate] = field(default_factory=dict)            # confirmed, goodput in
+    refused: dict[int, str] = field(default_factory=dict)               # sizes with no layout
+    layouts_screened: int = 0
+
+    @property
+    def smallest(self) -> Candidate | None:
+        ok = [c for c in self.best.values() if c.days <= self._days]
+        return min(ok, key=lambda c: c.chips) if ok else None
+
+    @property
+    def cheapest(self) -> Candidate | None:
+        ok = [c for c in self.best.values() if c.days <= self._days]
+        return min(ok, key=lambda c: (c.cost_usd, c.chips)) if ok else None
+
+    @property
+    def closest(self) -> Candidate | None:
+        return min(self.best.values(), key=lambda c: c.days) if self.best else None
+
+    _days: float = math.inf
+
+
+def _sizes(spec: Any, max_chips: int) -> list[int]:
+    """Cluster sizes to try: powers of two from one node (GPU) or the smallest slice (TPU)."""
+    out = []
+    n = spec.gpus_per_node if isinstance(spec, GpuClusterSpec) else 4
+    while n <= max_chips:
+        try:
+            if isinstance(spec, GpuClusterSpec):
+                spec.resolve_chips(n, "plan")
+            else:
+                spec.resolve_shape(n, None, "plan")
+            out.append(n)
+        except ConfigError:
+            pass
+        n *= 2
+    return out
+
+
+def layouts(chips: int, layers: int, heads: int, gpu: bool, gpus_per_node: int,
+            global_batch: int) -> Iterable[dict[str, Any]]:
+    """Parallel layouts worth trying on *chips*: TP inside a node (GPU) or up to 16 (TPU),
+    pipelines that divide the layers (interleaved where the micro-batches allow), ZeRO 1 or 3,
+    micro-batch 1 or 2, selective or full recompute."""
+    tps = [t for t in (1, 2, 4, 8, 16) if (t <= gpus_per_node if gpu else True) and heads % t == 0]
+    for tp, pp in itertools.product(tps, (1, 2, 4, 8, 16)):
+        if chips % (tp * pp) or layers % pp:
+            continue
+        dp = chips // (tp * pp)
+        vss = [1] + [v for v in (2, 4, 5) if pp > 1 and layers % (pp * v) == 0]
+        for vs, zero, mb, rc in itertools.product(vss, (1, 3), (1, 2), ("selective", "full")):
+            if global_batch % (mb * dp):
+                continue
+            micro = global_batch // (mb * dp)
+            if vs > 1 and micro % pp:
+                continue
+            if pp > 1 and micro < pp:
+                continue                  # fewer micro-batches than stages: mostly bubble
+            yield {"tp": tp, "pp": pp, "zero": zero, "micro_batch": mb, "recompute": rc,
+                   "schedule": "interleaved" if vs > 1 else "1f1b", "virtual_stages": vs}
+
+
+def _scenario(req: PlanRequest, topology: str, chips: int, lay: Mapping[str, Any],
+              global_batch: int) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "name": f"plan-{topology}-{chips}", "cluster": {"topology": topology, "chips": chips},
+        "model": req.model, "training": {"seq_len": req.seq_len, "global_batch": global_batch,
+                                         "micro_batch": lay["micro_batch"],
+                                         "precision": req.precision, "recompute": lay["recompute"]},
+        "parallelism": {k: lay[k] for k in ("tp", "pp", "zero", "schedule", "virtual_stages")}}
+    if topology in req.prices:
+        raw["cost"] = {"usd_per_chip_hour": req.prices[topology]}
+    if req.framework is not None:
+        raw["software"] = {"framework": req.framework}
+    return raw
+
+
+def plan(req: PlanRequest,
+         progress: Callable[[Iterable[Any], int, str], Iterable[Any]] | None = None
+         ) -> list[TopologyPlan]:
+    """Search every topology of *req* (see the module docstring)."""
+    from .collectives import CollectiveModel
+    from .cost import PUE
+    from .engine import fast_step
+    from .faults import simulate_failures
+    from .config import FailuresConfig
+    from .topology import build_topology
+    from .training import plan_stages, run_step
+    from .workload.memory import check_fits, memory_per_chip
+    from .workload.transformer import build_workload
+
+    track = progress or (lambda it, n, d: it)
+    if req.tokens <= 0 or req.days <= 0:
+        raise ConfigError("plan: --tokens and --days must be > 0")
+    global_batch = max(1, round(req.batch_tokens / req.seq_len))
+    out: list[TopologyPlan] = []
+    for topology in req.topologies:
+        spec = load_topology_spec(topology, "--topology")
+        gpu = isinstance(spec, GpuClusterSpec)
+        sizes = _sizes(spec, req.max_chips)
+        if not sizes:
+            raise ConfigError(f"--max-chips: {req.max_chips} is below the smallest {topology} cluster")
+        probe = scenario_from_dict(_scenario(req, topology, sizes[0], next(iter(
+            [{"tp": 1, "pp": 1, "zero": 1, "micro_batch": 1, "recompute": "full",
+              "schedule": "1f1b", "virtual_stages": 1}])), global_batch), "plan")
+        chip = probe.cluster.chip
+        tp_plan = TopologyPlan(topology, chip.name, probe.cost.usd_per_chip_hour,
+                               "--price" if topology in req.prices else chip.price_source)
+        tp_plan._days = req.days
+        m = probe.model
+        for chips in track(sizes, len(sizes), f"plan {topology}"):
+            cands: list[Candidate] = []
+            reasons: list[str] = []
+            topo = net = None
+            for lay in layouts(chips, m.layers, m.heads, gpu, getattr(spec, "gpus_per_node", 8),
+                               global_batch):
+                try:
+                    scn = scenario_from_dict(_scenario(req, topology, chips, lay, global_batch), "plan")
+                    wl = build_workload(scn)
+                    mem = memory_per_chip(wl)
+                    check_fits(wl, mem)
+                except SimError as e:
+                    reasons.append(str(e))
+                    continue
+                if topo is None:
+                    topo = build_topology(scn.cluster)
+                    net = CollectiveModel(topo)
+                assert net is not None
+                plans = plan_stages(wl, topo, net)
+                vs = lay["virtual_stages"] if lay["schedule"] == "interleaved" else 1
+                eng = fast_step(plans, pp=lay["pp"], vs=vs, micro=wl.microbatches,
+                                schedule_kind=lay["schedule"])
+                tps = wl.tokens_per_step / eng.step_time_s
+                cands.append(Candidate(chips, dict(lay), eng.step_time_s, tps,
+                                       wl.model_flops_per_step / (eng.step_time_s * chips * chip.bf16_flops),
+                                       mem.total_B / 2**30))
+                tp_plan.layouts_screened += 1
+            if not cands:
+                tp_plan.refused[chips] = _why_none(reasons)
+                continue
+            cands.sort(key=lambda c: (c.step_time_s, c.layout["tp"] * c.layout["pp"]))
+            tp_plan.by_size[chips] = cands
+            best = cands[0]
+            # Confirm with the simpy engine (the screening path equals it without stragglers).
+            scn = scenario_from_dict(_scenario(req, topology, chips, best.layout, global_batch), "plan")
+            step = run_step(scn, topo=topo, net=net)[0]
+            fails = simulate_failures(FailuresConfig(horizon_days=req.days), chip, chips, 0,
+                                      runs=GOODPUT_RUNS, ocs_spares=not gpu)
+            goodput = fails.goodput()[0]
+            seconds = req.tokens / (step.tokens_per_s * goodput)
+            chip_hours = chips * seconds / 3600
+            energy = chip_hours * chip.tdp_W * PUE / 1e6 if chip.tdp_W else None
+            tp_plan.best[chips] = Candidate(chips, best.layout, step.step_time_s, step.tokens_per_s,
+                                            step.mfu, best.memory_GiB, goodput, seconds / 86400,
+                                            chip_hours, chip_hours * scn.cost.usd_per_chip_hour, energy)
+            if seconds / 86400 <= req.days and len([c for c in tp_plan.best.values()
+                                                    if c.days <= req.days]) >= 3:
+                break            # three sizes past the deadline: bigger ones only cost more
+        out.append(tp_plan)
+    return out
+
+
+def _why_none(reasons: Sequence[str]) -> str:
+    if not reasons:
+        return "no layout divides the model and the batch"
+    oom = [r for r in reasons if "GiB per chip" in r]
+    return ("no layout fits in memory (best: " + min(oom, key=len).split(": ", 1)[-1][:120] + ")"
+            if oom else reasons[0][:160])
+
+
+def runners_up(tp_plan: TopologyPlan, chips: int, n: int = 3) -> list[str]:
+    """Why the next-best layouts at *chips* lost to the chosen one."""
+    cands = tp_plan.by_size.get(chips, [])
+    if len(cands) < 2:
+        return []
+    best = cands[0]
+    out = []
+    for c in cands[1:1 + n]:
+        out.append(f"{_layout_text(c.layout)}: {100 * (c.step_time_s / best.step_time_s - 1):.1f}% "
+                   f"slower step ({c.step_time_s:.3f} s vs {best.step_time_s:.3f} s)")
+    return out
+
+
+def _layout_text(lay: Mapping[str, Any]) -> str:
+    s = f"tp={lay['tp']} pp={lay['pp']}"
+    if lay["virtual_stages"] > 1:
+        s += f" vs={lay['virtual_stages']}"
+    return s + f" zero={lay['zero']} mb={lay['micro_batch']} {lay['recompute']}"

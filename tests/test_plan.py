@@ -1,0 +1,82 @@
+"""clustersim plan: the JSON fields scripts use, deadlines met and missed, bad input, the plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+from sim.plan import layouts
+
+
+def _plan(argv: list[str], capsys) -> dict:
+    assert main(["plan", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_answers_per_topology(capsys, tmp_path: Path) -> None:
+    png = tmp_path / "p.png"
+    out = _plan(["--model", "llama3-8b", "--tokens", "300B", "--days", "30", "--max-chips", "256",
+                 "--topology", "dgx-h100,tpu-v5e", "--price", "tpu-v5e=1.5", "--plot", str(png)], capsys)
+    assert set(out) == {"dgx-h100", "tpu-v5e"}
+    for name, e in out.items():
+        for key in ("chips", "days", "cost_usd", "chip_hours", "layout"):
+            assert key in e, (name, key)
+        assert e["meets_deadline"] and e["days"] <= 30
+        assert e["cost_usd"] == pytest.approx(e["chip_hours"] * e["usd_per_chip_hour"], rel=1e-9)
+        assert e["chip_hours"] == pytest.approx(e["chips"] * e["days"] * 24, rel=1e-9)
+        assert e["smallest"]["chips"] <= e["cheapest"]["chips"] or \
+            e["cheapest"]["cost_usd"] <= e["smallest"]["cost_usd"]
+        assert {"tp", "pp", "zero", "micro_batch", "recompute"} <= set(e["layout"])
+    assert out["tpu-v5e"]["usd_per_chip_hour"] == 1.5 and out["tpu-v5e"]["price_source"] == "--price"
+    assert png.stat().st_size > 5_000
+
+
+def test_an_impossible_deadline_shows_the_closest(capsys) -> None:
+    out = _plan(["--model", "llama3-70b", "--tokens", "15T", "--days", "1", "--max-chips", "128",
+                 "--topology", "dgx-h100"], capsys)
+    e = out["dgx-h100"]
+    assert not e["meets_deadline"] and e["smallest"] is None and e["days"] > 1
+    assert main(["plan", "--model", "llama3-70b", "--tokens", "15T", "--days", "1",
+                 "--max-chips", "128", "--topology", "dgx-h100"]) == 0
+    assert "no cluster up to the largest tried meets 1 days; closest" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--model", "gpt5"], r"--model: unknown model 'gpt5'; valid: "),
+    (["--tokens", "lots"], r"--tokens: expected a token count"),
+    (["--days", "-3"], r"--days: expected a number of days"),
+    (["--topology", "dgx-h999"], r"unknown topology 'dgx-h999'"),
+    (["--price", "dgx-h100=free"], r"--price: expected TOPOLOGY=USD_PER_CHIP_HOUR"),
+    (["--price", "tpu-v5p=3"], r"--price: tpu-v5p is not among --topology"),
+])
+def test_bad_plan_input(capsys, argv, match) -> None:
+    import re
+
+    base = {"--model": "llama3-8b", "--tokens": "1T", "--days": "30", "--topology": "dgx-h100"}
+    for flag, value in zip(argv[::2], argv[1::2]):
+        base[flag] = value
+    args = [x for kv in base.items() for x in kv] + ["--max-chips", "64"]
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(match, err), err
+
+
+def test_layouts_divide_the_model_and_the_batch() -> None:
+    for lay in layouts(64, 80, 64, True, 8, 512):
+        dp = 64 // (lay["tp"] * lay["pp"])
+        assert 80 % (lay["pp"] * lay["virtual_stages"]) == 0 and lay["tp"] <= 8
+        assert 512 % (lay["micro_batch"] * dp) == 0
+
+
+def test_validate_plot_axes(tmp_path: Path, capsys) -> None:
+    from sim.plots import plot_validation
+
+    fig = plot_validation([(1.0, 1.05, "a"), (2.0, 1.8, "b")], "step time", "s", tmp_path / "v.png", "t")
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "measured step time (s)" and ax.get_ylabel() == "predicted step time (s)"
+    assert main(["validate", "--suite", "compute", "--plot", str(tmp_path / "c.svg")]) == 0
+    assert (tmp_path / "c.svg").read_text().lstrip().startswith("<?xml")
+    assert main(["validate", "--suite", "failures", "--plot", str(tmp_path / "f.png")]) == 2
