@@ -114,7 +114,9 @@ def layouts(chips: int, layers: int, heads: int, gpu: bool, gpus_per_node: int,
             global_batch: int) -> Iterable[dict[str, Any]]:
     """Parallel layouts worth trying on *chips*: TP inside a node (GPU) or up to 16 (TPU),
     pipelines that divide the layers (interleaved where the micro-batches allow), ZeRO 1 or 3,
-    micro-batch 1 or 2, selective or full recompute."""
+    micro-batch 1 or 2, selective or full recompute. Every one that divides is yielded (no
+    pruning); the search stops growing the cluster three sizes after the deadline is met, as
+    bigger clusters of the same layouts only lose efficiency."""
     tps = [t for t in (1, 2, 4, 8, 16) if (t <= gpus_per_node if gpu else True) and heads % t == 0]
     for tp, pp in itertools.product(tps, (1, 2, 4, 8, 16)):
         if chips % (tp * pp) or layers % pp:
@@ -126,9 +128,7 @@ def layouts(chips: int, layers: int, heads: int, gpu: bool, gpus_per_node: int,
                 continue
             micro = global_batch // (mb * dp)
             if vs > 1 and micro % pp:
-                continue
-            if pp > 1 and micro < pp:
-                continue                  # fewer micro-batches than stages: mostly bubble
+                continue                  # Megatron's interleaved schedule needs whole groups
             yield {"tp": tp, "pp": pp, "zero": zero, "micro_batch": mb, "recompute": rc,
                    "schedule": "interleaved" if vs > 1 else "1f1b", "virtual_stages": vs}
 

@@ -71,7 +71,24 @@ def parse_over(text: str, base: Mapping[str, Any]) -> SweepAxis:
             raise ConfigError(f"{where}: no values; give V1,V2,... or A..BxF")
     if len(set(map(repr, values))) != len(values):
         raise ConfigError(f"{where}: a value appears twice in {spec!r}")
+    for v in values:
+        _check_value(base, key, v, where)
     return SweepAxis(key, tuple(values))
+
+
+def _check_value(base: Mapping[str, Any], key: str, value: Any, where: str) -> None:
+    """A value of the wrong type or out of its field's range is an input error before anything
+    runs; a value that only fails in combination with others (tp=3 on 8 chips) is a row."""
+    data = dict(base)
+    set_key(data, key, value, where)
+    try:
+        scenario_from_dict(data, where)
+    except ConfigError as e:
+        msg = str(e)
+        if any(f"{key}: {w}" in msg for w in ("expected", "got", "must be", "required")):
+            raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+    except SimError:
+        pass
 
 
 def expand_points(axes: Sequence[SweepAxis]) -> list[dict[str, Any]]:

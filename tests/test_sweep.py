@@ -117,3 +117,18 @@ def test_parquet_and_plots(tmp_path: Path) -> None:
     fig = plot_breakdown(rows, ["cluster.chips"], tmp_path / "b.pdf")
     assert fig.axes[0].get_ylabel() == "step time (s)"
     assert (tmp_path / "b.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_weak_scaling_keeps_the_batch_per_chip(capsys) -> None:
+    assert main(["sweep", S70, "--over", "cluster.chips=256..1024x2", "--weak", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    per_chip = {r["chips"]: r["tokens_per_s"] * r["step_time_s"] / r["chips"] for r in rows}
+    assert len(set(round(v) for v in per_chip.values())) == 1     # tokens per step per chip fixed
+    assert rows[0]["scaling_efficiency"] == 1.0
+
+
+def test_a_wrong_type_in_over_is_an_input_error(capsys) -> None:
+    assert main(["sweep", S70, "--over", "cluster.chips=64,abc"]) == 2
+    assert "cluster.chips: expected an integer" in capsys.readouterr().err
+    assert main(["sweep", S70, "--over", "training.precision=bf16,fp4"]) == 2
+    assert main(["sweep", S70, "--over", "parallelism.tp=3,8", "--json"]) == 0   # a combination: rows
