@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -523,13 +524,12 @@ def parse_tokens(v: object, where: str) -> float:
     """A token count: a number, or text like ``15T``, ``300B``, ``2.5e12`` (K/M/B/T = 10^3/6/9/12)."""
     if isinstance(v, str):
         t = v.strip().upper()
+        if not re.fullmatch(r"\d+(\.\d*)?(E[+-]?\d+)?[KMBGTP]?", t, re.ASCII):
+            raise ConfigError(f"{where}: expected a token count like 15T, 300B or 2.5e12, got {v!r}")
         mult = _TOKEN_SUFFIX.get(t[-1:], 1.0)
-        try:
-            v = float(t[:-1] if mult != 1.0 else t) * mult
-        except ValueError:
-            raise ConfigError(f"{where}: expected a token count like 15T, 300B or 2.5e12, got {v!r}") from None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise ConfigError(f"{where}: expected a token count > 0 like 15T or 300B, got {_show(v)}")
+        v = float(t[:-1] if t[-1:] in _TOKEN_SUFFIX else t) * mult
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 1:
+        raise ConfigError(f"{where}: expected a token count >= 1 like 15T or 300B, got {_show(v)}")
     if v > 1e18:
         raise ConfigError(f"{where}: must be <= 1e18 tokens, got {v:g}")
     return float(v)
@@ -537,6 +537,8 @@ def parse_tokens(v: object, where: str) -> float:
 
 def parse_value(text: str, where: str) -> Any:
     """A command-line value as a YAML scalar: ``2048`` int, ``0.5`` float, ``true``, ``bf16``."""
+    if re.fullmatch(r"\s*[-+]?\d+(\.\d*)?[eE][-+]?\d+\s*", text, re.ASCII):
+        return float(text)               # 1e12: YAML 1.1 would read it as text
     try:
         v = yaml.load(text, Loader=_StrictLoader) if text.strip() else ""   # noqa: S506
     except (yaml.YAMLError, ConfigError) as e:

@@ -29,6 +29,11 @@ def cost_summary(scn: Any, step: Any, goodput: float | None = None) -> dict[str,
     tokens = scn.training.tokens
     if tokens is None:
         return out
+    if goodput is not None and goodput <= 0:
+        from .errors import InfeasibleError
+
+        raise InfeasibleError("failures: goodput 0: at these failure rates and checkpoint interval "
+                              "the job never completes a checkpoint; no time to train exists")
     rate = step.tokens_per_s * (goodput if goodput is not None else 1.0)
     seconds = tokens / rate
     chip_hours = scn.cluster.chips * seconds / 3600

@@ -164,6 +164,11 @@ def failure_report(scn: Any, step: Any, seed: int) -> dict[str, Any]:
         "hardware_swap_s": summary.swap_s,
         "effective_tokens_per_s": step.tokens_per_s * g,
     }
+    if cfg.tokens is not None and g <= 0:
+        from .errors import InfeasibleError
+
+        raise InfeasibleError("failures: goodput 0: at these failure rates and checkpoint interval "
+                              "the job never completes a checkpoint; no time to train exists")
     if cfg.tokens is not None:
         out["token_budget"] = cfg.tokens
         out["time_to_train_days"] = cfg.tokens / (step.tokens_per_s * g) / DAY_S

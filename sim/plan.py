@@ -84,7 +84,7 @@ class TopologyPlan:
     @property
     def cheapest(self) -> Candidate | None:
         ok = [c for c in self.best.values() if c.days <= self._days]
-        return min(ok, key=lambda c: (c.cost_usd, c.chips)) if ok else None
+        return min(ok, key=lambda c: (float(f"{c.cost_usd:.9g}"), c.chips)) if ok else None
 
     @property
     def closest(self) -> Candidate | None:
@@ -115,8 +115,8 @@ def layouts(chips: int, layers: int, heads: int, gpu: bool, gpus_per_node: int,
     """Parallel layouts worth trying on *chips*: TP inside a node (GPU) or up to 16 (TPU),
     pipelines that divide the layers (interleaved where the micro-batches allow), ZeRO 1 or 3,
     micro-batch 1 or 2, selective or full recompute. Every one that divides is yielded (no
-    pruning); the search stops growing the cluster three sizes after the deadline is met, as
-    bigger clusters of the same layouts only lose efficiency."""
+    pruning); the search stops growing the cluster once, past the deadline, the cost has risen
+    two sizes in a row."""
     tps = [t for t in (1, 2, 4, 8, 16) if (t <= gpus_per_node if gpu else True) and heads % t == 0]
     for tp, pp in itertools.product(tps, (1, 2, 4, 8, 16)):
         if chips % (tp * pp) or layers % pp:
@@ -226,9 +226,9 @@ def plan(req: PlanRequest,
             tp_plan.best[chips] = Candidate(chips, best.layout, step.step_time_s, step.tokens_per_s,
                                             step.mfu, best.memory_GiB, goodput, seconds / 86400,
                                             chip_hours, chip_hours * scn.cost.usd_per_chip_hour, energy)
-            if seconds / 86400 <= req.days and len([c for c in tp_plan.best.values()
-                                                    if c.days <= req.days]) >= 3:
-                break            # three sizes past the deadline: bigger ones only cost more
+            met = sorted((c for c in tp_plan.best.values() if c.days <= req.days), key=lambda c: c.chips)
+            if len(met) >= 3 and met[-1].cost_usd > met[-2].cost_usd > met[-3].cost_usd:
+                break            # cost rose twice in a row past the deadline: larger costs more
         out.append(tp_plan)
     return out
 

@@ -32,7 +32,8 @@ __all__ = ["SweepAxis", "parse_over", "expand_points", "run_point", "run_sweep",
            "scaling_efficiency", "read_table", "write_table", "MAX_POINTS"]
 
 MAX_POINTS = 10_000                # a sweep larger than this is refused (hours of work)
-_RANGE = re.compile(r"^\s*(-?[\d.e+]+)\s*\.\.\s*(-?[\d.e+]+)\s*(?:([x+])\s*([\d.e+]+))?\s*$")
+_NUM = r"-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?"
+_RANGE = re.compile(rf"^\s*({_NUM})\s*\.\.\s*({_NUM})\s*(?:([x+])\s*({_NUM}))?\s*$")
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,15 @@ def parse_over(text: str, base: Mapping[str, Any]) -> SweepAxis:
         if (op == "x" and step <= 1) or (op == "+" and step <= 0):
             raise ConfigError(f"{where}: the step of {spec!r} must be > {1 if op == 'x' else 0}")
         values: list[Any] = []
-        v = a
-        while v <= b * (1 + 1e-12) and len(values) <= MAX_POINTS:
-            values.append(v)
-            v = v * step if op == "x" else v + step
+        i = 0
+        while len(values) <= MAX_POINTS:
+            v = a * step ** i if op == "x" else a + i * step
+            if isinstance(v, float) and v.is_integer() and all(isinstance(x, int) for x in (a, step)):
+                v = int(v)
+            if v > b * (1 + 1e-12) if b >= 0 else v > b * (1 - 1e-12):
+                break
+            values.append(round(v, 12) if isinstance(v, float) else v)
+            i += 1
         if not values:
             raise ConfigError(f"{where}: the range {spec!r} is empty (start above end)")
     else:
@@ -135,12 +141,17 @@ def run_point(payload: tuple[Mapping[str, Any], str, dict[str, Any], bool, int |
             from .faults import failure_report
 
             result = result.with_extra(failure_report(scn, result, scn.seed))
+        from .cost import cost_summary
+
+        result = result.with_extra(cost_summary(scn, result, result.extra.get("goodput")))
         row.update(status="ok", error="", model=scn.model.name)
         row.update(_flatten(result.to_json()))
     except InfeasibleError as e:
         row.update(status="infeasible", error=" ".join(str(e).split()))
     except SimError as e:
         row.update(status="invalid", error=" ".join(str(e).split()))
+    except Exception as e:               # noqa: BLE001 - a bug on one point must not end the sweep
+        row.update(status="error", error=f"internal error, please report: {type(e).__name__}: {e}")
     return row
 
 
@@ -167,13 +178,14 @@ def scaling_efficiency(rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
     for r in rows:
         if r.get("status") != "ok":
             continue
-        g = tuple(repr(r.get(k)) for k in others)
-        if g not in base or r["chips"] < base[g]["chips"]:
+        g = _key(r, others)
+        if g not in base or float(r["chips"]) < float(base[g]["chips"]):
             base[g] = r
     for r in rows:
-        b = base.get(tuple(repr(r.get(k)) for k in others))
+        b = base.get(_key(r, others))
         ok = r.get("status") == "ok" and b is not None
-        r["scaling_efficiency"] = (r["tokens_per_s_per_chip"] / b["tokens_per_s_per_chip"]) if ok else ""
+        r["scaling_efficiency"] = (float(r["tokens_per_s_per_chip"]) / float(b["tokens_per_s_per_chip"])
+                                   if ok else "")
 
 
 def _key(point: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ...]:
@@ -185,14 +197,29 @@ def read_table(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".parquet":
         pq = _pyarrow(path)
         try:
-            return pq.read_table(path).to_pylist()
+            return [{k: v for k, v in r.items() if v is not None}
+                    for r in pq.read_table(path).to_pylist()]
         except Exception as e:                   # noqa: BLE001 - any unreadable file, named
             raise ConfigError(f"--out: cannot read {str(path)!r} to resume ({e})") from None
     try:
         with path.open(newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
+            return [{k: _typed(v) for k, v in r.items() if v != ""} for r in csv.DictReader(fh)]
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ConfigError(f"--out: cannot read {str(path)!r} to resume ({e})") from None
+
+
+def _typed(text: Any) -> Any:
+    """A CSV cell back as the value it was written from: int, float, bool or text."""
+    if not isinstance(text, str):
+        return text
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -205,7 +232,14 @@ def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
         pq = _pyarrow(path)
         import pyarrow as pa
 
-        table = pa.table({c: [_cell(r.get(c)) for r in rows] for c in columns})
+        cols = {}
+        for c in columns:
+            vals = [_cell(r.get(c)) for r in rows]
+            if len({type(v) for v in vals if v is not None} - {bool}) > 1 and not all(
+                    isinstance(v, (int, float)) for v in vals if v is not None):
+                vals = [None if v is None else str(v) for v in vals]      # mixed: keep as text
+            cols[c] = vals
+        table = pa.table(cols)
         pq.write_table(table, tmp)
     else:
         with tmp.open("w", newline="", encoding="utf-8") as fh:
@@ -216,7 +250,8 @@ def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _cell(v: Any) -> Any:
-    return "" if v is None else (str(v) if not isinstance(v, (int, float, str, bool)) else v)
+    """A Parquet cell: missing values are nulls (a number column stays numeric)."""
+    return None if v is None or v == "" else (str(v) if not isinstance(v, (int, float, str, bool)) else v)
 
 
 def _pyarrow(path: Path) -> Any:
@@ -240,21 +275,32 @@ def run_sweep(raw: Mapping[str, Any], source: str, axes: Sequence[SweepAxis], *,
     keys = [a.key for a in axes]
     if weak and "cluster.chips" not in keys:
         raise ConfigError("--weak: needs a sweep over cluster.chips")
+    sweep_id = _sweep_id(base, keys, weak, max_events)
     done: dict[tuple[str, ...], dict[str, Any]] = {}
+    kept: list[dict[str, Any]] = []
     if out is not None and out.exists():
-        for r in read_table(out):
-            if all(k in r for k in keys) and r.get("status") in ("ok", "infeasible", "invalid"):
+        old = read_table(out)
+        if old and any(str(r.get("sweep_id")) != sweep_id for r in old):
+            raise ConfigError(f"--out: {str(out)!r} holds rows of another sweep (other base scenario, "
+                              "--set, --weak or swept keys); give a new file to start this one")
+        for r in old:
+            if r.get("status") in ("ok", "infeasible", "invalid"):
                 done[_key(r, keys)] = r
+        wanted = {_key(p, keys) for p in points}
+        kept = [r for k, r in done.items() if k not in wanted]   # earlier points of this sweep
     todo = [(i, p) for i, p in enumerate(points) if _key(p, keys) not in done]
     rows: dict[int, dict[str, Any]] = {i: done[_key(p, keys)] for i, p in enumerate(points)
                                        if _key(p, keys) in done}
     payloads = [(base, source, p, weak, max_events) for _, p in todo]
+
+    def tagged(row: dict[str, Any]) -> dict[str, Any]:
+        return {"sweep_id": sweep_id, **row}
     track = progress or (lambda it, n, d: it)
 
     def finished(i: int, row: dict[str, Any]) -> None:
-        rows[i] = row
+        rows[i] = tagged(row)
         if out is not None:
-            write_table(out, [rows[j] for j in sorted(rows)])
+            write_table(out, [rows[j] for j in sorted(rows)] + kept)
 
     if scheduler is not None:
         for i, row in track(_dask(scheduler, payloads, [i for i, _ in todo]), len(todo), "sweep points"):
@@ -271,14 +317,19 @@ def run_sweep(raw: Mapping[str, Any], source: str, axes: Sequence[SweepAxis], *,
             finished(i, run_point(pl))
     ordered = [rows[i] for i in range(len(points))]
     if "cluster.chips" in keys:
-        for r in ordered:                # a resumed CSV holds text: the numbers efficiency needs
-            for c in ("chips", "tokens_per_s_per_chip"):
-                if isinstance(r.get(c), str) and r[c]:
-                    r[c] = float(r[c])
         scaling_efficiency(ordered, keys)
     if out is not None:
-        write_table(out, ordered)
+        write_table(out, ordered + kept)
     return ordered
+
+
+def _sweep_id(base: Mapping[str, Any], keys: Sequence[str], weak: bool, max_events: int | None) -> str:
+    """What makes two runs the same sweep: the base scenario after --set, the swept keys, --weak
+    and the work limit (a short hash, written in every row)."""
+    import hashlib
+
+    text = json.dumps([base, sorted(keys), weak, max_events], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _dask(address: str, payloads: list[Any], index: list[int]) -> Iterable[tuple[int, dict[str, Any]]]:

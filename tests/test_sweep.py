@@ -132,3 +132,43 @@ def test_a_wrong_type_in_over_is_an_input_error(capsys) -> None:
     assert "cluster.chips: expected an integer" in capsys.readouterr().err
     assert main(["sweep", S70, "--over", "training.precision=bf16,fp4"]) == 2
     assert main(["sweep", S70, "--over", "parallelism.tp=3,8", "--json"]) == 0   # a combination: rows
+
+
+def test_review_cases_ranges_resume_parquet_tokens(tmp_path: Path, capsys) -> None:
+    raw, src, _ = read_scenario_raw("default")
+    assert parse_over("cluster.chips=8..32+8", raw).values == (8, 16, 24, 32)
+    assert parse_over("stragglers.compute_jitter_sigma=0.1..0.3+0.1", raw).values == (0.1, 0.2, 0.3)
+    # Resume from CSV: typed cells, efficiency against the same base, earlier points kept.
+    out = tmp_path / "r.csv"
+    args = ["sweep", S70, "--over", "cluster.chips=64,128", "--over", "parallelism.tp=4,8",
+            "--out", str(out), "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    args[3] = "cluster.chips=64,128,256"
+    assert main(args) == 0
+    second = json.loads(capsys.readouterr().out)
+    def clean(rows):
+        return [{k: v for k, v in r.items() if v != ""} for r in rows]
+
+    assert clean(second[:4]) == clean(first)
+    assert isinstance(second[0]["parallelism.tp"], int)
+    assert all(r["scaling_efficiency"] < 1 for r in second[4:])
+    # Another base on the same file is refused, not silently reused.
+    assert main(args[:-1] + ["--set", "training.seq_len=2048"]) == 2
+    assert "holds rows of another sweep" in capsys.readouterr().err
+    # Parquet with an invalid point; token budgets change the cost columns.
+    pytest.importorskip("pyarrow")
+    pq = tmp_path / "p.parquet"
+    assert main(["sweep", "default", "--over", "parallelism.tp=2,3", "--out", str(pq)]) == 0
+    assert [r["status"] for r in read_table(pq)] == ["ok", "invalid"]
+    capsys.readouterr()
+    assert main(["sweep", "default", "--over", "training.tokens=1T,2T", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[1]["cost_usd"] == pytest.approx(2 * rows[0]["cost_usd"])
+
+
+def test_zero_goodput_is_infeasible(capsys) -> None:
+    assert main(["run", "default", "--set", "cluster.chips=1024", "--set", "training.global_batch=512",
+                 "--set", "failures.horizon_days=0.01", "--set", "failures.rate_scale=10000",
+                 "--set", "failures.checkpoint_interval_min=1000", "--set", "training.tokens=1e6"]) == 3
+    assert "goodput 0" in capsys.readouterr().err
