@@ -97,10 +97,10 @@ def simulate_failures(cfg: FailuresConfig, chip: Chip, chips: int, seed: int,
         raise ConfigError(f"failures: {runs} Monte Carlo runs of {cfg.horizon_days:g} days would draw "
                           f"~{expected:,.0f} interruptions (over {MAX_FAILURE_EVENTS:,}, ~10 s); lower "
                           "failures.monte_carlo_runs, horizon_days, rate_scale or planned_per_day")
-    from .progress import progress
+    from .progress import progress as track
 
     out = []
-    for k in progress(range(runs), runs if expected > 200_000 else 0, "failure histories"):
+    for k in track(range(runs), runs if expected > 200_000 else 0, "failure histories"):
         rng = np.random.default_rng(seed + k)
         # Hardware fails on the wall clock whether or not the job is running: one Poisson stream
         # of unexpected failures (by cause) and one of planned interruptions over the horizon.

@@ -183,9 +183,10 @@ def scaling_efficiency(rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
             base[g] = r
     for r in rows:
         b = base.get(_key(r, others))
-        ok = r.get("status") == "ok" and b is not None
-        r["scaling_efficiency"] = (float(r["tokens_per_s_per_chip"]) / float(b["tokens_per_s_per_chip"])
-                                   if ok else "")
+        if r.get("status") == "ok" and b is not None:
+            r["scaling_efficiency"] = float(r["tokens_per_s_per_chip"]) / float(b["tokens_per_s_per_chip"])
+        else:
+            r["scaling_efficiency"] = ""
 
 
 def _key(point: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ...]:

@@ -170,12 +170,12 @@ class TpuPodSpec:
                     f"{where}.chips: {chips!r} is not {slices} equal slices (slices: {slices}); "
                     f"valid: {slices} x a slice size ({self.valid_counts_text(pods=False)})")
             per = chips // slices
-        shape = self.standard_shape(per) if per <= self.max_chips else None
-        if shape is None:
+        standard = self.standard_shape(per) if per <= self.max_chips else None
+        if standard is None:
             raise ConfigError(
                 f"{where}.chips: {chips} chips in {slices} slices is {per} per slice, not a valid "
                 f"{self.name} slice size; valid: {self.valid_counts_text(pods=False)}")
-        return shape, slices
+        return standard, slices
 
     def standard_shape(self, chips: int) -> SliceShape | None:
         """The most cubic valid slice with *chips* chips, or None."""

@@ -53,10 +53,14 @@ def _overlap_gemm_s(items: tuple[Item, ...], i: int, cm: ComputeModel) -> float:
     """GEMM time a TP collective at ``items[i]`` can hide behind under userbuffers overlap: the
     GEMMs that consume an all-gather's output (those right after it) or produce a reduce-scatter's
     input (those right before it)."""
-    step = 1 if isinstance(items[i], Comm) and items[i].op == "allgather" else -1
+    comm = items[i]
+    step = 1 if isinstance(comm, Comm) and comm.op == "allgather" else -1
     total, j = 0.0, i + step
-    while 0 <= j < len(items) and isinstance(items[j], Op) and items[j].kind == "gemm":
-        total += cm.op_time_s(items[j])
+    while 0 <= j < len(items):
+        op = items[j]
+        if not (isinstance(op, Op) and op.kind == "gemm"):
+            break
+        total += cm.op_time_s(op)
         j += step
     return total
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import ast
 from pathlib import Path
 
@@ -41,3 +43,17 @@ def test_no_module_level_simpy_environment() -> None:
         assert "simpy.Environment()" not in "\n".join(
             line for line in path.read_text().splitlines() if not line.startswith((" ", "\t"))
         ), path
+
+
+@pytest.mark.slow
+def test_sim_is_mypy_clean() -> None:
+    """``mypy sim`` (the STYLE guide's type check) finds nothing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("mypy")
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-m", "mypy", "sim", "--ignore-missing-imports",
+                        "--no-error-summary"], cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:]

@@ -68,6 +68,7 @@ class ComputeModel:
         table = cal.STACK_EFFICIENCY if stack_efficiency is None else stack_efficiency
         self.stack_efficiency = table.get(stack_key(profile, chip, precision), 1.0)
         self._memo: dict[Op, float] = {}
+        self.sms = chip.sms or 1
         if self.gpu:
             assert chip.sms, chip.name
             ratio = cal.MAMF_RATIO_VS_HOPPER.get(chip.arch, {})
@@ -83,9 +84,9 @@ class ComputeModel:
                                      cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps * cal.TPU_MEMORY_FRACTION)
         if fp8:
             assert self.chip.fp8_flops is not None
-            return gemm_time_s(m, n, k, 1.0, self.chip.fp8_flops, self.chip.sms, self.hbm_Bps,
+            return gemm_time_s(m, n, k, 1.0, self.chip.fp8_flops, self.sms, self.hbm_Bps,
                                self.gemm["fp8"], batch)
-        return gemm_time_s(m, n, k, 2.0, self.bf16_peak, self.chip.sms, self.hbm_Bps,
+        return gemm_time_s(m, n, k, 2.0, self.bf16_peak, self.sms, self.hbm_Bps,
                            self.gemm["bf16"], batch)
 
     def memory_s(self, nbytes: float, op_class: str) -> float:
@@ -126,7 +127,7 @@ class ComputeModel:
                                       cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps)
             return curve / cal.TPU_SPLASH_VS_GEMM
         return attention_time_s(s, bwd, self._flash_params(family, passname), self.bf16_peak,
-                                self.chip.sms or 1, self.hbm_Bps)
+                                self.sms, self.hbm_Bps)
 
     def _unfused_attention_s(self, s: AttentionShape, passname: str) -> float:
         """Scores through HBM: batched GEMMs over every (query, key) pair (a causal mask saves no

@@ -74,7 +74,7 @@ def _num(row: dict[str, str], col: str, path: Path) -> float:
 
 def _pick(row: dict[str, str], col: str, valid: frozenset[str] | set[str], path: Path) -> str:
     v = row.get(col)
-    if v not in valid:
+    if v is None or v not in valid:
         raise ConfigError(f"{path}: column {col!r}: got {v!r}; valid: {', '.join(sorted(valid))}")
     return v
 
@@ -157,8 +157,8 @@ def fit_gemm(cases: Sequence[KernelCase], dtype: str, peak_flops: float, sms: in
 
 def attention_pass_cases(cases: Sequence[KernelCase], family: str) -> dict[str, list[tuple[AttentionShape, float]]]:
     """(shape, seconds) per pass; the backward is the fwd+bwd row less the forward row."""
-    fwd = {c.attention: c.time_s for c in cases if c.key == f"{family} fwd"}
-    both = {c.attention: c.time_s for c in cases if c.key == f"{family} fwd+bwd"}
+    fwd = {c.attention: c.time_s for c in cases if c.key == f"{family} fwd" and c.attention}
+    both = {c.attention: c.time_s for c in cases if c.key == f"{family} fwd+bwd" and c.attention}
     return {"fwd": list(fwd.items()),
             "bwd": [(s, t - fwd[s]) for s, t in both.items() if s in fwd and t > fwd[s]]}
 
