@@ -60,6 +60,8 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
                    help="TPU Multislice: this many equal slices joined over the DCN")
     p.add_argument("--twisted", action="store_true", help="TPU v4/v5p twisted torus")
     p.add_argument("--oversubscription", type=float, help="fat-tree leaf oversubscription (>= 1)")
+    p.add_argument("--background-load", type=float, metavar="F",
+                   help="share 0-0.95 of every inter-node link taken by other jobs' traffic")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,7 +246,8 @@ def _cmd_topo_show(args: argparse.Namespace) -> int:
     from .topology.analysis import summarize
 
     cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
-                           where="topo show", slices=args.slices)
+                           where="topo show", slices=args.slices,
+                           background_load=args.background_load)
     info = summarize(build_topology(cluster))
     if args.json:
         print(dump_json(info))
@@ -287,7 +290,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         raise ConfigError(f"--factor: must be >= 2, got {args.factor}")
     cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
                            sharp=True if args.sharp else None, where="collective",
-                           slices=args.slices)
+                           slices=args.slices, background_load=args.background_load)
     topo = build_topology(cluster)
     if args.group is not None and args.group < 2:
         raise ConfigError(f"--group: a collective needs at least 2 ranks, got {args.group}")

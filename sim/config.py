@@ -393,6 +393,7 @@ class ClusterConfig:
     twisted: bool = False
     oversubscription: float | None = None # None: the topology file's value
     sharp: bool | None = None             # InfiniBand SHARP in the switches; None: the file's value
+    background_load: float = 0.0          # share of every inter-node link taken by other jobs
 
     @property
     def chip(self) -> Chip:
@@ -474,7 +475,7 @@ class Scenario:
 
 
 _CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "slices", "twisted", "oversubscription",
-                           "sharp"})
+                           "sharp", "background_load"})
 _TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
                        "failures", "cost", "seed", "software"})
 _MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
@@ -644,6 +645,9 @@ def _cluster(s: _Section) -> ClusterConfig:
     twisted = s.flag("twisted", False)
     over = s.number("oversubscription", minimum=1.0) if s.has("oversubscription") else None
     sharp = s.flag("sharp", False) if s.has("sharp") else None
+    # Other jobs' traffic on the fabric: the fraction of every inter-node link (InfiniBand, DCN)
+    # it takes. 0.95 at most: a fabric with nothing left is not a cluster this job runs on.
+    load = s.number("background_load", 0.0, minimum=0.0, maximum=0.95)
     if isinstance(spec, GpuClusterSpec):
         if s.has("slice"):
             raise ConfigError(f"{s.at('slice')}: only TPU topologies take a slice shape; "
@@ -654,7 +658,7 @@ def _cluster(s: _Section) -> ClusterConfig:
             raise ConfigError(f"{s.at('slices')}: only TPU topologies join slices over a DCN; "
                               f"{spec.name} is sized by cluster.chips")
         return ClusterConfig(spec, spec.resolve_chips(chips, s.at("chips")), oversubscription=over,
-                             sharp=sharp)
+                             sharp=sharp, background_load=load)
     if sharp:
         raise ConfigError(f"{s.at('sharp')}: InfiniBand SHARP is for GPU fat-trees, not {spec.name}")
     if over is not None:
@@ -663,7 +667,8 @@ def _cluster(s: _Section) -> ClusterConfig:
     shape, pods = spec.resolve_shape(chips, slice_, s.where, s.opt_int("slices"))
     if twisted:
         spec.check_twist(shape, s.where)
-    return ClusterConfig(spec, math.prod(shape) * pods, shape=shape, pods=pods, twisted=twisted)
+    return ClusterConfig(spec, math.prod(shape) * pods, shape=shape, pods=pods, twisted=twisted,
+                         background_load=load)
 
 
 def _model(raw: object) -> ModelSpec:
@@ -782,7 +787,7 @@ def _failures(s: _Section) -> FailuresConfig:
 def load_cluster(topology: str, chips: int | None = None, slice_: str | None = None,
                  twisted: bool = False, oversubscription: float | None = None,
                  sharp: bool | None = None, where: str = "cluster",
-                 slices: int | None = None) -> ClusterConfig:
+                 slices: int | None = None, background_load: float | None = None) -> ClusterConfig:
     """A sized cluster from command-line style options (``topo show``, ``collective``)."""
     raw: dict[str, Any] = {"topology": topology, "twisted": twisted}
     if chips is not None:
@@ -795,4 +800,6 @@ def load_cluster(topology: str, chips: int | None = None, slice_: str | None = N
         raw["sharp"] = sharp
     if slices is not None:
         raw["slices"] = slices
+    if background_load is not None:
+        raw["background_load"] = background_load
     return _cluster(_Section(raw, where, _CLUSTER_KEYS))

@@ -47,6 +47,10 @@ class Topology:
         return Topology(self.spec, self.cluster, graph, self.devices, {**self.facts, "edited": True})
 
 
+# Edge kinds that join nodes (and so carry other jobs' traffic too).
+INTER_NODE_KINDS = frozenset({"ib", "dcn"})
+
+
 def build_topology(cluster: ClusterConfig) -> Topology:
     if isinstance(cluster.topology, GpuClusterSpec):
         graph, facts = build_gpu_cluster(cluster)
@@ -55,4 +59,12 @@ def build_topology(cluster: ClusterConfig) -> Topology:
         graph, facts = build_tpu_pod(cluster)
     devices = tuple(range(cluster.chips))
     assert all(graph.nodes[d]["kind"] in ("gpu", "tpu") for d in devices)
+    if cluster.background_load > 0:
+        # Other jobs' traffic takes this share of every link between nodes (InfiniBand NIC, leaf
+        # and spine links; the TPU hosts' DCN links); links inside a node or an ICI slice are the
+        # job's own.
+        for _, _, d in graph.edges(data=True):
+            if d.get("kind") in INTER_NODE_KINDS:
+                d["bandwidth_GBps"] *= 1.0 - cluster.background_load
+        facts = {**facts, "background_load": cluster.background_load}
     return Topology(cluster.topology, cluster, graph, devices, facts)
