@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-events", type=_positive_int, default=None, metavar="N",
                      help="refuse a run whose simulation would exceed N events in all "
                           "(default 8,000,000: about 10 s); raise it to run a bigger plan")
+    run.add_argument("--yes", action="store_true",
+                     help="run however long the estimate says it takes (no event limit)")
     run.set_defaults(func=_cmd_run)
 
     coll = sub.add_parser("collective", help="nccl-tests-style sweep of one collective")
@@ -123,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (tcp://host:port)")
     sw.add_argument("--max-events", type=_positive_int, default=None, metavar="N",
                     help="per point, as for run (default 8,000,000)")
+    sw.add_argument("--yes", action="store_true", help="no event limit per point")
     sw.add_argument("--json", action="store_true", help="the rows as one JSON list on stdout")
     sw.set_defaults(func=_cmd_sweep)
 
@@ -455,7 +458,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     workers = args.workers or os.cpu_count() or 1
     rows = run_sweep(raw, source, axes, sets=args.set, weak=args.weak, workers=workers,
                      scheduler=args.scheduler, out=out,
-                     max_events=args.max_events or DEFAULT_MAX_EVENTS, progress=progress)
+                     max_events=None if args.yes else (args.max_events or DEFAULT_MAX_EVENTS),
+                     progress=progress)
     if plot is not None:
         from .plots import plot_sweep
 
@@ -504,7 +508,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--seed: must be >= 0, got {args.seed}")
     from .training import DEFAULT_MAX_EVENTS
 
-    limit = args.max_events or DEFAULT_MAX_EVENTS
+    limit = None if args.yes else (args.max_events or DEFAULT_MAX_EVENTS)
     per_rank = args.trace_ranks == "all"
     if per_rank and not args.trace:
         raise ConfigError("--trace-ranks all: needs --trace FILE to write the timeline to")

@@ -41,8 +41,8 @@ def check_work(events: int, max_events: int, what: str) -> None:
         minutes = events / EVENTS_PER_S / 60
         took = f"~{minutes:.0f} minutes" if minutes >= 1 else f"~{minutes * 60:.0f} s"
         raise ConfigError(f"{what} would process ~{events:,} simulation events ({took}), over the "
-                          f"limit of {max_events:,}; pass --max-events {events} to run it anyway, "
-                          "or shrink training.global_batch / --steps")
+                          f"limit of {max_events:,}; pass --max-events {events} (or --yes) to run "
+                          "it anyway, or shrink training.global_batch / --steps")
 
 # Adam with fp32 master weights: read param, grad, m, v and write param, m, v (28 bytes, as the
 # optimizer table counts them: validation/compute/*/optimizer.csv), plus the bf16 model copy.
