@@ -16,7 +16,7 @@ from .compute.kernels import AttentionParams, GemmParams
 # nvlink: fitted on the calibration split's single-node NVSwitch runs in the bandwidth regime
 #   (8xH100 all-gather, all-to-all, send/recv; 8xA100 all-reduce, send/recv; sizes >= 64 MiB):
 #   the median of measured busbw / busbw predicted with the full NVLink rate (fit: see
-#   ``sim.collectives.fit.fit_link_efficiency``). NCCL's own topology model assumes 20.6 of 25 GB/s
+#   ``sim.validate.fit_nvlink_efficiency``). NCCL's own topology model assumes 20.6 of 25 GB/s
 #   per NVLink4 link (0.82, topo.h), in line with this fit.
 # ib: NIC / InfiniBand links. No calibration-split run is bound by the NICs alone (the multi-node
 #   calibration runs are capped by NCCL's NVLSTree ceiling), so no fit: the InfiniBand data rate

@@ -149,8 +149,7 @@ def failure_report(scn: Any, step: Any, seed: int) -> dict[str, Any]:
     cfg = scn.failures
     summary = simulate_failures(cfg, scn.cluster.chip, scn.cluster.chips, seed,
                                 runs=cfg.monte_carlo_runs,
-                                ocs_spares=scn.cluster.topology.kind == "tpu_pod"
-                                and scn.cluster.topology.ndims == 3)
+                                ocs_spares=scn.cluster.topology.ocs_spares)
     g, g_lo, g_hi = summary.goodput()
     n, _, _ = summary.interruptions()
     out: dict[str, Any] = {

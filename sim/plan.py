@@ -218,7 +218,7 @@ def plan(req: PlanRequest,
             scn = scenario_from_dict(_scenario(req, topology, chips, best.layout, global_batch), "plan")
             step = run_step(scn, topo=topo, net=net)[0]
             fails = simulate_failures(FailuresConfig(horizon_days=req.days), chip, chips, 0,
-                                      runs=GOODPUT_RUNS, ocs_spares=not gpu)
+                                      runs=GOODPUT_RUNS, ocs_spares=spec.ocs_spares)
             goodput = fails.goodput()[0]
             seconds = req.tokens / (step.tokens_per_s * goodput)
             chip_hours = chips * seconds / 3600

@@ -70,6 +70,11 @@ class GpuClusterSpec:
 
     kind = "gpu_cluster"
 
+    @property
+    def ocs_spares(self) -> bool:
+        """A failed GPU means a node swap (no optical switch to route around it)."""
+        return False
+
     def rail_of(self, local: int) -> int:
         """Rail (= NIC index) of the node's GPU *local*: one NIC per GPU, or per
         ``gpus_per_node / nics_per_node`` neighbouring GPUs behind one PCIe switch."""
@@ -110,6 +115,12 @@ class TpuPodSpec:
     source: str = ""
 
     kind = "tpu_pod"
+
+    @property
+    def ocs_spares(self) -> bool:
+        """3-D slices are cubes joined by optical circuit switches, which swap a spare cube in
+        for a failed one in seconds (v4, v5p); 2-D pods (v5e, v6e) have no OCS and swap a host."""
+        return self.ndims == 3
 
     @property
     def max_chips(self) -> int:

@@ -67,7 +67,7 @@ def validate_failures(data_dir: Path, seed: int = 0) -> list[FailureCase]:
                 raise ConfigError(f"{where}: scenario {r['scenario']} has no failures: section")
             cache[r["scenario"]] = simulate_failures(
                 scn.failures, scn.cluster.chip, scn.cluster.chips, seed,
-                runs=scn.failures.monte_carlo_runs, ocs_spares=scn.cluster.topology.kind == "tpu_pod")
+                runs=scn.failures.monte_carlo_runs, ocs_spares=scn.cluster.topology.ocs_spares)
         summary = cache[r["scenario"]]
         mean, lo, hi = summary.goodput() if r["metric"] == "goodput" else summary.interruptions()
         out.append(FailureCase(r["case"], r["metric"], float(r["measured"]), r["comparison"],
