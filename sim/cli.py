@@ -12,9 +12,9 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
+from .config import PLOT_SUFFIXES, check_output_path
 from .errors import ConfigError, InfeasibleError, SimError
 
 EXIT_INPUT = 2
@@ -215,23 +215,6 @@ def _err(line: str) -> None:
         pass
 
 
-def check_output_path(path: str, flag: str) -> Path:
-    """An output file the command can write, checked before any work: a ConfigError otherwise."""
-    import os
-
-    if not path:
-        raise ConfigError(f"{flag}: empty file name; give the path of the file to write")
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{flag}: {path!r} is a folder; give a file name inside it")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise ConfigError(f"{flag}: folder {str(parent)!r} does not exist; create it first")
-    if (p.exists() and not os.access(p, os.W_OK)) or (not p.exists() and not os.access(parent, os.W_OK)):
-        raise ConfigError(f"{flag}: cannot write {path!r} (permission denied)")
-    return p
-
-
 def dump_json(obj: Any) -> str:
     """Strict JSON (no NaN or Infinity): a non-finite number in an output is a bug of ours."""
     return json.dumps(obj, allow_nan=False)
@@ -335,9 +318,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError(f"--model: unknown model {args.model!r}; valid: {', '.join(PRESETS_NAMES)}")
     if not (math.isfinite(args.days) and 0 < args.days <= 3650):
         raise ConfigError(f"--days: expected a number of days in (0, 3650], got {args.days}")
-    plot = check_output_path(args.plot, "--plot") if args.plot is not None else None
-    if plot is not None and plot.suffix not in (".png", ".svg", ".pdf"):
-        raise ConfigError(f"--plot: {args.plot!r}: valid suffixes are .png, .svg and .pdf")
+    plot = check_output_path(args.plot, "--plot", PLOT_SUFFIXES) if args.plot is not None else None
     prices: dict[str, float] = {}
     for item in filter(None, (x.strip() for x in args.price.split(","))):
         name, sep, value = item.partition("=")
@@ -447,12 +428,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     if not args.over:
         raise ConfigError("--over: give at least one KEY=V1,V2,... to sweep")
-    out = check_output_path(args.out, "--out") if args.out is not None else None
-    if out is not None and out.suffix not in (".csv", ".parquet"):
-        raise ConfigError(f"--out: {args.out!r}: valid suffixes are .csv and .parquet")
-    plot = check_output_path(args.plot, "--plot") if args.plot is not None else None
-    if plot is not None and plot.suffix not in (".png", ".svg", ".pdf"):
-        raise ConfigError(f"--plot: {args.plot!r}: valid suffixes are .png, .svg and .pdf")
+    out = check_output_path(args.out, "--out", (".csv", ".parquet")) if args.out is not None else None
+    plot = check_output_path(args.plot, "--plot", PLOT_SUFFIXES) if args.plot is not None else None
     raw, source, _ = read_scenario_raw(args.scenario)
     axes = [parse_over(o, raw) for o in args.over]
     workers = args.workers or os.cpu_count() or 1

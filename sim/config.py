@@ -482,6 +482,29 @@ _MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "he
                          "head_dim", "vocab", "mlp", "moe"})
 
 
+# Figure formats matplotlib writes for --plot.
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_output_path(path: str, flag: str, suffixes: Sequence[str] = ()) -> Path:
+    """An output file the command can write (with one of *suffixes*, when given), checked before
+    any work: a ConfigError otherwise."""
+    if not path:
+        raise ConfigError(f"{flag}: empty file name; give the path of the file to write")
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag}: {path!r} is a folder; give a file name inside it")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"{flag}: folder {str(parent)!r} does not exist; create it first")
+    if (p.exists() and not os.access(p, os.W_OK)) or (not p.exists() and not os.access(parent, os.W_OK)):
+        raise ConfigError(f"{flag}: cannot write {path!r} (permission denied)")
+    if suffixes and p.suffix not in suffixes:
+        raise ConfigError(f"{flag}: {path!r}: valid suffixes are {', '.join(suffixes)}")
+    return p
+
+
+
 def read_scenario_raw(path: str | os.PathLike[str]) -> tuple[Mapping[str, Any], str, str]:
     """(parsed mapping, source path, default name) of a scenario file or bundled scenario name."""
     p = Path(path)

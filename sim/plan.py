@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import load_topology_spec, scenario_from_dict
-from .errors import ConfigError, InfeasibleError, SimError
+from .errors import ConfigError, SimError
 from .topology_spec import GpuClusterSpec
 
 __all__ = ["PlanRequest", "Candidate", "TopologyPlan", "plan", "layouts"]
 
+_PROBE_LAYOUT = {"tp": 1, "pp": 1, "zero": 1, "micro_batch": 1, "recompute": "full",
+                 "schedule": "1f1b", "virtual_stages": 1}
 GOODPUT_RUNS = 20                  # Monte Carlo histories per finalist (the 5-95% band is +-1%)
 
 
@@ -71,26 +73,30 @@ class TopologyPlan:
     chip: str
     usd_per_chip_hour: float
     price_source: str
+    days_limit: float
     by_size: dict[int, list[Candidate]] = field(default_factory=dict)   # screened, best first
     best: dict[int, Candidate] = field(default_factory=dict)            # confirmed, goodput in
     refused: dict[int, str] = field(default_factory=dict)               # sizes with no layout
     layouts_screened: int = 0
 
+    def meeting(self) -> list[Candidate]:
+        """The confirmed sizes that train the budget within the deadline, smallest first."""
+        return sorted((c for c in self.best.values() if c.days <= self.days_limit),
+                      key=lambda c: c.chips)
+
     @property
     def smallest(self) -> Candidate | None:
-        ok = [c for c in self.best.values() if c.days <= self._days]
-        return min(ok, key=lambda c: c.chips) if ok else None
+        ok = self.meeting()
+        return ok[0] if ok else None
 
     @property
     def cheapest(self) -> Candidate | None:
-        ok = [c for c in self.best.values() if c.days <= self._days]
+        ok = self.meeting()
         return min(ok, key=lambda c: (float(f"{c.cost_usd:.9g}"), c.chips)) if ok else None
 
     @property
     def closest(self) -> Candidate | None:
         return min(self.best.values(), key=lambda c: c.days) if self.best else None
-
-    _days: float = math.inf
 
 
 def _sizes(spec: Any, max_chips: int) -> list[int]:
@@ -173,13 +179,11 @@ def plan(req: PlanRequest,
         sizes = _sizes(spec, req.max_chips)
         if not sizes:
             raise ConfigError(f"--max-chips: {req.max_chips} is below the smallest {topology} cluster")
-        probe = scenario_from_dict(_scenario(req, topology, sizes[0], next(iter(
-            [{"tp": 1, "pp": 1, "zero": 1, "micro_batch": 1, "recompute": "full",
-              "schedule": "1f1b", "virtual_stages": 1}])), global_batch), "plan")
+        probe = scenario_from_dict(_scenario(req, topology, sizes[0], _PROBE_LAYOUT, global_batch),
+                                   "plan")                  # the chip, price and model it names
         chip = probe.cluster.chip
         tp_plan = TopologyPlan(topology, chip.name, probe.cost.usd_per_chip_hour,
-                               "--price" if topology in req.prices else chip.price_source)
-        tp_plan._days = req.days
+                               "--price" if topology in req.prices else chip.price_source, req.days)
         m = probe.model
         for chips in track(sizes, len(sizes), f"plan {topology}"):
             cands: list[Candidate] = []
@@ -226,7 +230,7 @@ def plan(req: PlanRequest,
             tp_plan.best[chips] = Candidate(chips, best.layout, step.step_time_s, step.tokens_per_s,
                                             step.mfu, best.memory_GiB, goodput, seconds / 86400,
                                             chip_hours, chip_hours * scn.cost.usd_per_chip_hour, energy)
-            met = sorted((c for c in tp_plan.best.values() if c.days <= req.days), key=lambda c: c.chips)
+            met = tp_plan.meeting()
             if len(met) >= 3 and met[-1].cost_usd > met[-2].cost_usd > met[-3].cost_usd:
                 break            # cost rose twice in a row past the deadline: larger costs more
         out.append(tp_plan)

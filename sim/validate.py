@@ -646,11 +646,9 @@ def run_cli(args: argparse.Namespace) -> int:
     assert args.suite in SUITES, args.suite  # argparse choices already checked it
     plot = None
     if getattr(args, "plot", None) is not None:
-        from .cli import check_output_path
+        from .config import PLOT_SUFFIXES, check_output_path
 
-        plot = check_output_path(args.plot, "--plot")
-        if plot.suffix not in (".png", ".svg", ".pdf"):
-            raise ConfigError(f"--plot: {args.plot!r}: valid suffixes are .png, .svg and .pdf")
+        plot = check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
         if args.suite == "failures":
             raise ConfigError("--plot: the failures suite has a handful of cases and no scatter; "
                               "plot collectives, training or compute")

@@ -33,8 +33,6 @@ __all__ = ["ComputeRow", "ComputeSummary", "validate_compute", "format_compute_r
 GEMM_MIN_S = 50e-6            # the issue's target counts GEMMs of at least 50 us
 FIT_FOLDER = "h100-sxm-80gb"  # the constants are fitted here; every other folder is a test
 COMPUTE_BUDGET_KEYS = frozenset({"gemm_median_abs_pct", "attention_median_abs_pct"})
-_MEMORY_OPS = {"copy": "copy", "residual_add": "residual_add", "rmsnorm_fwd": "rmsnorm_fwd",
-               "swiglu_fwd": "swiglu_fwd"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +81,7 @@ def predict_case(c: KernelCase, chip: Chip) -> float:
             # 2 of the 5 tensors in the forward, 3 in the backward (validation/compute/README.md)
             return (memory_time_s(0.4 * c.nbytes, chip.hbm_Bps, cal.MEMORY_FRACTION["rmsnorm_fwd"])
                     + memory_time_s(0.6 * c.nbytes, chip.hbm_Bps, cal.MEMORY_FRACTION["rmsnorm_bwd"]))
-        return memory_time_s(c.nbytes, chip.hbm_Bps, cal.MEMORY_FRACTION[_MEMORY_OPS[c.key]])
+        return memory_time_s(c.nbytes, chip.hbm_Bps, cal.MEMORY_FRACTION[c.key])
     assert c.kind == "optimizer", c.kind
     return memory_time_s(c.nbytes, chip.hbm_Bps, cal.OPTIMIZER_FRACTION[c.key])
 

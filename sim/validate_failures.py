@@ -9,7 +9,6 @@ not held to the budget (say why in their source).
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
