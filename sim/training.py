@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .collectives import CollectiveModel
+from .collectives.traffic import collective_traffic, p2p_traffic
 from .compute.model import ComputeModel
 from .config import Scenario, scenario_from_dict
 from .engine import Segment, StagePlan, estimate_events, simulate
+from .network.traffic import Traffic
 from .results import StepResult
 from .topology import Topology, build_topology
 from .errors import ConfigError, InfeasibleError
@@ -65,8 +67,11 @@ def _overlap_gemm_s(items: tuple[Item, ...], i: int, cm: ComputeModel) -> float:
     return total
 
 
-def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel, lay: Layout,
+def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
+              groups: dict[str, list[list[int]]] | None, lay: Layout,
               stage: int) -> tuple[Segment, ...]:
+    """A layer's items as compute segments and blocking collectives; with *groups* (every group
+    of each kind in this stage) each collective carries the load of all of them."""
     out: list[Segment] = []
     ops: list[Op] = []
     for i, it in enumerate(items):
@@ -77,11 +82,14 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel, l
             out.append(Segment("compute", cm.stream_time_s(ops)))
             ops = []
         group = {"tp": lay.tp_group, "cp": lay.cp_group, "ep": lay.ep_group, "dp": lay.dp_group}[it.group](stage)
-        seconds = net.time(it.op, max(1, it.size_bytes), group).time_s
+        size = max(1, it.size_bytes)
+        seconds = net.time(it.op, size, group).time_s
         if (it.group == "tp" and cm.profile.tp_comm_overlap
                 and it.op in ("allgather", "reducescatter")):
             seconds = max(0.0, seconds - _overlap_gemm_s(items, i, cm))
-        out.append(Segment(it.group, seconds, it.group))
+        load = (collective_traffic(net, it.op, size, groups[it.group], seconds=seconds,
+                                   label=it.group) if groups is not None else None)
+        out.append(Segment(it.group, seconds, it.group, load))
     if ops:
         out.append(Segment("compute", cm.stream_time_s(ops)))
     return tuple(out)
@@ -95,37 +103,43 @@ def compute_model(scn: Scenario,
 
 
 def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
-                stack_efficiency: dict[tuple[str, str, str], float] | None = None) -> list[StagePlan]:
+                stack_efficiency: dict[tuple[str, str, str], float] | None = None,
+                traffic: bool = True) -> list[StagePlan]:
+    """Per-stage plans: seconds of every segment and transfer alone on the network and, with
+    *traffic* (the full engine; the plan screen skips it), the link loads of each transfer for
+    all the groups that run it at once."""
     scn = wl.scenario
     par = scn.parallelism
     lay = Layout.of(par)
     cm = compute_model(scn, stack_efficiency)
     plans = []
     for stage in range(par.pp):
-        fwd = _segments(wl.layer.forward, cm, net, lay, stage)
-        bwd = _segments(wl.layer.recompute + wl.layer.backward, cm, net, lay, stage)
+        groups = lay.groups(stage) if traffic else None
+        fwd = _segments(wl.layer.forward, cm, net, groups, lay, stage)
+        bwd = _segments(wl.layer.recompute + wl.layer.backward, cm, net, groups, lay, stage)
         if par.cp > 1:
             ring = lay.cp_group(stage)
             kv = net.time("sendrecv", wl.layer.cp_kv_bytes, ring).time_s * (par.cp - 1)
             def attn(items: tuple[Item, ...]) -> float:
                 return sum(cm.op_time_s(o) for o in items if isinstance(o, Op) and o.kind == "attention")
-            fwd += (Segment("cp", max(0.0, kv - attn(wl.layer.forward)), "cp"),)
-            bwd += (Segment("cp", max(0.0, 2 * kv - attn(wl.layer.backward)), "cp"),)
+            cp_f, cp_b = max(0.0, kv - attn(wl.layer.forward)), max(0.0, 2 * kv - attn(wl.layer.backward))
+            ring_load = (collective_traffic(net, "sendrecv", wl.layer.cp_kv_bytes, lay.cp_groups(stage),
+                                           label="cp") if traffic else None)
+            fwd += (Segment("cp", cp_f, "cp", ring_load and ring_load.with_seconds(cp_f)),)
+            bwd += (Segment("cp", cp_b, "cp", ring_load and ring_load.with_seconds(cp_b)),)
         dpg = lay.shard_group(stage)            # all data-parallel ranks unless hybrid sharding
+        shards = lay.shard_groups(stage)
         shard = len(dpg)
-        grad_bytes = 2 * wl.layer.params
-        if shard > 1:
-            dp_op = "reducescatter" if par.zero >= 1 else "allreduce"
-            dp_layer = net.time(dp_op, max(1, grad_bytes), dpg).time_s
-        else:
-            dp_layer = 0.0
+        grad_bytes = max(1, 2 * wl.layer.params)
+        dp_op = "reducescatter" if par.zero >= 1 else "allreduce"
+        dp_layer = net.time(dp_op, grad_bytes, dpg).time_s if shard > 1 else 0.0
         # Hybrid sharding: each rank's reduced gradient shard is then all-reduced with the ranks
         # holding the same shard in the other replicas, every shard position at once.
         replica = (net.time_concurrent("allreduce", max(1, grad_bytes // shard),
                                        lay.replica_groups(stage)).time_s
                    if lay.replicas > 1 else 0.0)
         fsdp = par.zero >= 3 and shard > 1
-        gather = net.time("allgather", max(1, grad_bytes), dpg).time_s if fsdp else 0.0
+        gather = net.time("allgather", grad_bytes, dpg).time_s if fsdp else 0.0
         layers = wl.layers_per_chunk * (wl.chunks // par.pp)
         params = layers * wl.layer.params + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
         opt_params = params / (shard if par.zero >= 1 else 1)
@@ -139,9 +153,14 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
             pg = max(0.0, pg - sum(x.seconds for x in fwd if x.kind == "compute") * layers)
         if par.pp > 1:
             a, b = lay.stage_pair(stage)
-            p2p = net.time("sendrecv", max(1, wl.pp_bytes), [a, b]).time_s
+            p2p_r = net.time("sendrecv", max(1, wl.pp_bytes), [a, b])
+            p2p, p2p_lat = p2p_r.time_s, p2p_r.latency_s
         else:
-            p2p = 0.0
+            p2p = p2p_lat = 0.0
+        loads: dict[str, Traffic | None] = {}
+        if traffic:
+            loads = _stage_loads(net, lay, stage, wl, shards, grad_bytes, dp_op, replica, gather,
+                                 pg, params, (p2p, p2p_lat))
         def t(items: tuple[Item, ...]) -> float:
             return cm.stream_time_s(i for i in items if isinstance(i, Op))
         plans.append(StagePlan(
@@ -150,8 +169,39 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
             last_fwd=t(wl.last_forward), last_bwd=t(wl.last_backward), p2p_s=p2p,
             dp_layer_s=dp_layer, dp_per_microbatch=fsdp, fsdp_layer_gather_s=gather,
             replica_layer_s=replica,
-            optimizer_s=optimizer, param_gather_s=pg))
+            optimizer_s=optimizer, param_gather_s=pg, **loads))
     return plans
+
+
+def _stage_loads(net: CollectiveModel, lay: Layout, stage: int, wl: Workload,
+                 shards: list[list[int]], grad_bytes: int, dp_op: str, replica: float,
+                 gather: float, pg: float, params: int,
+                 p2p: tuple[float, float]) -> dict[str, Traffic | None]:
+    """The link loads of a stage's transfers, each for every group that runs it at once: the
+    gradient reductions of all its shard groups (+ the replica all-reduces), ZeRO-3's gathers,
+    the parameter gather, and the pipeline sends of all its ranks to the next and previous
+    stage."""
+    shard = len(shards[0])
+    dp_load = (collective_traffic(net, dp_op, grad_bytes, shards, label="dp")
+               if shard > 1 else None)
+    rep_load = (collective_traffic(net, "allreduce", max(1, grad_bytes // shard),
+                                   lay.replica_groups(stage), concurrent=True, label="dp")
+                if lay.replicas > 1 else None)
+    both = [x for x in (dp_load, rep_load) if x is not None]
+    dp_total = both[0].then(both[1]) if len(both) == 2 else (both[0] if both else None)
+    out: dict[str, Traffic | None] = {"dp_traffic": dp_total, "replica_traffic": rep_load}
+    if gather:
+        ag = collective_traffic(net, "allgather", grad_bytes, shards, label="dp")
+        out["fsdp_fwd"] = ag
+        out["fsdp_bwd"] = ag.then(dp_load) if dp_load is not None else ag
+    if pg:
+        pg_load = collective_traffic(net, "allgather", max(1, 2 * params), shards, label="dp")
+        out["param_traffic"] = pg_load.with_seconds(pg) if pg_load.seconds else None
+    if lay.pp > 1 and p2p[0]:
+        nbytes = max(1, wl.pp_bytes)
+        out["p2p_fwd"] = p2p_traffic(net, lay.stage_pairs(stage, 1), nbytes, *p2p)
+        out["p2p_bwd"] = p2p_traffic(net, lay.stage_pairs(stage, -1), nbytes, *p2p)
+    return out
 
 
 def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
@@ -179,19 +229,6 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
     vs = par.virtual_stages if par.schedule == "interleaved" else 1
     lay = Layout.of(par)
     per_stage = par.tp * par.cp * par.dp if per_rank else 1
-
-    def groups(kind: str, local: int) -> tuple[Any, int]:
-        t = local % lay.tp
-        c = (local // lay.tp) % lay.cp
-        d = local // (lay.tp * lay.cp)
-        if kind == "tp":
-            return (d, c), lay.tp
-        if kind == "cp":
-            return (d, t), lay.cp
-        if kind == "ep":
-            return (d // lay.ep, c, t), lay.ep
-        return t, lay.dp * lay.cp
-
     step_seed = scn.seed if seed is None else seed
     if max_events is not None:
         sims = par.dp if scn.stragglers is not None and not per_rank else 1
@@ -201,10 +238,12 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
                    f"{scn.source}: {steps} steps" if steps > 1 else f"{scn.source}: this step")
     extra: dict[str, Any] = {}
     if scn.stragglers is not None and not per_rank:
-        eng, extra = _straggler_step(scn, plans, wl, vs, step_seed, trace)
+        eng, extra = _straggler_step(scn, plans, wl, vs, step_seed, trace,
+                                     net.links.capacity_Bps)
     else:
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
-                       ranks_per_stage=per_stage, groups=groups if per_rank else None, trace=trace)
+                       ranks_per_stage=per_stage, groups=lay.local_group if per_rank else None,
+                       trace=trace, capacity_Bps=net.links.capacity_Bps)
     if not (0 < eng.step_time_s <= MAX_STEP_S):
         worst = max(eng.breakdown_s, key=lambda k: eng.breakdown_s[k])
         raise InfeasibleError(f"{scn.source}: a step of {eng.step_time_s:.3g} s (mostly {worst}) is "
@@ -231,7 +270,7 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
 
 
 def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int, seed: int,
-                    trace: bool) -> tuple[Any, dict[str, Any]]:
+                    trace: bool, capacity_Bps: Any) -> tuple[Any, dict[str, Any]]:
     """Every data-parallel replica simulated with its own draws; the slowest sets the step."""
     import numpy as np
 
@@ -247,7 +286,7 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
         jit = jitter_for(draws, cfg.compute_jitter_sigma, par.tp * par.cp,
                          np.random.default_rng([seed, 2, draws.replica]))
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
-                       jitter=jit)
+                       jitter=jit, capacity_Bps=capacity_Bps)
         results.append((eng.step_time_s, draws, eng))
     step = max(r[0] for r in results)
     ordered = sorted(results, key=lambda r: (r[0], r[1].replica))
@@ -260,7 +299,8 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
         d = median[1]
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
                        jitter=jitter_for(d, cfg.compute_jitter_sigma, par.tp * par.cp,
-                                         np.random.default_rng([seed, 2, d.replica])), trace=True)
+                                         np.random.default_rng([seed, 2, d.replica])), trace=True,
+                       capacity_Bps=capacity_Bps)
         assert eng.step_time_s == median[0], (eng.step_time_s, median[0])
     eng.breakdown_s["straggler_wait"] += step - median[0]
     eng.step_time_s = step

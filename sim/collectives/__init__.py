@@ -85,6 +85,8 @@ class CollectiveModel:
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
         self._wire: tuple[float, float] | None = None
+        # (op, algo, groups) -> (link ids, bytes per byte of size): ``sim.collectives.traffic``
+        self.link_bytes_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ public
 
@@ -175,13 +177,17 @@ class CollectiveModel:
                                   f"{first.algo} stages (groups of different shapes)")
             total = 0.0
             for j, stage in enumerate(built[0]):
-                total += max(self.phase_time_s(_merge([b[j][k] for b in built]))
+                total += max(self.phase_time_s(merge_phases([b[j][k] for b in built]))
                              for k in range(len(stage)))
             alone, _ = self._cost(op, gi, first.algo)
             self._per_byte[key] = (max(total / ref, alone), 0)
         # the shared per-byte cost goes through the same protocol factors and caps as one group's
         return self._predict(op, int(size_bytes), gi, first.algo, first.proto,
                              per_byte=self._per_byte[key][0])
+
+    def group_info(self, group: Sequence[int] | None) -> GroupInfo:
+        """The ranks of *group* and how they sit on the machine (checked)."""
+        return self._group(group)
 
     # ------------------------------------------------------------------ internals
 
@@ -319,7 +325,7 @@ class CollectiveModel:
         return phase.steps * makespan
 
 
-def _merge(phases: list[Phase]) -> Phase:
+def merge_phases(phases: list[Phase]) -> Phase:
     """One phase carrying the flows of the same phase of several groups (same step count)."""
     head = phases[0]
     if len({p.steps for p in phases}) != 1:

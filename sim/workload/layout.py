@@ -69,6 +69,53 @@ class Layout:
     def ep_group(self, stage: int = 0) -> list[int]:
         return [self.device(0, 0, d, stage) for d in range(self.ep)]
 
+    # Every group of one kind in a stage (they run their collectives at the same moment).
+
+    def tp_groups(self, stage: int = 0) -> list[list[int]]:
+        return [[self.device(t, c, d, stage) for t in range(self.tp)]
+                for d in range(self.dp) for c in range(self.cp)]
+
+    def cp_groups(self, stage: int = 0) -> list[list[int]]:
+        return [[self.device(t, c, d, stage) for c in range(self.cp)]
+                for d in range(self.dp) for t in range(self.tp)]
+
+    def ep_groups(self, stage: int = 0) -> list[list[int]]:
+        return [[self.device(t, c, e * self.ep + d, stage) for d in range(self.ep)]
+                for e in range(self.dp // self.ep) for c in range(self.cp) for t in range(self.tp)]
+
+    def dp_groups(self, stage: int = 0) -> list[list[int]]:
+        return [[self.device(t, c, d, stage) for d in range(self.dp) for c in range(self.cp)]
+                for t in range(self.tp)]
+
+    def shard_groups(self, stage: int = 0) -> list[list[int]]:
+        k = self.shard_size
+        return [[self.device(t, c, r * k + d, stage) for d in range(k) for c in range(self.cp)]
+                for r in range(self.replicas) for t in range(self.tp)]
+
+    def stage_pairs(self, stage: int, step: int = 1) -> list[tuple[int, int]]:
+        """Every rank of *stage* with its peer in stage + *step* (pipeline send/recv)."""
+        other = (stage + step) % self.pp
+        return [(self.device(t, c, d, stage), self.device(t, c, d, other))
+                for d in range(self.dp) for c in range(self.cp) for t in range(self.tp)]
+
+    def groups(self, stage: int) -> dict[str, list[list[int]]]:
+        return {"tp": self.tp_groups(stage), "cp": self.cp_groups(stage),
+                "ep": self.ep_groups(stage), "dp": self.dp_groups(stage)}
+
+    def local_group(self, kind: str, local: int) -> tuple[tuple[int, ...], int]:
+        """(group id, size) of the *kind* group ("tp", "cp", "ep", "dp") of the stage-local rank
+        *local* = (dp * cp + cp) * tp + tp: the mapping of ``device`` within one stage."""
+        t = local % self.tp
+        c = (local // self.tp) % self.cp
+        d = local // (self.tp * self.cp)
+        if kind == "tp":
+            return (d, c), self.tp
+        if kind == "cp":
+            return (d, t), self.cp
+        if kind == "ep":
+            return (d // self.ep, c, t), self.ep
+        return (t,), self.dp * self.cp
+
     def stage_pair(self, stage: int) -> tuple[int, int]:
         """Representative devices of stage and stage + 1 (pipeline send/recv)."""
         return self.device(0, 0, 0, stage), self.device(0, 0, 0, (stage + 1) % self.pp)

@@ -1,0 +1,96 @@
+"""Collectives as link loads: the ``Traffic`` of every group of a class running one collective.
+
+The engine plays a training step's communication on shared links (``sim.network.shared``); what
+it needs from a collective is its time alone (``CollectiveModel.time``: algorithm, protocol,
+latency, exactly as for one isolated call) and the bytes it moves over each link. Those bytes come
+from the same algorithm stages the time comes from, routed on the graph, summed over every group
+that runs the collective at the same moment: one solve per (operation, algorithm, groups), scaled
+by the size (every flow's bytes are proportional to it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..network.traffic import Traffic
+from . import CollectiveModel, merge_phases
+from .algorithms import build
+
+__all__ = ["collective_traffic", "p2p_traffic"]
+
+_REF_BYTES = 1e6
+
+
+def collective_traffic(net: CollectiveModel, op: str, size_bytes: int,
+                       groups: Sequence[Sequence[int]], *, seconds: float | None = None,
+                       concurrent: bool = False, label: str = "") -> Traffic:
+    """*op* on every group of *groups* at once, with the first group's time alone (or, with
+    *concurrent*, the time of all of them played together: ``time_concurrent``). *seconds*
+    replaces the duration (the part left exposed when compute hides the rest)."""
+    size = max(1, int(size_bytes))
+    first = (net.time_concurrent(op, size, groups) if concurrent and len(groups) > 1
+             else net.time(op, size, groups[0]))
+    secs = first.time_s if seconds is None else seconds
+    if first.ranks <= 1 or first.time_s <= 0 or secs <= 0:
+        return Traffic(max(0.0, secs), np.zeros(0, np.int64), np.zeros(0), len(groups), label,
+                       max(0.0, secs))
+    ids, per_byte = _link_bytes(net, op, first.algo, groups)
+    return Traffic.of(secs, ids, per_byte * size, first.time_s, first.latency_s, len(groups), label)
+
+
+def p2p_traffic(net: CollectiveModel, pairs: Sequence[tuple[int, int]], nbytes: int,
+                seconds: float, latency_s: float = 0.0, label: str = "pp") -> Traffic:
+    """One-way transfers of *nbytes* from each pair's first device to its second (pipeline
+    activations or gradients), taking *seconds* alone (*latency_s* of them latency)."""
+    if seconds <= 0 or not pairs:
+        return Traffic(max(0.0, seconds), np.zeros(0, np.int64), np.zeros(0), len(pairs), label,
+                       max(0.0, seconds))
+    key = ("p2p", tuple(pairs))
+    hit = net.link_bytes_cache.get(key)
+    if hit is None:
+        src = np.fromiter((a for a, _ in pairs), np.int64, len(pairs))
+        dst = np.fromiter((b for _, b in pairs), np.int64, len(pairs))
+        rows, cols, vals = net.router.routes_coo(src, dst)
+        hit = _per_link(rows, vals, np.ones(len(pairs))[cols] if len(cols) else vals, len(net.links))
+        net.link_bytes_cache[key] = hit
+    ids, per_byte = hit
+    return Traffic.of(seconds, ids, per_byte * max(1, int(nbytes)), seconds, latency_s, len(pairs),
+                      label)
+
+
+def _link_bytes(net: CollectiveModel, op: str, algo: str,
+                groups: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(link ids, bytes per byte of size) of *algo* run by all *groups*; cached."""
+    key = (op, algo, tuple(tuple(int(d) for d in g) for g in groups))
+    hit = net.link_bytes_cache.get(key)
+    if hit is not None:
+        return hit
+    total = np.zeros(len(net.links))
+    built = [build(algo, op, net.group_info(g), _REF_BYTES, net.topo) for g in groups]
+    shape = [tuple((p.name, p.steps) for p in stage) for stage in built[0]]
+    if all([tuple((p.name, p.steps) for p in stage) for stage in b] == shape for b in built):
+        # PERF: the same phase of every group routed in one bulk call
+        phases = [merge_phases([b[j][k] for b in built])
+                  for j, stage in enumerate(built[0]) for k in range(len(stage))]
+    else:
+        phases = [p for b in built for stage in b for p in stage]
+    for phase in phases:
+        if len(phase.nbytes) == 0 and not phase.extra and phase.to_switch is None:
+            continue
+        fs = net.flowset(phase)
+        total += (fs.matrix @ fs.nbytes) * phase.steps
+    ids = np.flatnonzero(total > 0)
+    hit = (ids, total[ids] / _REF_BYTES)
+    if len(net.link_bytes_cache) < 10_000:
+        net.link_bytes_cache[key] = hit
+    return hit
+
+
+def _per_link(rows: np.ndarray, vals: np.ndarray, weights: np.ndarray,
+              n_links: int) -> tuple[np.ndarray, np.ndarray]:
+    total = np.bincount(rows, weights=vals * weights, minlength=n_links) if len(rows) else \
+        np.zeros(n_links)
+    ids = np.flatnonzero(total > 0)
+    return ids, total[ids]

@@ -1,0 +1,10 @@
+"""The engine: a training step played in simulated time (``step``: simpy processes on shared
+links; ``fast``: the closed-form screen and the work estimate; ``records``: its inputs and
+outputs)."""
+
+from .fast import estimate_events, fast_step
+from .records import EngineResult, Interval, Segment, StagePlan
+from .step import StepEngine, simulate
+
+__all__ = ["Segment", "StagePlan", "Interval", "EngineResult", "StepEngine", "simulate",
+           "estimate_events", "fast_step"]

@@ -1,0 +1,76 @@
+"""What the engine plays (a plan per pipeline stage) and what it returns (typed records)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..network.traffic import Traffic
+
+__all__ = ["Segment", "StagePlan", "Interval", "EngineResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A stretch of a rank's compute stream: ``kind`` "compute" or a blocking collective of
+    ``group`` ("tp", "cp", "ep"), with the load it puts on the links (None: a plain delay)."""
+
+    kind: str
+    seconds: float
+    group: str = ""
+    traffic: Traffic | None = None
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """What one pipeline stage does, in seconds (from the workload, compute and network models),
+    and, for its transfers, the link loads the engine shares among them (None: a plain delay)."""
+
+    layer_fwd: tuple[Segment, ...]
+    layer_bwd: tuple[Segment, ...]            # recomputation included
+    layers_per_chunk: int
+    first_fwd: float                          # embedding (chunk 0)
+    first_bwd: float
+    last_fwd: float                           # head + loss (last chunk)
+    last_bwd: float
+    p2p_s: float                              # activation / gradient transfer to the next stage
+    dp_layer_s: float                         # reduce one layer's gradients over data parallel
+    dp_per_microbatch: bool                   # FSDP/ZeRO-3: reduce-scatter every micro-batch
+    fsdp_layer_gather_s: float                # ZeRO-3: all-gather one layer's weights (per pass)
+    optimizer_s: float
+    param_gather_s: float                     # ZeRO-1/2: all-gather updated weights after the step
+    replica_layer_s: float = 0.0              # hybrid sharding: all-reduce one layer's gradient
+                                              # shard across replicas, once per step
+    p2p_fwd: Traffic | None = None            # activations to stage + 1 (every rank of the stage)
+    p2p_bwd: Traffic | None = None            # gradients to stage - 1
+    dp_traffic: Traffic | None = None         # one layer's gradient reduction (+ replica step)
+    replica_traffic: Traffic | None = None    # hybrid sharding alone (ZeRO-3: per layer, per step)
+    fsdp_fwd: Traffic | None = None           # ZeRO-3 weight gather of one layer (forward)
+    fsdp_bwd: Traffic | None = None           # ... gather + gradient reduce-scatter (backward)
+    param_traffic: Traffic | None = None      # ZeRO-1/2 updated-weight gather
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One thing a rank did, in simulated seconds: ``kind`` is "compute", "comm",
+    "pipeline_bubble", "straggler_wait", "dp", "exposed_dp" or "optimizer"."""
+
+    rank: int
+    stage: int
+    kind: str
+    label: str
+    start_s: float
+    end_s: float
+
+
+@dataclass
+class EngineResult:
+    step_time_s: float
+    breakdown_s: dict[str, float]
+    critical_stage: int
+    intervals: list[Interval] = field(default_factory=list)
+    events: int = 0
+    straggler_ranks: dict[int, float] = field(default_factory=dict)
+    # Shared links: max-min solves, and the seconds the critical rank's transfers took beyond
+    # their times alone because other transfers used the same links.
+    network_solves: int = 0
+    sharing_s: float = 0.0

@@ -1,0 +1,345 @@
+"""The simpy engine: every pipeline stage plays its schedule on a compute stream, waits for the
+activations and gradients of its neighbours, and reduces gradients on a data-parallel stream; every
+transfer is played on the cluster's links, shared with the transfers in flight at the same time.
+
+Two modes, one program. ``per_rank=False`` (default) simulates one representative rank per
+pipeline stage: every TP, CP and DP peer of a stage runs the same work at the same times when
+nothing breaks the symmetry, so a collective's members arrive together, one process stands for all
+of them, and its transfers carry the load of all their groups (``sim.network.traffic``). With
+``ranks_per_stage`` > 1 every rank is its own process and each collective waits for its last
+member (a barrier), which straggler jitter needs; each group then admits its share of the load.
+Without jitter the two give the same step (tests/test_engine.py).
+
+The program is small generator processes, each a method: ``stage`` (a rank's schedule),
+``chunk_pass`` (one forward or backward of a model chunk), ``segments``, ``communicate`` (barrier +
+transfer), ``dp_stream`` and ``hand_over`` (pipeline send).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Generator
+from typing import Any
+
+import numpy as np
+import simpy
+
+from ..network.shared import SharedLinks
+from ..network.traffic import Traffic
+from ..workload.schedules import schedule
+from .records import EngineResult, Interval, Segment, StagePlan
+
+__all__ = ["StepEngine", "simulate"]
+
+ProcGen = Generator[simpy.Event, Any, Any]
+Groups = Callable[[str, int], tuple[Any, int]]
+
+
+class _Barrier:
+    """Fires when ``n`` members have arrived; remembers who came last and the transfer the group
+    then runs together."""
+
+    __slots__ = ("event", "n", "arrived", "last", "transfer")
+
+    def __init__(self, env: simpy.Environment, n: int) -> None:
+        self.event = env.event()
+        self.n = n
+        self.arrived = 0
+        self.last: int | None = None
+        self.transfer: simpy.Event | None = None
+
+    def arrive(self, rank: int) -> simpy.Event:
+        self.arrived += 1
+        if self.arrived == self.n:
+            self.last = rank
+            self.event.succeed()
+        return self.event
+
+
+class _Rank:
+    """One simulated rank: where it sits and what it has spent its time on."""
+
+    __slots__ = ("rank", "local", "stage", "plan", "busy", "computed", "sharing_s")
+
+    def __init__(self, rank: int, local: int, stage: int, plan: StagePlan) -> None:
+        self.rank = rank
+        self.local = local
+        self.stage = stage
+        self.plan = plan
+        self.busy: dict[str, float] = defaultdict(float)
+        self.computed = 0                 # compute segments so far (the jitter's index)
+        self.sharing_s = 0.0
+
+
+class StepEngine:
+    """One training step (see the module docstring); ``run()`` plays it once."""
+
+    def __init__(self, plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_kind: str,
+                 ranks_per_stage: int = 1, groups: Groups | None = None,
+                 jitter: Callable[[int, int], float] | None = None, trace: bool = False,
+                 capacity_Bps: np.ndarray | None = None) -> None:
+        self.plan, self.pp, self.vs, self.micro = plan, pp, vs, micro
+        self.schedule_kind = schedule_kind
+        self.ranks_per_stage = ranks_per_stage
+        self.groups = groups if ranks_per_stage > 1 else None
+        self.jitter = jitter
+        self.trace = trace
+        self.env = simpy.Environment()
+        self.links = SharedLinks(self.env, capacity_Bps) if capacity_Bps is not None else None
+        self._private = _private_loads(plan, capacity_Bps) if capacity_Bps is not None else set()
+        self.n_chunks = pp * vs
+        self.intervals: list[Interval] = []
+        self._done: dict[tuple[Any, ...], simpy.Event] = {}
+        self._barriers: dict[tuple[Any, ...], _Barrier] = {}
+        self._finish: dict[int, float] = {}
+        self._wait_caused: dict[int, float] = defaultdict(float)
+        self._ranks: list[_Rank] = []
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> EngineResult:
+        for stage in range(self.pp):
+            for local in range(self.ranks_per_stage):
+                r = _Rank(stage * self.ranks_per_stage + local, local, stage, self.plan[stage])
+                self._ranks.append(r)
+                self.env.process(self.stage(r))
+        self.env.run()
+        finish = self._finish
+        step = max(finish.values())
+        crit = self._ranks[max(finish, key=lambda k: (finish[k], -k))]
+        b = crit.busy
+        breakdown = {
+            "compute": b["compute"],
+            "exposed_comm": b["comm"] + b["exposed_dp"],
+            "pipeline_bubble": b["pipeline_bubble"],
+            "straggler_wait": b["straggler_wait"],
+            "optimizer": b["optimizer"],
+        }
+        # Whatever the critical rank spent neither busy nor in a named wait (none, by construction).
+        breakdown["other"] = max(0.0, step - sum(breakdown.values()))
+        events = next(self.env._eid)      # noqa: SLF001 - simpy's event counter, for the benchmark
+        return EngineResult(step, breakdown, crit.stage, self.intervals, events=events,
+                            straggler_ranks=dict(self._wait_caused),
+                            network_solves=self.links.solves if self.links else 0,
+                            sharing_s=crit.sharing_s)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _record(self, r: _Rank, kind: str, label: str, start: float) -> None:
+        r.busy[kind] += self.env.now - start
+        if self.trace:
+            self.intervals.append(Interval(r.rank, r.stage, kind, label, start, self.env.now))
+
+    def _event(self, key: tuple[Any, ...]) -> simpy.Event:
+        ev = self._done.get(key)
+        if ev is None:
+            ev = self._done[key] = self.env.event()
+        return ev
+
+    def _send(self, seconds: float, traffic: Traffic | None, share: float = 1.0) -> simpy.Event:
+        """A transfer of *seconds* alone: on the shared links when it has a load, else a delay."""
+        if self.links is None or traffic is None or id(traffic) in self._private:
+            return self.env.timeout(seconds)
+        return self.links.transfer(traffic, share)
+
+    def _share(self, traffic: Traffic | None, per_group: bool) -> float:
+        """The part of a class's load one process admits: all of it for a representative rank;
+        one group's (or one rank's) part in per-rank mode."""
+        if self.ranks_per_stage == 1 or traffic is None:
+            return 1.0
+        return 1.0 / max(1, traffic.groups if per_group else self.ranks_per_stage)
+
+    # ------------------------------------------------------------------ processes
+
+    def stage(self, r: _Rank) -> ProcGen:
+        """A rank's step: its schedule's passes in order, then the gradient tail, the optimizer
+        and the ZeRO-1/2 parameter gather."""
+        sp = r.plan
+        queue: simpy.Store = simpy.Store(self.env)
+        dp_proc = self.env.process(self.dp_stream(r, queue))
+        steps = schedule(self.schedule_kind, r.stage, self.pp, self.micro, self.vs)
+        last_b = {c: max(m for k, m, cc in steps if k == "B" and cc == c) for c in range(self.vs)}
+        for n_step, (kind, m, c) in enumerate(steps):
+            g = c * self.pp + r.stage                     # global model chunk
+            t0 = self.env.now
+            if kind == "F" and g > 0:
+                yield self._event(("F", r.local, m, g - 1))
+            if kind == "B" and g < self.n_chunks - 1:
+                yield self._event(("B", r.local, m, g + 1))
+            if self.env.now > t0:
+                self._record(r, "pipeline_bubble", "wait", t0)
+            yield from self.chunk_pass(r, kind, m, g, n_step, queue if m == last_b[c] else None)
+            self.hand_over(r, kind, m, g)
+        queue.put(None)
+        t0 = self.env.now
+        yield dp_proc
+        if self.env.now > t0:
+            self._record(r, "exposed_dp", "grad-reduce tail", t0)
+        t0 = self.env.now
+        yield self.env.timeout(sp.optimizer_s)
+        self._record(r, "optimizer", "optimizer", t0)
+        if sp.param_gather_s:
+            yield from self.communicate(r, "dp", ("params",), sp.param_gather_s, sp.param_traffic,
+                                        "param-gather")
+        self._finish[r.rank] = self.env.now
+
+    def chunk_pass(self, r: _Rank, kind: str, m: int, g: int, n_step: int,
+                   reduce_into: simpy.Store | None) -> ProcGen:
+        """One forward or backward pass of global chunk *g* for micro-batch *m*; a chunk's last
+        backward queues each layer's gradient reduction on the data-parallel stream."""
+        sp = r.plan
+        last = g == self.n_chunks - 1
+        if kind == "F":
+            layer, extra = sp.layer_fwd, (sp.first_fwd if g == 0 else 0.0) + (sp.last_fwd if last else 0.0)
+        else:
+            layer, extra = sp.layer_bwd, (sp.first_bwd if g == 0 else 0.0) + (sp.last_bwd if last else 0.0)
+        embed_first = kind == "F" and g == 0
+        if extra and embed_first:
+            yield from self.segments(r, (Segment("compute", extra),), "embed", (n_step, -1))
+        for li in range(sp.layers_per_chunk):
+            if sp.fsdp_layer_gather_s:
+                yield from self.fsdp_exposure(r, kind, layer)
+            yield from self.segments(r, layer, f"{kind}{m}.{g}", (n_step, li))
+            if kind == "B" and reduce_into is not None:
+                if not sp.dp_per_microbatch:
+                    reduce_into.put((sp.dp_layer_s + sp.replica_layer_s, sp.dp_traffic))
+                elif sp.replica_layer_s:
+                    reduce_into.put((sp.replica_layer_s, sp.replica_traffic))
+        if extra and not embed_first:
+            yield from self.segments(r, (Segment("compute", extra),), "head" if last else "embed",
+                                     (n_step, -2))
+
+    def fsdp_exposure(self, r: _Rank, kind: str, layer: tuple[Segment, ...]) -> ProcGen:
+        """ZeRO-3: the weight all-gather is prefetched during the previous layer; in the backward
+        the gradient reduce-scatter shares the same links. Only what the layer's traffic takes
+        beyond its compute is exposed, and it is played on the links."""
+        sp = r.plan
+        comp = sum(s.seconds for s in layer if s.kind == "compute")
+        traffic = sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0)
+        expo = max(0.0, traffic - comp)
+        if expo > 0:
+            t0 = self.env.now
+            load = sp.fsdp_fwd if kind == "F" else sp.fsdp_bwd
+            tr = load.with_seconds(expo) if load is not None else None
+            yield self._send(expo, tr, self._share(tr, per_group=False))
+            self._note_sharing(r, expo, t0)
+            self._record(r, "comm", "fsdp-gather", t0)
+
+    def segments(self, r: _Rank, segs: tuple[Segment, ...], label: str, seq: Any) -> ProcGen:
+        for i, seg in enumerate(segs):
+            if seg.kind == "compute":
+                dt = seg.seconds * (self.jitter(r.rank, r.computed) if self.jitter else 1.0)
+                r.computed += 1
+                t0 = self.env.now
+                yield self.env.timeout(dt)
+                self._record(r, "compute", label, t0)
+            else:
+                yield from self.communicate(r, seg.group, (seq, i), seg.seconds, seg.traffic,
+                                            f"{label}:{seg.group}")
+
+    def communicate(self, r: _Rank, group: str, seq: Any, seconds: float,
+                    traffic: Traffic | None, label: str, kind: str = "comm") -> ProcGen:
+        """A collective of *r*'s *group*: wait for its last member (per-rank mode), then the
+        transfer the group runs together."""
+        barrier = None
+        if self.groups is not None:
+            gid, size = self.groups(group, r.local)
+            if size > 1:
+                key = (r.stage, group, gid, seq)
+                barrier = self._barriers.get(key)
+                if barrier is None:
+                    barrier = self._barriers[key] = _Barrier(self.env, size)
+                t0 = self.env.now
+                yield barrier.arrive(r.rank)
+                if self.env.now > t0:
+                    self._record(r, "straggler_wait", group, t0)
+                    if barrier.last is not None:
+                        self._wait_caused[barrier.last] += self.env.now - t0
+        t0 = self.env.now
+        if barrier is not None:
+            if barrier.transfer is None:
+                barrier.transfer = self._send(seconds, traffic, self._share(traffic, True))
+            yield barrier.transfer
+        else:
+            yield self._send(seconds, traffic, self._share(traffic, True))
+        if kind == "comm":
+            self._note_sharing(r, seconds, t0)
+        self._record(r, kind, label, t0)
+
+    def dp_stream(self, r: _Rank, queue: simpy.Store) -> ProcGen:
+        """Gradient reductions, one after another, as the backward pass hands them over."""
+        n = 0
+        while True:
+            item = yield queue.get()
+            if item is None:
+                return
+            seconds, traffic = item
+            yield from self.communicate(r, "dp", ("grad", n), seconds, traffic, "grad-reduce",
+                                        kind="dp")
+            n += 1
+
+    def hand_over(self, r: _Rank, kind: str, m: int, g: int) -> None:
+        """Pass a finished chunk's activations (forward) or gradients (backward) to the stage that
+        needs them, after the pipeline transfer."""
+        target = self._event((kind, r.local, m, g))
+        crosses = (kind == "F" and g < self.n_chunks - 1) or (kind == "B" and g > 0)
+        sp = r.plan
+        if not (crosses and self.pp > 1 and sp.p2p_s):
+            target.succeed()
+            return
+        tr = sp.p2p_fwd if kind == "F" else sp.p2p_bwd
+        sent = self._send(sp.p2p_s, tr, self._share(tr, per_group=False))
+        sent.callbacks.append(lambda _e: _succeed(target))
+
+    def _note_sharing(self, r: _Rank, alone_s: float, t0: float) -> None:
+        r.sharing_s += max(0.0, self.env.now - t0 - alone_s)
+
+
+def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_kind: str,
+             ranks_per_stage: int = 1, groups: Groups | None = None,
+             jitter: Callable[[int, int], float] | None = None, trace: bool = False,
+             capacity_Bps: np.ndarray | None = None) -> EngineResult:
+    """Simulate one training step.
+
+    *ranks_per_stage* > 1 runs that many ranks per stage (per-rank mode); *groups(kind, local)*
+    gives (group id, group size) of a stage-local rank for "tp", "cp", "ep", "dp" collectives.
+    *jitter(rank, k)* multiplies the k-th compute segment of a rank (stragglers).
+    *capacity_Bps*: the links' capacities (``LinkTable.capacity_Bps``) to play the transfers'
+    loads on; None plays every transfer as a delay of its time alone.
+    """
+    return StepEngine(plan, pp=pp, vs=vs, micro=micro, schedule_kind=schedule_kind,
+                      ranks_per_stage=ranks_per_stage, groups=groups, jitter=jitter, trace=trace,
+                      capacity_Bps=capacity_Bps).run()
+
+
+def _streams(sp: StagePlan) -> list[tuple[list[Traffic], int]]:
+    """A stage's link loads by the stream that plays them, with how many of that stream's loads
+    can be in flight at once: the compute stream (blocking collectives, ZeRO-3 exposure, the
+    final parameter gather) and the data-parallel stream one at a time; pipeline sends are
+    handed over without waiting, so two of one direction may overlap."""
+    compute = [seg.traffic for seg in sp.layer_fwd + sp.layer_bwd if seg.traffic is not None]
+    compute += [t for t in (sp.fsdp_fwd, sp.fsdp_bwd, sp.param_traffic) if t is not None]
+    dp = [t for t in (sp.dp_traffic, sp.replica_traffic) if t is not None]
+    out = [(compute, 1), (dp, 1)]
+    out += [([t], 2) for t in (sp.p2p_fwd, sp.p2p_bwd) if t is not None]
+    return [(loads, n) for loads, n in out if loads]
+
+
+def _private_loads(plan: list[StagePlan], capacity_Bps: np.ndarray) -> set[int]:
+    """Ids of the loads that can never be slowed nor slow anyone: no other stream of the step
+    uses their links, and each load of their own stream fits in them alone (e.g. tensor-parallel
+    traffic on a node's NVLink while data parallelism is rail-aligned). They are played as plain
+    delays (PERF: no load bookkeeping for most transfers; exact)."""
+    streams = [st for sp in plan for st in _streams(sp)]
+    if not streams:
+        return set()
+    users = np.zeros(len(capacity_Bps))
+    for loads, n in streams:
+        users[np.unique(np.concatenate([t.link_ids for t in loads]))] += n
+    return {id(t) for loads, _ in streams for t in loads
+            if np.all(users[t.link_ids] == 1)
+            and np.all(t.link_Bps <= capacity_Bps[t.link_ids] * (1 + 1e-9))}
+
+
+def _succeed(event: simpy.Event) -> None:
+    event.succeed()

@@ -1,0 +1,181 @@
+"""The links of one cluster shared by every transfer of a training step, on the simpy clock.
+
+``SharedLinks.transfer(traffic)`` admits a ``Traffic`` and returns the event that fires when it has
+been delivered. While transfers overlap, each runs at a speed x in (0, 1] of its speed alone, set
+by max-min fair progressive filling (Bertsekas & Gallager, "Data Networks", 2nd ed., 6.5.2) with
+each transfer's load alone as its weight: all speeds rise together until a link is full (the
+transfers through it freeze there) or a transfer reaches its speed alone. Speeds are recomputed
+whenever a transfer starts or ends, for the whole step.
+
+Only a link whose load alone (the sum over transfers in flight of their bytes/s at speed 1) is
+over its capacity can slow anyone; while there is none, every transfer is a plain delay of its
+time alone, with no solve (the common case: rail-aligned traffic, NVLink inside a node). So where
+nothing is shared the step equals the one played with isolated collective times, exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import simpy
+
+from .traffic import Traffic
+
+__all__ = ["SharedLinks"]
+
+_TOL = 1e-9
+
+
+class _Flow:
+    __slots__ = ("ids", "rate", "left_s", "tail_s", "speed", "since", "done", "version")
+
+    def __init__(self, ids: np.ndarray, rate: np.ndarray, left_s: float, tail_s: float,
+                 done: simpy.Event, now: float) -> None:
+        self.ids = ids
+        self.rate = rate
+        self.left_s = left_s          # seconds of transfer left at speed 1, as of ``since``
+        self.tail_s = tail_s          # then its latency, which sharing does not stretch
+        self.speed = 1.0
+        self.since = now
+        self.done = done
+        self.version = 0
+
+
+class SharedLinks:
+    """Directed links with capacities (bytes/s), shared by the transfers in flight."""
+
+    def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray) -> None:
+        self.env = env
+        self.capacity = np.asarray(capacity_Bps, float)
+        self.load = np.zeros(len(self.capacity))          # bytes/s of the flows at speed 1
+        self.flows: set[_Flow] = set()
+        self.slowed = 0                                   # flows now below their speed alone
+        self.solves = 0
+
+    def transfer(self, traffic: Traffic, share: float = 1.0) -> simpy.Event:
+        """The event of *traffic* delivered (*share* of its load: one group of several)."""
+        env = self.env
+        if traffic.work_s <= 0 or len(traffic.link_ids) == 0:
+            return env.timeout(max(0.0, traffic.seconds))
+        done = env.event()
+        f = _Flow(traffic.link_ids, traffic.link_Bps * share, traffic.work_s, traffic.latency_s,
+                  done, env.now)
+        self.flows.add(f)
+        self.load[f.ids] += f.rate
+        if self._fits(f):
+            # Its links carry no more than their capacity even with every flow at full speed:
+            # it runs at its speed alone and constrains nobody (rates are at most those loads).
+            self._arm(f, split=bool(self.slowed))
+        else:
+            self._reshare()
+        return done
+
+    def _fits(self, f: _Flow) -> bool:
+        return bool(np.all(self.load[f.ids] <= self.capacity[f.ids] * (1 + _TOL)))
+
+    # ------------------------------------------------------------------ internals
+
+    def _arm(self, f: _Flow, split: bool) -> None:
+        """Schedule *f*'s end at its current speed: in one timer (transfer + latency) while
+        nothing is slowed, else the transfer's end first (it frees its links then) and the
+        latency after it."""
+        f.version += 1
+        if split:
+            t = self.env.timeout(f.left_s / f.speed)
+            t.callbacks.append(functools.partial(self._transferred, f, f.version))
+        else:
+            t = self.env.timeout(f.left_s / f.speed + f.tail_s)
+            t.callbacks.append(functools.partial(self._finish, f, f.version))
+
+    def _release(self, f: _Flow) -> bool:
+        """Take *f*'s load off its links; whether it touched an overloaded one (only then can
+        its end speed anyone up)."""
+        if f not in self.flows:
+            return False
+        binding = not self._fits(f)
+        self.flows.discard(f)
+        self.load[f.ids] -= f.rate
+        return binding
+
+    def _transferred(self, f: _Flow, version: int, _event: object = None) -> None:
+        if version != f.version:
+            return
+        f.left_s = 0.0
+        binding = self._release(f)
+        if f.tail_s > 0:
+            self.env.timeout(f.tail_s).callbacks.append(functools.partial(_succeed, f.done))
+        else:
+            f.done.succeed()
+        if binding and self.slowed:
+            self._reshare()
+
+    def _finish(self, f: _Flow, version: int, _event: object = None) -> None:
+        if version != f.version:
+            return
+        binding = self._release(f)
+        f.done.succeed()
+        if binding and self.slowed:
+            self._reshare()
+
+    def _reshare(self) -> None:
+        """Max-min speeds of every flow in flight; re-arm those whose speed changed."""
+        now = self.env.now
+        self.solves += 1
+        for f in list(self.flows):                        # progress so far at the old speeds
+            f.left_s = max(0.0, f.left_s - f.speed * (now - f.since))
+            f.since = now
+            if f.left_s <= 0:                             # in its latency tail: links free
+                self._release(f)
+        flows = list(self.flows)
+        speed = np.ones(len(flows))
+        # Only links over capacity at full speed can bind: the columns of the flows through them.
+        rows, cols, vals = [], [], []
+        for j, f in enumerate(flows):
+            hot = self.load[f.ids] > self.capacity[f.ids] * (1 + _TOL)
+            if hot.any():
+                rows.append(f.ids[hot])
+                vals.append(f.rate[hot])
+                cols.append(np.full(int(hot.sum()), j))
+        if rows:
+            links, r = np.unique(np.concatenate(rows), return_inverse=True)
+            c = np.concatenate(cols)
+            used, cc = np.unique(c, return_inverse=True)
+            m = np.zeros((len(links), len(used)))         # bytes/s at speed 1, overloaded links
+            np.add.at(m, (r, cc), np.concatenate(vals))
+            speed[used] = _progressive_fill(m, self.capacity[links])
+        self.slowed = int(np.sum(speed < 1.0 - _TOL))
+        for f, x in zip(flows, speed.tolist()):
+            x = min(1.0, x) if x < 1.0 - _TOL else 1.0
+            if x != f.speed or f.version == 0:
+                f.speed = x
+                self._arm(f, split=True)
+
+
+def _succeed(event: simpy.Event, _trigger: object = None) -> None:
+    event.succeed()
+
+
+def _progressive_fill(m: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Speeds x (0..1] of the columns of *m* (load at speed 1 on each row's link): all rise
+    together; a full link freezes its columns; a column stops at 1."""
+    x = np.ones(m.shape[1])
+    free = (m > 0).any(axis=0)
+    level = 0.0
+    residual = capacity.astype(float).copy()
+    while free.any():
+        load = m[:, free].sum(axis=1)
+        used = np.flatnonzero(load > 0)
+        ratio = residual[used] / load[used]
+        k = int(np.argmin(ratio))
+        inc = max(0.0, float(ratio[k]))
+        if level + inc >= 1.0:                            # the rest reach their speed alone
+            break
+        level += inc
+        residual[used] -= inc * load[used]
+        full = used[residual[used] <= _TOL * capacity[used]]
+        full = np.union1d(full, used[k:k + 1])            # at least the tightest link
+        hit = free & (m[full] > 0).any(axis=0)
+        x[hit] = level
+        free &= ~hit
+    return x

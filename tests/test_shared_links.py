@@ -1,0 +1,180 @@
+"""The step's transfers on shared links: the fluid network against closed forms, and equal to the
+isolated collective times where nothing is shared."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from sim.collectives import CollectiveModel
+from sim.collectives.traffic import collective_traffic, p2p_traffic
+from sim.config import scenario_from_dict
+from sim.engine import Segment, StagePlan, simulate
+from sim.network.shared import SharedLinks
+from sim.network.traffic import Traffic
+from sim.topology import build_topology
+
+GiB = 2**30
+
+
+def _net(topology: str, chips: int, **cluster: object) -> CollectiveModel:
+    scn = scenario_from_dict({"cluster": {"topology": topology, "chips": chips, **cluster},
+                              "model": "llama3-8b"})
+    return CollectiveModel(build_topology(scn.cluster))
+
+
+def _play(net: CollectiveModel, *transfers: tuple[float, Traffic]) -> list[float]:
+    """Start each (at, traffic) on one SharedLinks; the time each is delivered."""
+    env = simpy.Environment()
+    links = SharedLinks(env, net.links.capacity_Bps)
+    done = [0.0] * len(transfers)
+
+    def go(i: int, at: float, tr: Traffic):  # type: ignore[no-untyped-def]
+        yield env.timeout(at)
+        yield links.transfer(tr)
+        done[i] = env.now
+
+    for i, (at, tr) in enumerate(transfers):
+        env.process(go(i, at, tr))
+    env.run()
+    return done
+
+
+def test_event_log_of_two_transfers_on_one_link() -> None:
+    """A: 20 B at 10 B/s from t=0; B: 5 B at 5 B/s on the same link (and 5 B/s on another) from
+    t=0.5. Together they need 15 B/s of 10: both run at 2/3 of their speed alone (max-min with
+    their loads as weights) until B is done at 2.0; A, alone again, ends at 2.5 = 25 B / 10 B/s
+    (the link never idles). B's latency (0.1 s) is not stretched."""
+    env = simpy.Environment()
+    links = SharedLinks(env, np.array([10.0, 10.0]))
+    a = Traffic(2.0, np.array([0]), np.array([10.0]))
+    b = Traffic(1.1, np.array([0, 1]), np.array([5.0, 5.0]), latency_s=0.1)
+    log: list[tuple[str, float]] = []
+
+    def go(name: str, tr: Traffic, at: float):  # type: ignore[no-untyped-def]
+        yield env.timeout(at)
+        log.append((f"{name} start", env.now))
+        yield links.transfer(tr)
+        log.append((f"{name} end", env.now))
+
+    env.process(go("a", a, 0.0))
+    env.process(go("b", b, 0.5))
+    env.run()
+    assert log == [("a start", 0.0), ("b start", 0.5), ("b end", pytest.approx(2.1)),
+                   ("a end", pytest.approx(2.5))]
+    assert links.solves == 2 and links.slowed == 0 and not links.flows
+
+
+def test_transfers_that_fit_are_their_times_alone_without_a_solve() -> None:
+    env = simpy.Environment()
+    links = SharedLinks(env, np.array([10.0, 10.0]))
+    ends = []
+
+    def go(tr: Traffic):  # type: ignore[no-untyped-def]
+        yield links.transfer(tr)
+        ends.append(env.now)
+
+    env.process(go(Traffic(1.0, np.array([0]), np.array([6.0]))))
+    env.process(go(Traffic(3.0, np.array([0, 1]), np.array([4.0, 10.0]))))
+    env.run()
+    assert ends == [1.0, 3.0] and links.solves == 0
+
+
+@pytest.mark.parametrize("topology, chips, op, group", [
+    ("dgx-h100", 32, "allreduce", list(range(32))),
+    ("dgx-h100", 32, "reducescatter", [0, 8, 16, 24]),
+    ("dgx-h100", 16, "allgather", list(range(8))),
+    ("dgx-a100", 16, "alltoall", [0, 1, 8, 9]),
+    ("tpu-v4", 64, "allreduce", list(range(64))),
+    ("tpu-v5e", 256, "reducescatter", list(range(16))),
+])
+def test_a_collective_alone_in_the_engine_is_its_isolated_time(topology: str, chips: int, op: str,
+                                                              group: list[int]) -> None:
+    net = _net(topology, chips)
+    for size in (4096, 64 * 2**20, GiB):
+        alone = net.time(op, size, group).time_s
+        tr = collective_traffic(net, op, size, [group])
+        seg = (Segment("tp", alone, "tp", tr),)
+        plan = StagePlan(seg, seg, 1, 0, 0, 0, 0, 0.0, 0.0, False, 0.0, 0.0, 0.0)
+        step = simulate([plan], pp=1, vs=1, micro=1, schedule_kind="1f1b",
+                        capacity_Bps=net.links.capacity_Bps)
+        assert step.step_time_s == pytest.approx(2 * alone, rel=1e-12)
+        assert step.network_solves == 0
+
+
+def test_two_dp_groups_on_one_oversubscribed_spine() -> None:
+    """Two data-parallel pairs, each GPU 0 of a node in scalable unit 0 with GPU 0 of a node in
+    unit 1, so each ring step crosses the rail-0 leaves' uplinks; at 32:1 a leaf keeps one
+    uplink (one NIC's rate): alone each pair has it to itself, together they split it. The
+    engine's time equals the fluid model's time of the two played together (time_concurrent)
+    and twice the transfer alone."""
+    net = _net("dgx-h100", 512, oversubscription=32)
+    a, b = [0, 32 * 8], [8, 33 * 8]
+    size = GiB
+    alone = net.time("allreduce", size, a)
+    both = net.time_concurrent("allreduce", size, [a, b])
+    tr = collective_traffic(net, "allreduce", size, [a, b])
+    (end,) = _play(net, (0.0, tr))
+    assert end == pytest.approx(both.time_s, rel=1e-9)
+    assert end == pytest.approx(alone.latency_s + 2 * alone.transfer_s, rel=1e-9)
+    # without the oversubscription they do not meet
+    free = _net("dgx-h100", 512)
+    (end_free,) = _play(free, (0.0, collective_traffic(free, "allreduce", size, [a, b])))
+    assert end_free == pytest.approx(free.time("allreduce", size, a).time_s, rel=1e-12)
+
+
+def test_pipeline_send_over_the_nic_a_dp_reduce_scatter_uses() -> None:
+    """GPU 0 of node 0 sends P bytes to GPU 0 of node 1 (a pipeline hand-over) while the pair
+    reduce-scatters S bytes: both go out through NIC 0 of node 0, each alone at the NIC's rate.
+    The link never idles, so the last ends at (bytes over it) / capacity + its latency; the
+    first after twice its own transfer (equal speeds while both run, equal loads)."""
+    net = _net("dgx-h100", 16)
+    nic = net.links.id("n0/nic0", next(x for x in net.topo.graph["n0/nic0"]
+                                        if str(x).startswith("leaf")))
+    cap = net.links.capacity_Bps[nic]
+    S, P = GiB, GiB // 4
+    rs = collective_traffic(net, "reducescatter", S, [[0, 8]])
+    pp_alone = net.time("sendrecv", P, [0, 8])
+    pp = p2p_traffic(net, [(0, 8)], P, pp_alone.time_s, pp_alone.latency_s)
+    # premise: each alone fills the NIC link
+    for tr in (rs, pp):
+        assert tr.link_Bps[tr.link_ids == nic][0] == pytest.approx(cap, rel=1e-9)
+    end_rs, end_pp = _play(net, (0.0, rs), (0.0, pp))
+    bytes_rs, bytes_pp = S / 2, P
+    assert end_pp == pytest.approx(2 * bytes_pp / cap + pp.latency_s, rel=1e-9)
+    assert end_rs == pytest.approx((bytes_rs + bytes_pp) / cap + rs.latency_s, rel=1e-9)
+
+
+def test_fsdp_gather_and_dp_reduce_on_one_tpu_torus_axis() -> None:
+    """A ZeRO-3 weight all-gather and a gradient reduce-scatter on the same ring of 4 chips of a
+    TPU v4 cube (one wrapped axis): the same links in the same directions, each alone at their
+    full rate, so together they take the sum of their transfers (what the engine assumed for
+    ZeRO-3 before it played links), plus the later one's latency."""
+    net = _net("tpu-v4", 64)
+    group = [0, 1, 2, 3]
+    S = GiB // 8
+    ag = collective_traffic(net, "allgather", S, [group])
+    rs = collective_traffic(net, "reducescatter", S, [group])
+    assert set(ag.link_ids) == set(rs.link_ids)
+    end_ag, end_rs = _play(net, (0.0, ag), (0.0, rs))
+    assert max(end_ag, end_rs) == pytest.approx(ag.work_s + rs.work_s + rs.latency_s, rel=1e-9)
+
+
+def test_step_on_a_fabric_with_nothing_shared_equals_isolated_times() -> None:
+    """TP inside nodes, rail-aligned data parallelism, no pipeline: the engine plays every
+    transfer on the links and the step equals the one with every transfer a plain delay."""
+    from sim.training import plan_stages
+    from sim.workload.transformer import build_workload
+
+    scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 64},
+                              "model": "llama3-8b", "training": {"seq_len": 2048, "global_batch": 32},
+                              "parallelism": {"tp": 8, "zero": 1}})
+    net = CollectiveModel(build_topology(scn.cluster))
+    wl = build_workload(scn)
+    plans = plan_stages(wl, net.topo, net)
+    kw = dict(pp=1, vs=1, micro=wl.microbatches, schedule_kind="1f1b")
+    shared = simulate(plans, capacity_Bps=net.links.capacity_Bps, **kw)
+    alone = simulate(plans, **kw)
+    assert shared.step_time_s == alone.step_time_s
+    assert shared.network_solves == 0
