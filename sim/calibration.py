@@ -115,7 +115,7 @@ OPTIMIZER_FRACTION: dict[str, float] = {"adamw_fused": 0.748, "adamw_foreach": 0
 # (launch gaps, allocator and host work, clocks under sustained power, SMs that overlapped NCCL
 # kernels take), per (software profile, GPU family or TPU generation, precision), as a factor on
 # kernel time: fitted on that group's calibration runs only by
-# sim.validate_training.fit_stack_efficiency (median predicted / measured step -> 1, three
+# sim.validate.fit_stack_efficiency (median predicted / measured step -> 1, three
 # rounds). A group with fewer than 3 calibration runs has no entry and runs at 1.0.
 # TPU v4 and v6e have no calibration group of 3 runs (MaxText: 0 and 1), so they run at 1.0.
 STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {

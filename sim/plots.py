@@ -33,8 +33,7 @@ def _norm(name: str) -> str:
 
 def measured_points(model: str, topology: str, data_dir: Path | None = None) -> list[tuple[int, float]]:
     """(chips, tokens/s per chip) of published runs of *model* on *topology* (validation/training)."""
-    from .validate import default_data_dir
-    from .validate_training import map_runs
+    from .validate import default_data_dir, map_runs
 
     out = []
     for m in map_runs((data_dir or default_data_dir()) / "training"):

@@ -6,14 +6,12 @@ compute model, collectives through the network model on the scenario's topology.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .collectives import CollectiveModel
 from .collectives.traffic import collective_traffic, p2p_traffic
 from .compute.model import ComputeModel
-from .config import Scenario, scenario_from_dict
+from .config import Scenario
 from .engine import Segment, StagePlan, estimate_events, simulate
 from .network.traffic import Traffic
 from .results import StepResult
@@ -25,7 +23,7 @@ from .workload.memory import check_fits, memory_per_chip
 from .software import resolve_software
 from .workload.transformer import Comm, Item, Op, Workload, build_workload
 
-__all__ = ["run_step", "TrainingPredictor", "plan_stages", "check_work", "EVENTS_PER_S",
+__all__ = ["run_step", "plan_stages", "check_work", "EVENTS_PER_S",
            "DEFAULT_MAX_EVENTS"]
 
 # Engine speed on the CI machine (benchmarks/test_bench_training.py: ~0.8-0.9 M events/s) and the
@@ -312,25 +310,3 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
         "replica_step_s": {"min": ordered[0][0], "median": median[0], "max": step},
     }
     return eng, extra
-
-
-@dataclass
-class TrainingPredictor:
-    """``sim.validate`` training suite predictor: scenario mapping -> StepResult (cached models).
-
-    *stack_efficiency* overrides ``sim.calibration.STACK_EFFICIENCY`` (for its fit).
-    """
-
-    stack_efficiency: dict[tuple[str, str, str], float] | None = None
-
-    def __post_init__(self) -> None:
-        self._nets: dict[Any, tuple[Topology, CollectiveModel]] = {}
-
-    def __call__(self, raw: Mapping[str, Any]) -> StepResult:
-        scn = scenario_from_dict(raw, str(raw.get("name", "<validation>")))
-        c = scn.cluster                          # frozen: the cluster is its own cache key
-        if c not in self._nets:
-            topo = build_topology(c)
-            self._nets[c] = (topo, CollectiveModel(topo))
-        topo, net = self._nets[c]
-        return run_step(scn, topo=topo, net=net, stack_efficiency=self.stack_efficiency)[0]

@@ -13,8 +13,7 @@ from sim.compute.kernels import AttentionShape, attention_flops, gemm_time_s
 from sim.config import scenario_from_dict
 from sim.hardware import CATALOGUE
 from sim.training import compute_model, run_step
-from sim.validate import load_budgets
-from sim.validate_compute import check_compute_budgets, validate_compute
+from sim.validate import check_compute_budgets, load_budgets, validate_compute
 from sim.workload.transformer import Comm, Op, build_workload
 
 VALIDATION = Path(__file__).resolve().parent.parent / "validation"

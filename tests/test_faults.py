@@ -12,8 +12,7 @@ from sim.config import FailuresConfig, scenario_from_dict
 from sim.errors import ConfigError
 from sim.faults import simulate_failures, young_daly_interval_s
 from sim.hardware import CATALOGUE, GPU_FAILURE_CAUSES
-from sim.validate import load_budgets
-from sim.validate_failures import check_failure_budgets, validate_failures
+from sim.validate import check_failure_budgets, load_budgets, validate_failures
 
 H100 = CATALOGUE["H100-SXM"]
 DATA = Path(__file__).resolve().parent.parent / "validation"

@@ -1,4 +1,4 @@
-"""The validation harness (sim/validate.py), tested with fake predictors on synthetic data.
+"""The validation harness (sim/validate/), tested with fake predictors on synthetic data.
 
 The synthetic runs are written from a known alpha-beta law (``_true_time_s``), so a predictor that
 returns that law must score ~0 % everywhere and one that is 10 % slow must score exactly
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.collectives import busbw_factor
 from sim.errors import ConfigError, TopologyError
 from sim.validate import (
     BW_MIN_BYTES,
@@ -27,7 +28,6 @@ from sim.validate import (
     CollectivesReport,
     RegimeStats,
     add_parser,
-    busbw_factor,
     check_budgets,
     default_data_dir,
     format_report,
@@ -455,9 +455,9 @@ def test_parser_defaults() -> None:
 @pytest.mark.parametrize(("predict", "code"), [(exact, 0), (slow, 1)])
 def test_cli_exit_code_and_json(data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                 predict: Callable[[CaseSpec], float], code: int) -> None:
-    fake = types.ModuleType("sim.collectives")
+    fake = types.ModuleType("sim.validate.predictors")
     fake.CasePredictor = lambda: predict                                 # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sim.collectives", fake)
+    monkeypatch.setitem(sys.modules, "sim.validate.predictors", fake)
     assert run_cli(_parser().parse_args(["validate", "--data", str(data), "--json"])) == code
     obj = json.loads(capsys.readouterr().out)
     assert len(obj["budget_violations"]) == code and obj["budgets"] == BUDGETS["collectives"]

@@ -1,4 +1,4 @@
-"""The training validation suite (sim/validate_training.py): mapping, measured steps, scoring, budgets.
+"""The training validation suite (sim/validate/training*.py): mapping, measured steps, scoring, budgets.
 
 Scoring and budgets are tested with fake predictors on a small synthetic runs.csv: a predictor that
 returns the measured step must score 0 %, one that is 10 % slow exactly 10 %. The mapping rules and
@@ -23,20 +23,24 @@ from sim.config import load_topology_spec, scenario_from_dict
 from sim.errors import ConfigError, InfeasibleError
 from sim.hardware import CATALOGUE
 from sim.models import ModelSpec
-from sim.validate import add_parser, check_budgets, default_data_dir, load_budgets, run_cli
-from sim.validate_training import (
+from sim.validate import (
     FAMILIES,
     FLOPS_CONVENTIONS,
     TIME_SOURCES,
     TOPOLOGY_CHIPS,
     MappedRun,
+    add_parser,
+    check_budgets,
+    default_data_dir,
     flops_per_token,
     format_training_report,
+    load_budgets,
     map_runs,
-    palm_flops_per_token,
+    run_cli,
     training_report_to_json,
     validate_training,
 )
+from sim.workload.transformer import model_flops_per_token as palm_flops_per_token
 
 REAL = default_data_dir()
 BUDGETS = {"step_median_abs_pct": 10.0, "step_p90_abs_pct_A100": 25.0, "step_p90_abs_pct_H100": 25.0,
@@ -450,9 +454,9 @@ def test_json_report_round_trips(data: Path) -> None:
 @pytest.mark.parametrize(("factor", "code"), [(1.0, 0), (1.2, 1)])
 def test_cli_training_suite(data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                             factor: float, code: int) -> None:
-    fake = types.ModuleType("sim.training")
+    fake = types.ModuleType("sim.validate.predictors")
     fake.TrainingPredictor = lambda: _fake(data / "training", factor)    # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sim.training", fake)
+    monkeypatch.setitem(sys.modules, "sim.validate.predictors", fake)
     args = _parser().parse_args(["validate", "--suite", "training", "--data", str(data), "--json"])
     assert run_cli(args) == code
     obj = json.loads(capsys.readouterr().out)

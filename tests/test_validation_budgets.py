@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sim.calibration import LINK_EFFICIENCY
-from sim.collectives import CasePredictor
 from sim.validate import check_budgets, fit_nvlink_efficiency, load_budgets, validate_collectives
+from sim.validate.predictors import CasePredictor
 
 DATA = Path(__file__).resolve().parent.parent / "validation"
 

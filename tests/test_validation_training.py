@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from sim.calibration import STACK_EFFICIENCY
-from sim.training import TrainingPredictor
-from sim.validate import check_budgets, load_budgets
-from sim.validate_training import fit_stack_efficiency, validate_training
+from sim.validate import check_budgets, fit_stack_efficiency, load_budgets, validate_training
+from sim.validate.predictors import TrainingPredictor
 
 DATA = Path(__file__).resolve().parent.parent / "validation"
 

@@ -353,29 +353,3 @@ def stages_for(model: CollectiveModel, op: str, size: float, group: Sequence[int
     """The stages an algorithm runs (for the event engine and tests)."""
     gi = model._group(group)
     return build(algo, op, gi, size, model.topo)
-
-
-class CasePredictor:
-    """``sim.validate`` predictor: one measured nccl-tests point -> predicted seconds.
-
-    Keeps one ``CollectiveModel`` per (topology, size, SHARP) so a run's sizes share the per-byte
-    costs.
-    """
-
-    def __init__(self, efficiency: dict[str, float] | None = None) -> None:
-        self._models: dict[tuple[str, int, bool], CollectiveModel] = {}
-        self._efficiency = efficiency
-
-    def model(self, topology: str, chips: int, sharp: bool) -> CollectiveModel:
-        key = (topology, chips, sharp)
-        if key not in self._models:
-            from ..config import load_cluster
-            from ..topology import build_topology
-
-            cluster = load_cluster(topology, chips, sharp=sharp, where="validate")
-            self._models[key] = CollectiveModel(build_topology(cluster), self._efficiency)
-        return self._models[key]
-
-    def __call__(self, case: "object") -> float:
-        m = self.model(case.topology, case.gpus, case.sharp)       # type: ignore[attr-defined]
-        return m.time(case.op, int(case.size_bytes), algo=case.algo).time_s  # type: ignore[attr-defined]

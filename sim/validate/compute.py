@@ -13,26 +13,20 @@ of at least ``GEMM_MIN_S`` and of attention rows.
 
 from __future__ import annotations
 
-import dataclasses
-import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from . import calibration as cal
-from .compute.kernels import attention_time_s, gemm_time_s, memory_time_s
-from .compute.tables import GPU_FOLDERS, KernelCase, load_cases
-from .errors import ConfigError
-from .hardware import CATALOGUE, Chip
+from .. import calibration as cal
+from ..compute.kernels import attention_time_s, gemm_time_s, memory_time_s
+from ..compute.tables import GPU_FOLDERS, KernelCase, load_cases
+from ..errors import ConfigError
+from ..hardware import CATALOGUE, Chip
+from .stats import median, p90
 
-__all__ = ["ComputeRow", "ComputeSummary", "validate_compute", "format_compute_report",
-           "compute_report_to_json", "check_compute_budgets", "COMPUTE_BUDGET_KEYS",
-           "predict_case", "GEMM_MIN_S"]
+__all__ = ["GEMM_MIN_S", "ComputeRow", "ComputeSummary", "predict_case", "validate_compute"]
 
 GEMM_MIN_S = 50e-6            # the issue's target counts GEMMs of at least 50 us
 FIT_FOLDER = "h100-sxm-80gb"  # the constants are fitted here; every other folder is a test
-COMPUTE_BUDGET_KEYS = frozenset({"gemm_median_abs_pct", "attention_median_abs_pct"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +45,8 @@ class ComputeRow:
 
 @dataclass(frozen=True, slots=True)
 class ComputeSummary:
+    """Median and p90 |time error| (%) of one group of rows of one GPU's tables."""
+
     gpu: str
     split: str
     group: str                     # gemm>=50us | gemm-fp8>=50us | attention | memory | optimizer
@@ -117,51 +113,6 @@ def validate_compute(data_dir: Path) -> tuple[list[ComputeRow], list[ComputeSumm
             groups.setdefault((folder.name, split, _group(c)), []).append(err)
             if c.kind == "gemm" and c.time_s >= GEMM_MIN_S:
                 groups.setdefault((folder.name, split, "gemm>=50us"), []).append(err)
-    summaries = [ComputeSummary(g, s, grp, len(v), statistics.median(v), _p90(v))
+    summaries = [ComputeSummary(g, s, grp, len(v), median(v), p90(v))
                  for (g, s, grp), v in sorted(groups.items())]
     return rows, summaries
-
-
-def _p90(values: list[float]) -> float:
-    xs = sorted(values)
-    pos = (len(xs) - 1) * 0.9
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def check_compute_budgets(summaries: list[ComputeSummary], table: Mapping[str, float]) -> list[str]:
-    """Violations on the test GPUs: the GEMM (>= 50 us) and attention medians."""
-    out: list[str] = []
-    tests = [s for s in summaries if s.split == "test"]
-    if not tests:
-        return ["compute: no test-GPU tables; cannot check budgets"]
-    for key, group in (("gemm_median_abs_pct", "gemm>=50us"), ("attention_median_abs_pct", "attention")):
-        for gpu in sorted({s.gpu for s in tests}):
-            if not any(s.gpu == gpu and s.group == group for s in tests):
-                out.append(f"compute: {gpu} has no {group} rows; cannot check {key}")
-        for s in tests:
-            if s.group == group and s.median_abs_pct is not None and s.median_abs_pct > table[key]:
-                out.append(f"compute: {s.gpu} {group} median abs error {s.median_abs_pct:.2f}% > "
-                           f"budget {key} = {table[key]:g}% ({s.rows} rows)")
-    return out
-
-
-def format_compute_report(rows: list[ComputeRow], summaries: list[ComputeSummary]) -> str:
-    width = max(len(r.label) for r in rows)
-    lines = ["compute: predicted vs measured kernel times (constants fitted on the H100 tables; "
-             "other GPUs are a test)", "",
-             f"{'gpu':<16}{'split':<6}{'kind':<10}{'kernel':<{width}}  {'meas us':>10}{'pred us':>10}{'err%':>7}"]
-    for r in rows:
-        lines.append(f"{r.gpu:<16}{r.split:<6}{r.kind:<10}{r.label:<{width}}  "
-                     f"{r.measured_s * 1e6:>10.1f}{r.predicted_s * 1e6:>10.1f}{r.err_pct:>7.1f}")
-    lines += ["", f"{'gpu':<16}{'split':<6}{'group':<18}{'rows':>5}{'median%':>9}{'p90%':>8}"]
-    for s in summaries:
-        lines.append(f"{s.gpu:<16}{s.split:<6}{s.group:<18}{s.rows:>5}"
-                     f"{s.median_abs_pct or 0:>9.1f}{s.p90_abs_pct or 0:>8.1f}")
-    return "\n".join(lines)
-
-
-def compute_report_to_json(rows: list[ComputeRow], summaries: list[ComputeSummary]) -> dict[str, Any]:
-    return {"suite": "compute", "rows": [dataclasses.asdict(r) for r in rows],
-            "summaries": [dataclasses.asdict(s) for s in summaries]}

@@ -13,17 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import load_scenario
-from .errors import ConfigError
-from .faults import simulate_failures
+from ..config import load_scenario
+from ..errors import ConfigError
+from ..faults import simulate_failures
+from .data import read_csv
 
-__all__ = ["FailureCase", "validate_failures", "check_failure_budgets", "format_failures"]
+__all__ = ["FailureCase", "validate_failures"]
 
 COLUMNS = ("case", "scenario", "metric", "measured", "comparison", "budgeted", "split", "source")
 
 
 @dataclass(frozen=True)
 class FailureCase:
+    """One row of cases.csv with the prediction: the Monte Carlo mean and its 5-95% interval."""
+
     case: str
     metric: str
     measured: float
@@ -45,17 +48,15 @@ class FailureCase:
 
 
 def validate_failures(data_dir: Path, seed: int = 0) -> list[FailureCase]:
+    """Predict every case of *data_dir* (``DIR/failures``), one failure simulation per scenario."""
     path = data_dir / "cases.csv"
-    from .validate_training import _read_csv
-
-    header, numbered = _read_csv(path)
+    header, numbered = read_csv(path)
     if header != COLUMNS:
         raise ConfigError(f"{path}: columns must be exactly {list(COLUMNS)}")
-    rows = [row for _, row in numbered]
     out = []
     cache: dict[str, Any] = {}
-    for i, r in enumerate(rows, start=2):
-        where = f"{path}:{i}"
+    for line, r in numbered:
+        where = f"{path}:{line}"
         if r["metric"] not in ("unexpected_interruptions", "goodput"):
             raise ConfigError(f"{where}: metric: got {r['metric']!r}; valid: unexpected_interruptions, goodput")
         if r["comparison"] not in ("relative", "at_least"):
@@ -72,32 +73,3 @@ def validate_failures(data_dir: Path, seed: int = 0) -> list[FailureCase]:
         out.append(FailureCase(r["case"], r["metric"], float(r["measured"]), r["comparison"],
                                r["budgeted"] == "yes", r["split"], r["source"], mean, lo, hi))
     return out
-
-
-def check_failure_budgets(cases: list[FailureCase], table: dict[str, float]) -> list[str]:
-    out = []
-    for c in cases:
-        if not c.budgeted:
-            continue
-        if c.comparison == "relative" and c.error_pct > table["relative_err_max_pct"]:
-            out.append(f"failures: {c.case}: predicted {c.predicted:.3g} vs measured {c.measured:.3g} "
-                       f"({c.error_pct:.1f}% > relative_err_max_pct = {table['relative_err_max_pct']:g}%)")
-        if c.comparison == "at_least" and not c.ok_at_least:
-            out.append(f"failures: {c.case}: predicted {c.predicted:.3g} below the measured bound "
-                       f"{c.measured:.3g}")
-    return out
-
-
-def format_failures(cases: list[FailureCase]) -> str:
-    lines = ["failures: predicted (Monte Carlo mean, 5-95% over 100 seeds) vs published",
-             f"{'case':<24}{'split':<13}{'metric':<26}{'measured':>10}{'predicted':>11}  interval"
-             "          result"]
-    for c in cases:
-        if c.comparison == "relative":
-            res = f"{c.error_pct:.1f}% off"
-        else:
-            res = "meets bound" if c.ok_at_least else "BELOW bound"
-        res += "" if c.budgeted else " (reported, not budgeted)"
-        lines.append(f"{c.case:<24}{c.split:<13}{c.metric:<26}{c.measured:>10.4g}{c.predicted:>11.4g}"
-                     f"  [{c.low:.4g}, {c.high:.4g}]  {res}")
-    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""Error budgets: the largest error each suite may show, read from ``DIR/budgets.toml``.
+
+One table per suite (``BUDGET_KEYS`` names its keys, all in percent); budgets only ever get
+tighter (DESIGN.md). ``check_*`` return the violations of one suite's report, one human-readable
+line each, [] when the suite is within budget.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import types
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ..errors import ConfigError
+from .collectives import CollectivesReport
+from .compute import ComputeSummary
+from .failures import FailureCase
+from .training import FAMILIES, TrainingReport
+
+__all__ = ["BUDGET_KEYS", "check_budgets", "check_compute_budgets", "check_failure_budgets",
+           "check_training_budgets", "load_budgets"]
+
+TRAINING_BUDGET_KEYS = frozenset({"step_median_abs_pct", "step_p90_abs_pct_A100", "step_p90_abs_pct_H100",
+                                  "step_p90_abs_pct_TPU", "refused_max_pct"})
+BUDGET_KEYS = types.MappingProxyType({
+    "collectives": frozenset({"bw_median_abs_pct", "lat_median_abs_pct"}),
+    "training": TRAINING_BUDGET_KEYS,       # per family (A100, H100, TPU) on the test split
+    "failures": frozenset({"relative_err_max_pct"}),
+    "compute": frozenset({"gemm_median_abs_pct", "attention_median_abs_pct"}),
+})
+
+
+def load_budgets(path: Path, suites: Iterable[str] | None = None) -> dict[str, dict[str, float]]:
+    """Read the error budgets (TOML): ``{suite: {key: percent}}``.
+
+    The tables of *suites* are required (default: every suite of ``BUDGET_KEYS``); any other suite
+    table present is checked too. Raises ``ConfigError`` naming the file and key for a missing file
+    or required table, an unknown suite or key, or a value that is not a positive number.
+    """
+    required = set(BUDGET_KEYS if suites is None else suites)
+    if unknown_suites := sorted(required - set(BUDGET_KEYS)):
+        raise ConfigError(f"budgets: unknown suite(s) {unknown_suites}; allowed {sorted(BUDGET_KEYS)}")
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: budgets file not found") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the budgets file: {e.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid TOML (UTF-8): {e}") from None
+    if unknown := sorted(set(raw) - set(BUDGET_KEYS)):
+        raise ConfigError(f"{path}: unknown suite table(s) {unknown}; allowed {sorted(BUDGET_KEYS)}")
+    out: dict[str, dict[str, float]] = {}
+    for suite, keys in BUDGET_KEYS.items():
+        table = raw.get(suite)
+        if table is None and suite not in required:
+            continue
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [{suite}]: table missing")
+        if unknown := sorted(set(table) - keys):
+            raise ConfigError(f"{path}: [{suite}]: unknown key(s) {unknown}; allowed {sorted(keys)}")
+        if missing := sorted(keys - set(table)):
+            raise ConfigError(f"{path}: [{suite}]: missing key(s) {missing}")
+        for key, value in table.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"{path}: [{suite}].{key}: expected a number > 0 (percent), got {value!r}")
+        out[suite] = {k: float(v) for k, v in table.items()}
+    return out
+
+
+def check_budgets(report: CollectivesReport | TrainingReport,
+                  budgets: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """Budget violations of the ``test`` split, one human-readable line each; [] when within budget.
+
+    Collectives: a regime with no test points, or a non-anomalous test run the predictor refused,
+    is a violation too: the budget could not be checked. Training: see
+    ``check_training_budgets`` (each family held to the budgets separately).
+    """
+    if isinstance(report, TrainingReport):
+        training = budgets.get("training")
+        if training is None:
+            raise ConfigError("budgets: no [training] table")
+        return check_training_budgets(report, training)
+    table = budgets.get("collectives")
+    if table is None:
+        raise ConfigError("budgets: no [collectives] table")
+    test = report.summary("test")
+    out: list[str] = []
+    for key, label, stats in (("bw_median_abs_pct", "bandwidth", test.bandwidth),
+                              ("lat_median_abs_pct", "latency", test.latency)):
+        if key not in table:
+            raise ConfigError(f"budgets: [collectives]: missing key {key!r}")
+        budget = table[key]
+        if stats.median_abs_pct is None:
+            out.append(f"collectives: no {label}-regime points in the test split; cannot check {key}")
+        elif stats.median_abs_pct > budget:
+            out.append(f"collectives: test split {label} median abs error {stats.median_abs_pct:.2f}% "
+                       f"> budget {key} = {budget:g}% ({stats.n} points)")
+    for r in report.runs:
+        if r.split == "test" and not r.anomalous and r.error is not None:
+            out.append(f"collectives: test run {r.file} not predicted ({r.error})")
+    return out
+
+
+def check_training_budgets(report: TrainingReport, table: Mapping[str, float]) -> list[str]:
+    """Violations of the ``[training]`` budgets, one line each; [] when within budget.
+
+    Each family of ``FAMILIES`` is held separately to the median and (its own) p90 of its test split. A family
+    with no predicted test run is a violation, and so is a family whose refused test runs (the
+    predictor raised, e.g. a plan our memory model says does not fit although it ran) exceed
+    ``refused_max_pct`` of its test runs; every refusal is listed in the report either way.
+    """
+    for key in sorted(TRAINING_BUDGET_KEYS):
+        if key not in table:
+            raise ConfigError(f"budgets: [training]: missing key {key!r}")
+    out: list[str] = []
+    for family in FAMILIES:
+        try:
+            s = report.summary("test", family)
+        except KeyError:
+            s = None
+        if s is None or s.runs == 0:
+            out.append(f"training: no predicted test-split runs for family {family}; cannot check budgets")
+            continue
+        for key, label, value in (("step_median_abs_pct", "median", s.step_median_abs_pct),
+                                  (f"step_p90_abs_pct_{family}", "p90", s.step_p90_abs_pct)):
+            assert value is not None
+            if value > table[key]:
+                out.append(f"training: {family} test split step-time {label} abs error {value:.2f}% "
+                           f"> budget {key} = {table[key]:g}% ({s.runs} runs)")
+        tested = [r for r in report.runs if r.split == "test" and r.family == family]
+        refused = [r for r in tested if r.error is not None]
+        if tested and 100 * len(refused) / len(tested) > table["refused_max_pct"]:
+            out.append(f"training: {family} test split: {len(refused)} of {len(tested)} runs refused "
+                       f"> budget refused_max_pct = {table['refused_max_pct']:g}% "
+                       f"({', '.join(r.id for r in refused)})")
+    return out
+
+
+def check_compute_budgets(summaries: list[ComputeSummary], table: Mapping[str, float]) -> list[str]:
+    """Violations of the ``[compute]`` budgets on the test GPUs: the GEMM (>= 50 us) and
+    attention medians."""
+    out: list[str] = []
+    tests = [s for s in summaries if s.split == "test"]
+    if not tests:
+        return ["compute: no test-GPU tables; cannot check budgets"]
+    for key, group in (("gemm_median_abs_pct", "gemm>=50us"), ("attention_median_abs_pct", "attention")):
+        for gpu in sorted({s.gpu for s in tests}):
+            if not any(s.gpu == gpu and s.group == group for s in tests):
+                out.append(f"compute: {gpu} has no {group} rows; cannot check {key}")
+        for s in tests:
+            if s.group == group and s.median_abs_pct is not None and s.median_abs_pct > table[key]:
+                out.append(f"compute: {s.gpu} {group} median abs error {s.median_abs_pct:.2f}% > "
+                           f"budget {key} = {table[key]:g}% ({s.rows} rows)")
+    return out
+
+
+def check_failure_budgets(cases: list[FailureCase], table: Mapping[str, float]) -> list[str]:
+    """Violations of the ``[failures]`` budget by the budgeted cases: a relative error over
+    ``relative_err_max_pct``, or a prediction below an ``at_least`` bound."""
+    out = []
+    for c in cases:
+        if not c.budgeted:
+            continue
+        if c.comparison == "relative" and c.error_pct > table["relative_err_max_pct"]:
+            out.append(f"failures: {c.case}: predicted {c.predicted:.3g} vs measured {c.measured:.3g} "
+                       f"({c.error_pct:.1f}% > relative_err_max_pct = {table['relative_err_max_pct']:g}%)")
+        if c.comparison == "at_least" and not c.ok_at_least:
+            out.append(f"failures: {c.case}: predicted {c.predicted:.3g} below the measured bound "
+                       f"{c.measured:.3g}")
+    return out

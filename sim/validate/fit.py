@@ -1,0 +1,87 @@
+"""Calibration fits on the calibration splits: the constants of ``sim.calibration`` re-derived.
+
+Each fit uses only the ``calibration`` split of its suite's data and the same predictors as the
+suite (``sim.validate.predictors``, built by the caller with the constant under fit overridden);
+tests/test_validation_budgets.py and tests/test_validation_training.py check that the committed
+constants equal the fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .collectives import BW_MIN_BYTES, Predictor, _load_measured, _load_runs, _score_point
+from .stats import median
+from .training import _score
+from .training_map import map_runs
+
+__all__ = ["fit_nvlink_efficiency", "fit_stack_efficiency"]
+
+
+def fit_nvlink_efficiency(data_dir: Path, predict_full_rate: Predictor) -> float:
+    """Fit of ``sim.calibration.LINK_EFFICIENCY["nvlink"]`` on the calibration split.
+
+    Over the bandwidth-regime points (>= 64 MiB) of supported, non-anomalous, single-node
+    calibration runs: the median of measured busbw / busbw predicted with links at their full
+    line rate (*predict_full_rate*). Single-node runs are bound by NVLink alone, so the ratio is
+    the achievable fraction of the NVLink rate.
+    """
+    from ..collectives import busbw_factor  # lazily, as the collectives suite does
+
+    ratios: list[float] = []
+    for meta in _load_runs(data_dir):
+        if meta.split != "calibration" or not meta.supported or meta.anomalous or meta.nodes != 1:
+            continue
+        factor = busbw_factor(meta.op, meta.gpus)
+        for m in _load_measured(data_dir / meta.file):
+            if m.size_bytes >= BW_MIN_BYTES:
+                point = _score_point(meta, m, predict_full_rate, factor)
+                ratios.append(m.busbw_GBps / point.predicted_busbw_GBps)
+    fitted = median(ratios)
+    if fitted is None:
+        raise ConfigError(f"{data_dir}: no calibration points to fit the NVLink efficiency on")
+    return fitted
+
+
+def fit_stack_efficiency(data_dir: Path,
+                         predictor_for: Callable[[dict[tuple[str, str, str], float]], Any],
+                         rounds: int = 3, min_runs: int = 3) -> dict[tuple[str, str, str], float]:
+    """Fit of ``sim.calibration.STACK_EFFICIENCY`` on the calibration split only.
+
+    Per (framework, GPU family or TPU generation, precision) with at least *min_runs* calibration
+    runs, the factor on kernel time that makes the median ratio of predicted to measured step time
+    1 over that group's calibration runs: start from 1 and rescale by the median ratio *rounds*
+    times (communication does not scale with it). *predictor_for(table)* builds a predictor with
+    that table. Groups with fewer runs are left out (they run at 1.0).
+    """
+    from ..config import scenario_from_dict
+    from ..software import resolve_software
+
+    mapped = [m for m in map_runs(data_dir) if m.supported and m.split == "calibration"]
+    keys: dict[str, tuple[str, str, str]] = {}
+    for m in mapped:
+        assert m.scenario is not None
+        scn = scenario_from_dict(m.scenario)
+        chip = scn.cluster.chip
+        profile = scn.software or resolve_software(None, None, chip)
+        keys[m.id] = (profile.framework, chip.family if chip.vendor == "nvidia" else chip.arch,
+                      scn.training.precision)
+    counts: dict[tuple[str, str, str], int] = {}
+    for k in keys.values():
+        counts[k] = counts.get(k, 0) + 1
+    table = {k: 1.0 for k, n in counts.items() if n >= min_runs}
+    for _ in range(rounds):
+        predict = predictor_for(dict(table))
+        ratios: dict[tuple[str, str, str], list[float]] = {k: [] for k in table}
+        for m in mapped:
+            if keys[m.id] in ratios:
+                r = _score(m, predict)
+                if r.error is None and r.predicted_step_s:
+                    ratios[keys[m.id]].append(r.predicted_step_s / r.measured_step_s)
+        for k, v in ratios.items():
+            if v:
+                table[k] *= float(sorted(v)[len(v) // 2])   # the upper middle ratio
+    return {k: round(v, 3) for k, v in sorted(table.items())}

@@ -1,0 +1,68 @@
+"""The simulator behind the suites: the same models as ``clustersim run`` and ``collective``.
+
+``CasePredictor`` answers a collectives-suite point with ``sim.collectives.CollectiveModel``;
+``TrainingPredictor`` answers a training-suite scenario with ``sim.training.run_step``. The suites
+themselves take any callable of the same shape (tests pass fakes), so this is the one module of
+``sim.validate`` that loads the network and engine stack; ``sim.validate`` does not import it and
+the command line imports it only for the suite that needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..collectives import CollectiveModel
+from ..config import load_cluster, scenario_from_dict
+from ..results import StepResult
+from ..topology import Topology, build_topology
+from ..training import run_step
+from .collectives import CaseSpec
+
+__all__ = ["CasePredictor", "TrainingPredictor"]
+
+
+class CasePredictor:
+    """Collectives-suite predictor: one measured nccl-tests point -> predicted seconds.
+
+    Keeps one ``CollectiveModel`` per (topology, size, SHARP) so a run's sizes share the per-byte
+    costs. *efficiency* overrides ``sim.calibration.LINK_EFFICIENCY`` (for its fit).
+    """
+
+    def __init__(self, efficiency: dict[str, float] | None = None) -> None:
+        self._models: dict[tuple[str, int, bool], CollectiveModel] = {}
+        self._efficiency = efficiency
+
+    def model(self, topology: str, chips: int, sharp: bool) -> CollectiveModel:
+        key = (topology, chips, sharp)
+        if key not in self._models:
+            cluster = load_cluster(topology, chips, sharp=sharp, where="validate")
+            self._models[key] = CollectiveModel(build_topology(cluster), self._efficiency)
+        return self._models[key]
+
+    def __call__(self, case: CaseSpec) -> float:
+        m = self.model(case.topology, case.gpus, case.sharp)
+        return m.time(case.op, int(case.size_bytes), algo=case.algo).time_s
+
+
+@dataclass
+class TrainingPredictor:
+    """Training-suite predictor: scenario mapping -> StepResult (cached models).
+
+    *stack_efficiency* overrides ``sim.calibration.STACK_EFFICIENCY`` (for its fit).
+    """
+
+    stack_efficiency: dict[tuple[str, str, str], float] | None = None
+
+    def __post_init__(self) -> None:
+        self._nets: dict[Any, tuple[Topology, CollectiveModel]] = {}
+
+    def __call__(self, raw: Mapping[str, Any]) -> StepResult:
+        scn = scenario_from_dict(raw, str(raw.get("name", "<validation>")))
+        c = scn.cluster                          # frozen: the cluster is its own cache key
+        if c not in self._nets:
+            topo = build_topology(c)
+            self._nets[c] = (topo, CollectiveModel(topo))
+        topo, net = self._nets[c]
+        return run_step(scn, topo=topo, net=net, stack_efficiency=self.stack_efficiency)[0]

@@ -1,0 +1,199 @@
+"""What ``clustersim validate`` prints: each suite's report as fixed-width text and as JSON.
+
+Views of the suites' records only (STYLE.md P9): nothing here computes an error or a budget.
+JSON uses plain types: times in s, bandwidths in GB/s, MFU as fractions, errors in % (MFU errors
+in percentage points).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from ..units import KiB, MiB
+from .collectives import BW_MIN_BYTES, LAT_MAX_BYTES, CollectivesReport, Summary
+from .compute import ComputeRow, ComputeSummary
+from .failures import FailureCase
+from .training import TrainingReport, TrainingSummary
+from .training_measured import FLOPS_CONVENTIONS
+
+__all__ = ["compute_report_to_json", "failures_report_to_json", "format_compute_report",
+           "format_failures", "format_report", "format_training_report", "report_to_json",
+           "training_report_to_json"]
+
+
+def _f(v: float | None, fmt: str) -> str:
+    """*v* formatted with *fmt*, "-" for None."""
+    return "-" if v is None else format(v, fmt)
+
+
+def _pct(v: float | None) -> str:
+    """A percentage with one decimal, "-" for None."""
+    return _f(v, ".1f")
+
+
+# ----------------------------------------------------------------------------- collectives
+
+
+def _summary_lines(title: str, summaries: Sequence[Summary], with_system: bool) -> list[str]:
+    head = f"{'split':<12}" + (f"{'system':<18}" if with_system else "")
+    lines = [title, head + f"{'runs':>5}{'bw n':>7}{'bw med%':>9}{'bw p90%':>9}"
+                           f"{'lat n':>7}{'lat med%':>10}{'lat p90%':>10}"]
+    for s in summaries:
+        lines.append(f"{s.split:<12}" + (f"{s.system:<18}" if with_system else "")
+                     + f"{s.runs:>5}{s.bandwidth.n:>7}{_pct(s.bandwidth.median_abs_pct):>9}"
+                     f"{_pct(s.bandwidth.p90_abs_pct):>9}{s.latency.n:>7}"
+                     f"{_pct(s.latency.median_abs_pct):>10}{_pct(s.latency.p90_abs_pct):>10}")
+    return lines
+
+
+def format_report(report: CollectivesReport) -> str:
+    """A fixed-width text table: per-run rows, per-split and per-system summaries, unsupported runs."""
+    width = max([len(r.file) for r in report.runs] + [len(u.file) for u in report.unsupported] + [3])
+    lines = [
+        "collectives: predicted vs measured nccl-tests runs",
+        (f"  bandwidth regime: size >= {BW_MIN_BYTES // MiB} MiB, abs % error of busbw; "
+         f"latency regime: size <= {LAT_MAX_BYTES // KiB} KiB, abs % error of time"),
+        "",
+        (f"{'run':<{width}}  {'split':<12}{'system':<18}{'op':<14}{'gpus':>5}{'sharp':>6}"
+         f"{'bw n':>6}{'bw med%':>9}{'lat n':>6}{'lat med%':>10}  note"),
+    ]
+    for r in report.runs:
+        note = "ANOMALOUS (not in aggregates)" if r.anomalous else ""
+        if r.error is not None:
+            note = (note + "; " if note else "") + f"predictor refused: {r.error}"
+        lines.append(f"{r.file:<{width}}  {r.split:<12}{r.system:<18}{r.op:<14}{r.gpus:>5}"
+                     f"{'yes' if r.sharp else 'no':>6}{len(r.errors_pct('bandwidth')):>6}"
+                     f"{_pct(r.bw_median_abs_pct):>9}{len(r.errors_pct('latency')):>6}"
+                     f"{_pct(r.lat_median_abs_pct):>10}  {note}".rstrip())
+    lines.append("")
+    lines += _summary_lines("by split (supported, non-anomalous runs; points pooled):",
+                            report.splits, with_system=False)
+    lines.append("")
+    lines += _summary_lines("by split and system:", report.systems, with_system=True)
+    lines.append("")
+    lines.append(f"unsupported ({len(report.unsupported)} runs, not scored):")
+    for u in report.unsupported:
+        lines.append(f"{u.file:<{width}}  {u.split:<12}{u.op:<14}{u.gpus:>5}  {u.reason}")
+    return "\n".join(lines)
+
+
+def report_to_json(report: CollectivesReport) -> dict[str, Any]:
+    """The report as plain JSON types (times in s, bandwidths in GB/s, errors in %)."""
+    return {
+        "suite": "collectives",
+        "regimes": {"bandwidth_min_bytes": BW_MIN_BYTES, "latency_max_bytes": LAT_MAX_BYTES},
+        "runs": [dataclasses.asdict(r) for r in report.runs],
+        "splits": [dataclasses.asdict(s) for s in report.splits],
+        "systems": [dataclasses.asdict(s) for s in report.systems],
+        "unsupported": [dataclasses.asdict(u) for u in report.unsupported],
+    }
+
+
+# ----------------------------------------------------------------------------- training
+
+def format_training_report(report: TrainingReport) -> str:
+    """Fixed-width text: per-run rows, per-split and per-family summaries, unsupported, errors."""
+    width = max([len(r.id) for r in report.runs] + [len(u.id) for u in report.unsupported] + [3])
+    lines = [
+        "training: predicted vs measured step time of published training runs",
+        ("  step error: |pred - meas| / meas in %; MFU: PaLM model FLOPs / (step x chips x dense "
+         "BF16 peak), FP8 runs included; MFU error in percentage points"),
+        ("  from: where the measured step comes from (step | tokens: batch x seq / tokens/s | "
+         "tflops, mfu: the source's FLOP count, see flops_convention in --json)"),
+        "",
+        (f"{'run':<{width}}  {'split':<12}{'family':<7}{'framework':<14}{'chips':>6} {'from':<7}{'meas s':>10}"
+         f"{'pred s':>10}{'err%':>8}{'meas MFU%':>10}{'pred MFU%':>10}  note"),
+    ]
+    for r in report.runs:
+        note = f"predictor refused: {r.error}" if r.error is not None else ""
+        if (r.predicted_model_flops_per_step is not None
+                and abs(r.predicted_model_flops_per_step / r.model_flops_per_step - 1) > 0.01):
+            note = (f"predictor's model FLOPs differ by "
+                    f"{(r.predicted_model_flops_per_step / r.model_flops_per_step - 1) * 100:+.1f}%")
+        lines.append(f"{r.id:<{width}}  {r.split:<12}{r.family:<7}{r.framework:<14}{r.chips:>6} {r.time_from:<7}"
+                     f"{r.measured_step_s:>10.4g}{_f(r.predicted_step_s, '.4g'):>10}"
+                     f"{_f(r.step_abs_err_pct, '.1f'):>8}{r.measured_mfu * 100:>10.1f}"
+                     f"{_f(None if r.predicted_mfu is None else r.predicted_mfu * 100, '.1f'):>10}"
+                     f"  {note}".rstrip())
+    head = (f"{'split':<12}{'family':<8}{'framework':<14}{'runs':>5}{'step med%':>11}"
+            f"{'step p90%':>11}{'MFU med pp':>12}")
+    lines += ["", "by split (predicted runs):", head]
+    for s in (*report.splits, None, *report.families, "stacks", *report.stacks):
+        if s is None:
+            lines += ["", "by split and family:", head]
+            continue
+        if s == "stacks":
+            lines += ["", "by split, family and framework (software profile):", head]
+            continue
+        assert isinstance(s, TrainingSummary)
+        lines.append(f"{s.split:<12}{s.family:<8}{s.framework:<14}{s.runs:>5}"
+                     f"{_f(s.step_median_abs_pct, '.1f'):>11}"
+                     f"{_f(s.step_p90_abs_pct, '.1f'):>11}{_f(s.mfu_median_abs_pp, '.1f'):>12}")
+    lines += ["", f"unsupported ({len(report.unsupported)} runs, not predicted):"]
+    for u in report.unsupported:
+        lines.append(f"{u.id:<{width}}  {u.split:<12}{_f(u.chips, 'd'):>6}  {u.reason}")
+    lines += ["", f"errors ({len(report.errors)} runs the predictor refused):"]
+    for r in report.errors:
+        lines.append(f"{r.id:<{width}}  {r.split:<12}{r.chips:>6}  {r.error}")
+    return "\n".join(lines)
+
+
+def training_report_to_json(report: TrainingReport) -> dict[str, Any]:
+    """The report as plain JSON types (times in s, MFU as fractions, errors in % and pp)."""
+    return {
+        "suite": "training",
+        "flops_conventions": {c.name: dataclasses.asdict(c) for c in FLOPS_CONVENTIONS.values()},
+        "runs": [dataclasses.asdict(r) for r in report.runs],
+        "splits": [dataclasses.asdict(s) for s in report.splits],
+        "families": [dataclasses.asdict(s) for s in report.families],
+        "stacks": [dataclasses.asdict(s) for s in report.stacks],
+        "unsupported": [dataclasses.asdict(u) for u in report.unsupported],
+        "errors": [{"id": r.id, "split": r.split, "error": r.error} for r in report.errors],
+    }
+
+
+# ----------------------------------------------------------------------------- compute and failures
+
+def format_compute_report(rows: list[ComputeRow], summaries: list[ComputeSummary]) -> str:
+    """Fixed-width text: one row per measured kernel, then the per-GPU, per-group summaries."""
+    width = max(len(r.label) for r in rows)
+    lines = [("compute: predicted vs measured kernel times (constants fitted on the H100 tables; "
+              "other GPUs are a test)"), "",
+             f"{'gpu':<16}{'split':<6}{'kind':<10}{'kernel':<{width}}  {'meas us':>10}{'pred us':>10}{'err%':>7}"]
+    for r in rows:
+        lines.append(f"{r.gpu:<16}{r.split:<6}{r.kind:<10}{r.label:<{width}}  "
+                     f"{r.measured_s * 1e6:>10.1f}{r.predicted_s * 1e6:>10.1f}{r.err_pct:>7.1f}")
+    lines += ["", f"{'gpu':<16}{'split':<6}{'group':<18}{'rows':>5}{'median%':>9}{'p90%':>8}"]
+    for s in summaries:
+        lines.append(f"{s.gpu:<16}{s.split:<6}{s.group:<18}{s.rows:>5}"
+                     f"{s.median_abs_pct or 0:>9.1f}{s.p90_abs_pct or 0:>8.1f}")
+    return "\n".join(lines)
+
+
+def compute_report_to_json(rows: list[ComputeRow], summaries: list[ComputeSummary]) -> dict[str, Any]:
+    """The compute suite as plain JSON types."""
+    return {"suite": "compute", "rows": [dataclasses.asdict(r) for r in rows],
+            "summaries": [dataclasses.asdict(s) for s in summaries]}
+
+
+def failures_report_to_json(cases: list[FailureCase]) -> dict[str, Any]:
+    """The failures suite as plain JSON types."""
+    return {"suite": "failures", "cases": [dataclasses.asdict(c) for c in cases]}
+
+
+def format_failures(cases: list[FailureCase]) -> str:
+    """Fixed-width text: one row per case, predicted vs published, and whether it passes."""
+    lines = ["failures: predicted (Monte Carlo mean, 5-95% over 100 seeds) vs published",
+             (f"{'case':<24}{'split':<13}{'metric':<26}{'measured':>10}{'predicted':>11}  interval"
+              "          result")]
+    for c in cases:
+        if c.comparison == "relative":
+            res = f"{c.error_pct:.1f}% off"
+        else:
+            res = "meets bound" if c.ok_at_least else "BELOW bound"
+        res += "" if c.budgeted else " (reported, not budgeted)"
+        lines.append(f"{c.case:<24}{c.split:<13}{c.metric:<26}{c.measured:>10.4g}{c.predicted:>11.4g}"
+                     f"  [{c.low:.4g}, {c.high:.4g}]  {res}")
+    return "\n".join(lines)

@@ -1,0 +1,202 @@
+"""The training suite: published training runs, predicted vs measured step time and MFU.
+
+``clustersim validate --suite training`` (DESIGN.md). Data: ``DIR/training/runs.csv`` and
+``overrides.csv``; budgets: ``[training]`` in ``DIR/budgets.toml``. Three stages, each a pure
+function of the one before:
+
+1. **Mapping** (``sim.validate.training_map.map_runs``): every row becomes a scenario mapping in
+   the DESIGN.md schema or an "unsupported" entry with its reason.
+2. **Measured step** (``sim.validate.training_measured``): the published step time if there is one
+   (``time_from = "step"``); else global batch x sequence length / tokens per second
+   (``"tokens"``); else the source's FLOP count per step / (TFLOP/s per chip x chips)
+   (``"tflops"``); else the source's FLOP count / (MFU x chips x the source's peak) (``"mfu"``).
+   The FLOP count is the source's own convention (``FLOPS_CONVENTIONS``): Narayanan et al. SC21
+   count the recomputed forward pass (hardware FLOPs), Megatron-LM, MaxText and MegaScale add the
+   output-head matmul to PaLM's count. The measured MFU is then re-normalised to one definition:
+   PaLM model FLOPs (6N + 12·L·H·Q·T per token, DESIGN.md) / (step time x chips x the chip's dense
+   BF16 peak), FP8 runs included.
+3. **Scoring** (``validate_training``, below): the predictor's step time and MFU per supported
+   run; absolute % error of the step time and absolute MFU error in percentage points; median and
+   p90 per split and per split x family (A100, H100 (H200 included: the catalogue's family), TPU).
+   A run the predictor refuses (``ConfigError``, ``InfeasibleError``) is listed as an error, kept
+   out of the aggregates, and is a budget violation when it is in the test split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import SimError
+from .data import SPLITS
+from .stats import median, p90
+from .training_map import MappedRun, map_runs
+
+__all__ = ["FAMILIES", "StepPredictor", "TrainingPrediction", "TrainingReport", "TrainingRunResult",
+           "TrainingSummary", "UnsupportedTrainingRun", "validate_training"]
+
+FAMILIES = ("A100", "H100", "TPU")
+
+
+class TrainingPrediction(Protocol):
+    """What a ``StepPredictor`` returns (``sim.validate.predictors.TrainingPredictor``: a
+    ``sim.results.StepResult``)."""
+
+    @property
+    def step_time_s(self) -> float: ...
+    @property
+    def mfu(self) -> float: ...
+    @property
+    def model_flops_per_step(self) -> float: ...
+
+
+StepPredictor = Callable[[Mapping[str, Any]], TrainingPrediction]
+"""Given a scenario mapping (DESIGN.md schema), the predicted step; may raise ConfigError or
+InfeasibleError for a scenario it cannot run."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingRunResult:
+    """One supported run: measured vs predicted. Errors: step in %, MFU in percentage points."""
+
+    id: str
+    split: str
+    family: str
+    topology: str
+    chips: int
+    framework: str
+    time_from: str
+    flops_convention: str
+    measured_step_s: float
+    measured_mfu: float
+    published_mfu: float | None
+    model_flops_per_step: float                    # PaLM, from the mapping
+    assumptions: tuple[str, ...]
+    scenario: Mapping[str, Any]
+    predicted_step_s: float | None = None
+    predicted_mfu: float | None = None
+    step_abs_err_pct: float | None = None
+    mfu_abs_err_pp: float | None = None
+    predicted_model_flops_per_step: float | None = None
+    error: str | None = None                       # the predictor refused the run: its message
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedTrainingRun:
+    """A row with no scenario; listed with its reason, never predicted."""
+
+    id: str
+    split: str
+    hardware: str
+    chips: int | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSummary:
+    """Aggregate over the predicted runs of one split (family "all"), split x family, or split x
+    family x framework (``framework`` "all" for the first two)."""
+
+    split: str
+    family: str
+    runs: int
+    step_median_abs_pct: float | None
+    step_p90_abs_pct: float | None
+    mfu_median_abs_pp: float | None
+    framework: str = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingReport:
+    """Everything ``clustersim validate --suite training`` shows."""
+
+    runs: tuple[TrainingRunResult, ...]        # supported rows, runs.csv order
+    splits: tuple[TrainingSummary, ...]        # one per split, family "all"
+    families: tuple[TrainingSummary, ...]      # one per (split, family) with supported runs
+    unsupported: tuple[UnsupportedTrainingRun, ...]
+    stacks: tuple[TrainingSummary, ...] = ()   # one per (split, family, framework)
+
+    @property
+    def errors(self) -> tuple[TrainingRunResult, ...]:
+        """Supported runs the predictor refused."""
+        return tuple(r for r in self.runs if r.error is not None)
+
+    def summary(self, split: str, family: str = "all") -> TrainingSummary:
+        """The summary of *split* (and *family*); KeyError if that group has no supported runs."""
+        for s in (self.splits if family == "all" else self.families):
+            if s.split == split and s.family == family:
+                return s
+        raise KeyError(f"no summary for split={split!r} family={family!r}")
+
+
+
+def _score(run: MappedRun, predict: StepPredictor) -> TrainingRunResult:
+    assert run.supported and run.measured is not None and run.scenario is not None
+    assert run.family is not None and run.topology is not None and run.chips is not None
+    m = run.measured
+    unscored = TrainingRunResult(
+        id=run.id, split=run.split, family=run.family, topology=run.topology, chips=run.chips,
+        framework=run.framework, time_from=m.time_from, flops_convention=m.flops_convention, measured_step_s=m.step_time_s,
+        measured_mfu=m.mfu, published_mfu=m.published_mfu, model_flops_per_step=m.model_flops_per_step,
+        assumptions=run.assumptions, scenario=run.scenario)
+    try:
+        pred = predict(run.scenario)
+    except SimError as e:              # ConfigError, InfeasibleError, TopologyError: listed, not scored
+        return dataclasses.replace(unscored, error=f"{type(e).__name__}: {e}")
+    step_s, mfu, flops = float(pred.step_time_s), float(pred.mfu), float(pred.model_flops_per_step)
+    # MFU is not capped at 1: PaLM counts the full T x T attention, which causal kernels halve, so
+    # a fast long-sequence step can exceed 100 % of the peak by that count.
+    if not (math.isfinite(step_s) and step_s > 0 and math.isfinite(mfu) and mfu >= 0
+            and math.isfinite(flops) and flops > 0):
+        raise ValueError(f"predictor returned step_time_s={step_s!r}, mfu={mfu!r}, "
+                         f"model_flops_per_step={flops!r} for {run.id}; expected a time > 0 s, "
+                         "an MFU >= 0 and FLOPs > 0")
+    return dataclasses.replace(unscored, predicted_step_s=step_s, predicted_mfu=mfu,
+                               step_abs_err_pct=abs(step_s - m.step_time_s) / m.step_time_s * 100,
+                               mfu_abs_err_pp=abs(mfu - m.mfu) * 100,
+                               predicted_model_flops_per_step=flops)
+
+
+def _summarize(split: str, family: str, runs: Iterable[TrainingRunResult],
+               framework: str = "all") -> TrainingSummary:
+    runs = [r for r in runs if r.error is None]
+    step = [r.step_abs_err_pct for r in runs if r.step_abs_err_pct is not None]
+    mfu = [r.mfu_abs_err_pp for r in runs if r.mfu_abs_err_pp is not None]
+    return TrainingSummary(split=split, family=family, runs=len(runs),
+                           step_median_abs_pct=median(step),
+                           step_p90_abs_pct=p90(step),
+                           mfu_median_abs_pp=median(mfu), framework=framework)
+
+
+def validate_training(data_dir: Path, predict: StepPredictor,
+                      mapped: Sequence[MappedRun] | None = None) -> TrainingReport:
+    """Score *predict* against every supported run in *data_dir* (a ``training/`` folder).
+
+    *mapped*: the result of ``map_runs(data_dir)`` when the caller already has it. Runs the
+    predictor refuses (a ``SimError``) are listed and kept out of the aggregates. Raises
+    ``ConfigError`` for missing or malformed data files, ``ValueError`` for a nonsensical prediction.
+    """
+    from ..progress import progress
+
+    mapped = map_runs(data_dir) if mapped is None else tuple(mapped)
+    supported = [m for m in mapped if m.supported]
+    results = tuple(_score(m, predict) for m in progress(supported, len(supported), "training runs"))
+    unsupported = tuple(UnsupportedTrainingRun(id=m.id, split=m.split, hardware=m.hardware,
+                                               chips=m.chips, reason=m.reason)
+                        for m in mapped if not m.supported)
+    splits = tuple(_summarize(s, "all", (r for r in results if r.split == s)) for s in SPLITS)
+    groups = sorted({(SPLITS.index(r.split), FAMILIES.index(r.family) if r.family in FAMILIES
+                      else len(FAMILIES), r.family) for r in results})
+    families = tuple(_summarize(SPLITS[i], fam, (r for r in results if r.split == SPLITS[i]
+                                                  and r.family == fam))
+                     for i, _, fam in groups)
+    stack_keys = sorted({(SPLITS.index(r.split), r.family, r.framework) for r in results})
+    stacks = tuple(_summarize(SPLITS[i], fam, (r for r in results if r.split == SPLITS[i]
+                                                and r.family == fam and r.framework == fw), fw)
+                   for i, fam, fw in stack_keys)
+    return TrainingReport(runs=results, splits=splits, families=families, unsupported=unsupported,
+                          stacks=stacks)

@@ -1,0 +1,107 @@
+"""The training suite's data: the rows of runs.csv, with the per-row fixes of overrides.csv.
+
+``runs.csv`` has one row per published run (model, hardware, layout, measured step time /
+tokens/s / TFLOP/s / MFU, notes, calibration/test ``split``); ``overrides.csv``
+(``id,field,value,reason``) replaces a cell of a row, or forces its topology, and says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from .data import RUNS_FILE, SPLITS, read_csv
+from .training_rules import TOPOLOGY_CHIPS
+
+__all__ = ["OVERRIDABLE_FIELDS", "Row", "load_overrides", "read_rows"]
+
+OVERRIDES_FILE = "overrides.csv"
+OVERRIDE_COLUMNS = ("id", "field", "value", "reason")
+RUNS_REQUIRED = ("id", "source_url", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
+                 "vocab", "seq_len", "global_batch_seqs", "micro_batch", "hardware", "chips", "tp",
+                 "pp", "dp", "cp", "ep", "zero_or_fsdp", "recompute", "precision", "step_time_s",
+                 "tokens_per_s", "tflops_per_chip", "mfu_pct", "notes", "split")
+# Columns an override may replace. Measured values (step_time_s, tokens_per_s, tflops_per_chip,
+# mfu_pct, hfu_pct) and the split never are; "topology" forces the topology instead of the
+# hardware rules.
+OVERRIDABLE_FIELDS = frozenset({
+    "topology", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
+    "global_batch_seqs", "micro_batch", "chips", "tp", "pp", "dp", "cp", "ep", "zero_or_fsdp",
+    "recompute", "precision",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One runs.csv row after its overrides: the cells, where it is (file:line), the topology an
+    override forces (None: the hardware rules decide) and one note per override applied."""
+
+    cells: dict[str, str]
+    where: str
+    forced_topology: str | None
+    overrides: tuple[str, ...]
+
+
+def read_rows(data_dir: Path) -> list[Row]:
+    """The rows of ``data_dir/runs.csv`` in file order, ``data_dir/overrides.csv`` applied.
+
+    Raises ``ConfigError`` for a missing or malformed file: a missing column, a duplicate id, an
+    unknown split, a bad override.
+    """
+    data_dir = Path(data_dir)
+    runs_path = data_dir / RUNS_FILE
+    header, rows = read_csv(runs_path)
+    if missing := [c for c in RUNS_REQUIRED if c not in header]:
+        raise ConfigError(f"{runs_path}: missing column(s) {missing}")
+    ids: dict[str, int] = {}
+    for line, row in rows:
+        if row["id"] in ids:
+            raise ConfigError(f"{runs_path}:{line}: duplicate id {row['id']!r} (first on line {ids[row['id']]})")
+        if row["split"] not in SPLITS:
+            raise ConfigError(f"{runs_path}:{line}: split: expected one of {list(SPLITS)}, got {row['split']!r}")
+        ids[row["id"]] = line
+    overrides = load_overrides(data_dir / OVERRIDES_FILE, ids) if (data_dir / OVERRIDES_FILE).exists() else {}
+    out: list[Row] = []
+    for line, original in rows:
+        row = dict(original)
+        forced: str | None = None
+        notes: list[str] = []
+        for field, value, reason in overrides.get(row["id"], ()):
+            if field == "topology":
+                forced = value
+            else:
+                row[field] = value
+            notes.append(f"override {field} = {value}: {reason}")
+        out.append(Row(row, f"{runs_path}:{line}", forced, tuple(notes)))
+    return out
+
+
+def load_overrides(path: Path, ids: Mapping[str, int]) -> dict[str, list[tuple[str, str, str]]]:
+    """``{id: [(field, value, reason), ...]}`` from overrides.csv, checked against runs.csv ids."""
+    header, rows = read_csv(path)
+    if header != OVERRIDE_COLUMNS:
+        raise ConfigError(f"{path}: columns must be exactly {list(OVERRIDE_COLUMNS)}, got {list(header)}")
+    out: dict[str, list[tuple[str, str, str]]] = {}
+    seen: dict[tuple[str, str], int] = {}
+    for line, row in rows:
+        where = f"{path}:{line}"
+        run_id, field, value, reason = (row[c].strip() for c in OVERRIDE_COLUMNS)
+        if run_id not in ids:
+            raise ConfigError(f"{where}: id {run_id!r} is not in {RUNS_FILE}")
+        if field not in OVERRIDABLE_FIELDS:
+            raise ConfigError(f"{where}: field {field!r} cannot be overridden; allowed: "
+                              f"{sorted(OVERRIDABLE_FIELDS)} (measured values never are)")
+        if field == "topology" and value not in TOPOLOGY_CHIPS:
+            raise ConfigError(f"{where}: topology {value!r}; valid: {sorted(TOPOLOGY_CHIPS)}")
+        if not value:
+            raise ConfigError(f"{where}: value: must not be empty")
+        if not reason:
+            raise ConfigError(f"{where}: reason: must not be empty")
+        if (run_id, field) in seen:
+            raise ConfigError(f"{where}: duplicate override of {run_id} {field} (first on line "
+                              f"{seen[run_id, field]})")
+        seen[run_id, field] = line
+        out.setdefault(run_id, []).append((field, value, reason))
+    return out

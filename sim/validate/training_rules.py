@@ -1,0 +1,167 @@
+"""The rule tables that turn a published training run (a runs.csv row) into a scenario.
+
+Each table is checked in order and the first match wins; every rule that takes an assumption says
+so, and the mapping (``sim.validate.training_map``) writes it into the run's ``assumptions``.
+Patterns are regexes searched in the named column, any case unless said otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .data import GPUS_PER_NODE
+
+__all__ = ["HARDWARE_RULES", "TOPOLOGY_CHIPS", "HardwareRule"]
+
+
+# Bundled topology -> its catalogue chip (the `chip:` line of topologies/<name>.yaml; a test checks
+# the two agree). Used before the scenario is loaded (GPU node rule, FP8 capability, peaks).
+TOPOLOGY_CHIPS = types.MappingProxyType({
+    "dgx-a100": "A100-SXM-80GB",
+    "dgx-a100-40gb": "A100-SXM-40GB",
+    "hgx-a100-4nic": "A100-SXM-80GB",
+    "dgx-h100": "H100-SXM",
+    "dgx-h200": "H200",
+    "tpu-v4": "TPU-v4",
+    "tpu-v5e": "TPU-v5e",
+    "tpu-v5p": "TPU-v5p",
+    "tpu-v6e": "TPU-v6e",
+})
+
+class _Unsupported(Exception):
+    """Internal signal: the row cannot be expressed as a scenario; the message is the reason."""
+
+
+# ----------------------------------------------------------------------------- rule tables
+
+@dataclass(frozen=True, slots=True)
+class HardwareRule:
+    """The first rule whose ``pattern`` (a regex, any case) is found in the ``hardware`` column wins.
+
+    ``topology`` None: the run is unsupported and ``note`` is the reason. Otherwise ``note`` is an
+    assumption made by the mapping ("" for none). ``max_chips``: larger runs are unsupported, with
+    ``beyond_reason``.
+    """
+
+    pattern: str
+    topology: str | None
+    note: str = ""
+    max_chips: int | None = None
+    beyond_reason: str = ""
+
+
+HARDWARE_RULES: tuple[HardwareRule, ...] = (
+    HardwareRule(r"\bV100\b", None, "V100 (Volta) is not in the hardware catalogue"),
+    HardwareRule(r"TPU v3", None, "TPU v3 is not in the hardware catalogue"),
+    HardwareRule(r"\bH800\b", None, "H800 (export H100 variant, 400 GB/s NVLink) is not in the "
+                                    "hardware catalogue"),
+    HardwareRule(r"H100.*(HBM2e|500 ?W|lower-TDP)", None,
+                 "H100 500 W / HBM2e variant: not the catalogue's H100 SXM (700 W, 80 GB HBM3), "
+                 "whose peak and memory bandwidth it does not reach"),
+    HardwareRule(r"Omni-Path", None, "Omni-Path fabric: not the rail-optimized InfiniBand "
+                                     "fat-tree of the GPU topologies"),
+    HardwareRule(r"GCP A3", "dgx-h100", "", max_chips=GPUS_PER_NODE,
+                 beyond_reason="GCP A3 VMs talk over GPUDirect-TCPX (4 x 200 Gb/s per VM), not the "
+                               "DGX H100's 8 x 400 Gb/s InfiniBand; only single-VM runs map"),
+    HardwareRule(r"\bH200\b", "dgx-h200"),
+    HardwareRule(r"\bH100\b", "dgx-h100"),
+    HardwareRule(r"vTrain validation cluster", "hgx-a100-4nic",
+                 "vTrain cluster: 800 Gb/s per node between nodes (vTrain's validation configs: "
+                 "inter_node_bandwidth 800, 'total bandwidth of inter-node communication in Gbps' "
+                 "per its src/config.py), i.e. 4 x HDR 200 Gb/s: hgx-a100-4nic; memory size not "
+                 "stated, 80 GB assumed"),
+    HardwareRule(r"\bA100 40 ?GB", "dgx-a100-40gb"),
+    HardwareRule(r"\bA100 80 ?GB", "dgx-a100"),
+    HardwareRule(r"\bA100\b", "dgx-a100", "A100 memory size not stated: the 80 GB part (dgx-a100) "
+                                          "is assumed"),
+    HardwareRule(r"TPU v4\b", "tpu-v4"),
+    HardwareRule(r"TPU v5p\b", "tpu-v5p"),
+    HardwareRule(r"TPU v5e\b", "tpu-v5e"),
+    HardwareRule(r"TPU v6e\b", "tpu-v6e"),
+)
+
+# Fabric remarks in the hardware column that the topology does not model exactly (assumptions).
+_FABRIC_NOTES: tuple[tuple[str, str], ...] = (
+    (r"RoCE", "RoCE fabric modelled as the topology's InfiniBand fat-tree at the same per-GPU rate"),
+)
+
+# precision column -> scenario precision. Checked in order; FP8 first ("BF16 + Float8 linears" runs
+# its matmuls in FP8). FP16 mixed precision has the same tensor-core peak as BF16 on every chip here.
+_PRECISION_RULES: tuple[tuple[str, str], ...] = (
+    (r"fp8|float8", "fp8"),
+    (r"bf16|bfloat16", "bf16"),
+    (r"fp16|mixed", "bf16"),
+)
+_UNKNOWN_PRECISION = r"^$|not stated"
+
+# recompute column -> scenario recompute; None: not representable (the reason is the rule's text).
+_RECOMPUTE_RULES: tuple[tuple[str, str | None], ...] = (
+    (r"^remat_policy=full$", "full"),
+    (r"^remat_policy=(minimal|minimal_flash)$", "selective"),   # MaxText: saves matmul outputs
+    (r"^remat_policy=", None),                                  # host offload etc.
+    (r"^full\b", "full"),
+    (r"^selective\b", "selective"),
+    (r"^none\b", "none"),
+)
+_RECOMPUTE_IN_NOTES = r"remat|recomput|activation checkpoint"
+
+# zero_or_fsdp column -> ZeRO stage. Checked in order; blank -> 1 (Megatron's distributed optimizer,
+# recorded as an assumption).
+_ZERO_RULES: tuple[tuple[str, int], ...] = (
+    (r"SHARD_GRAD_OP|no reshard of params", 2),    # params gathered once per step: ZeRO-2
+    (r"^ZeRO-1", 1),
+    (r"^ZeRO-2", 2),
+    (r"^ZeRO-3", 3),
+    (r"FSDP|FULL_SHARD", 3),
+)
+# Sharding within a slice/VM and plain data parallelism across them (hybrid sharding): the shard
+# group is one slice's data-parallel ranks (parallelism.zero_group = dp / slices), or the number
+# MaxText's ici_fsdp_parallelism gives when it is positive.
+_HYBRID_SHARDING = r"across slices|within slice|DCN DP \d+"
+_ICI_FSDP = r"ici_fsdp(?:_parallelism)?=(-?\d+)"
+# TPU Multislice: how many ICI slices the run joins over the DCN (hardware column, then notes).
+_SLICES_IN_ROW: tuple[tuple[str, str], ...] = (
+    ("hardware", r"\((\d+) pods? x \d+ chips\)"),
+    ("notes", r"chips = (\d+) ?x "),
+)
+_MULTISLICE = r"multislice|pods"
+
+# model name -> MLP type of the schema ("swiglu": 3 matrices, "gelu": 2). Checked in order.
+_MLP_RULES: tuple[tuple[str, str], ...] = (
+    (r"llama|mistral|mixtral|qwen|deepseek|gpt[ _-]?oss|maxtext|palm", "swiglu"),
+    (r"nemotron", "gelu"),          # squared-ReLU MLP: two matrices, like GELU
+    (r"gpt|mpt|bloom|\bopt\b|megatron-turing|mt-nlg", "gelu"),
+)
+_GPT_STYLE = r"\bgpt(?![ _-]?oss)|megatron-turing|mt-nlg"     # vocab default 51200 applies
+_GPT_DEFAULT_VOCAB = 51200
+_MOE_NAME = r"mixtral|qwen3.*a\d+b|deepseek|gpt[ _-]?oss"
+_MOE_NOTES = r"(\d+) (?:routed )?experts top-(\d+)"
+_MOE_UNSUPPORTED_NOTES = r"shared|MLA attention"
+# Model families with an attention the schema does not have (every layer is full causal attention).
+_UNSUPPORTED_MODEL_FEATURES: tuple[tuple[str, str], ...] = (
+    (r"gpt[ _-]?oss", ("GPT-OSS alternates full attention with 128-token sliding-window layers "
+                       "(OpenAI gpt-oss model card): sliding-window attention is not in the model "
+                       "schema")),
+)
+# head_dim facts for model families whose head_dim is not hidden / heads (model.head_dim).
+_HEAD_DIM_FACTS: tuple[tuple[str, int, str], ...] = (
+    (r"qwen3", 128, "Qwen3 config.json: head_dim 128"),
+)
+
+# Sources whose software predates Megatron sequence parallelism (Korthikanti et al., May 2022).
+_NO_SEQUENCE_PARALLEL_SOURCES: tuple[tuple[str, str], ...] = (
+    (r"NVIDIA/Megatron-LM/blob/5281919", "Megatron-LM of Sep 2020 predates sequence parallelism"),
+    (r"arxiv\.org/abs/2104\.04473", "Narayanan et al. 2021 predates sequence parallelism"),
+)
+
+
+def _first(rules: Iterable[tuple[str, Any]], text: str) -> tuple[bool, Any]:
+    """(True, value) of the first rule whose pattern is found in *text* (any case), else (False, None)."""
+    for pattern, value in rules:
+        if re.search(pattern, text, re.IGNORECASE):
+            return True, value
+    return False, None
