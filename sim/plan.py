@@ -204,9 +204,9 @@ def plan(req: PlanRequest,
                     net = CollectiveModel(topo)
                 assert net is not None
                 plans = plan_stages(wl, topo, net)
-                vs = lay["virtual_stages"] if lay["schedule"] == "interleaved" else 1
-                eng = fast_step(plans, pp=lay["pp"], vs=vs, micro=wl.microbatches,
-                                schedule_kind=lay["schedule"])
+                par = scn.parallelism
+                eng = fast_step(plans, pp=par.pp, vs=par.virtual_stages, micro=par.microbatches,
+                                schedule_kind=par.schedule)
                 tps = wl.tokens_per_step / eng.step_time_s
                 cands.append(Candidate(chips, dict(lay), eng.step_time_s, tps,
                                        wl.model_flops_per_step / (eng.step_time_s * chips * chip.bf16_flops),

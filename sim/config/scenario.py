@@ -18,9 +18,10 @@ from ..software import resolve_software
 from ..topology_spec import GpuClusterSpec
 from .fields import Section, parse_tokens
 from .overrides import apply_overrides
+from .parallelism import read_parallelism, resolve_plan
 from .paths import scenario_dir
 from .schema import (CLUSTER_KEYS, MODEL_KEYS, SECTION_KEYS, TOP_KEYS, ClusterConfig, CostConfig,
-                     FailuresConfig, ParallelismConfig, Scenario, StragglersConfig, TrainingConfig)
+                     FailuresConfig, Scenario, StragglersConfig, TrainingConfig)
 from .topology_specs import load_topology_spec
 from .yamlio import read_yaml
 
@@ -63,7 +64,7 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
                           "or a mapping with layers, hidden, ffn_hidden, heads, kv_heads, vocab")
     model = _model(raw["model"])
     training = _training(top.section("training", SECTION_KEYS["training"]), cluster)
-    par = _parallelism(top.section("parallelism", SECTION_KEYS["parallelism"]), cluster, model)
+    par = read_parallelism(top.section("parallelism", SECTION_KEYS["parallelism"]), cluster)
     soft_s = top.section("software", SECTION_KEYS["software"])
     software = resolve_software(soft_s.text("framework") if soft_s.has("framework") else None,
                                 soft_s.text("attention") if soft_s.has("attention") else None,
@@ -85,6 +86,7 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     cost = CostConfig(cost_s.number("usd_per_chip_hour", default_price))
     name = top.text("name", default_name)
     seed = top.integer("seed", 0, minimum=0)
+    par = resolve_plan(par, model, training, source)
     return Scenario(name=name, source=source, cluster=cluster, model=model, training=training,
                     parallelism=par, stragglers=strag, failures=fail, cost=cost, seed=seed,
                     software=software, raw=raw)
@@ -172,33 +174,6 @@ def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
     if t.precision == "fp8" and cluster.chip.fp8_flops is None:
         raise ConfigError(f"training.precision: fp8 is not supported on {cluster.chip.name}; use bf16")
     return t
-
-
-def _parallelism(s: Section, cluster: ClusterConfig, model: ModelSpec) -> ParallelismConfig:
-    tp, pp, cp, ep = (s.integer(k, 1) for k in ("tp", "pp", "cp", "ep"))
-    chips = cluster.chips
-    if chips % (tp * pp * cp):
-        raise ConfigError(f"parallelism: tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide "
-                          f"the {chips} chips of the cluster; valid: a product that divides {chips}")
-    dp = chips // (tp * pp * cp)
-    schedule = s.text("schedule", "1f1b", ("1f1b", "interleaved", "gpipe"))
-    vs = s.integer("virtual_stages", 1)
-    if vs > 1 and schedule != "interleaved":
-        raise ConfigError(f"parallelism.virtual_stages: {vs} needs schedule: interleaved, got {schedule!r}")
-    zero = s.integer("zero", 1, minimum=0, maximum=3)       # ZeRO stages 0-3 (Rajbhandari 2020)
-    group = s.opt_int("zero_group")
-    if group is not None:
-        if dp % group:
-            divisors = [d for d in range(1, dp + 1) if dp % d == 0]
-            shown = ", ".join(str(d) for d in divisors[:12]) + (", ..." if len(divisors) > 12 else "")
-            raise ConfigError(f"{s.at('zero_group')}: {group} does not divide dp = {dp}; valid: "
-                              f"a divisor of dp ({shown})")
-        if zero == 0 and group != dp:
-            raise ConfigError(f"{s.at('zero_group')}: {group} shards nothing with zero: 0; "
-                              "set parallelism.zero to 1, 2 or 3, or leave zero_group out")
-    return ParallelismConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, zero=zero, schedule=schedule,
-                             virtual_stages=vs, sequence_parallel=s.flag("sequence_parallel", True),
-                             zero_group=0 if group is None or group == dp else group)
 
 
 def _stragglers(s: Section) -> StragglersConfig:

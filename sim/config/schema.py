@@ -8,13 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConfigError
 from ..hardware import Chip
 from ..models import ModelSpec
 from ..software import SoftwareProfile
 from ..topology_spec import SliceShape, TopologySpec
 
 __all__ = [
-    "ClusterConfig", "CostConfig", "FailuresConfig", "ParallelismConfig", "Scenario",
+    "ClusterConfig", "CostConfig", "FailuresConfig", "ParallelismConfig", "PlanSizes", "Scenario",
     "StragglersConfig", "TrainingConfig", "CLUSTER_KEYS", "MODEL_KEYS", "SECTION_KEYS", "TOP_KEYS",
     "scenario_keys",
 ]
@@ -39,7 +40,8 @@ class ClusterConfig:
 @dataclass(frozen=True, slots=True)
 class TrainingConfig:
     seq_len: int = 4096
-    global_batch: int | None = None       # sequences per step; None: dp x micro_batch x max(1, 4 x pp)
+    global_batch: int | None = None       # sequences per step as given; None: the default, which
+                                          # parallelism.sequences_per_step resolves
     micro_batch: int = 1
     precision: str = "bf16"
     recompute: str = "selective"
@@ -47,7 +49,30 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanSizes:
+    """The sizes a parallel plan that meets every rule resolves to (sim/config/parallelism.py)."""
+
+    microbatches: int                     # micro-batches per pipeline per step
+    sequences_per_step: int               # the global batch: training.global_batch, or
+                                          # dp x micro_batch x max(1, 4 x pp) when not given
+    layers_per_chunk: int                 # model.layers / (pp x virtual_stages)
+    local_seq_len: int                    # tokens of a sequence per context-parallel rank
+
+
+@dataclass(frozen=True, slots=True)
 class ParallelismConfig:
+    """The parallel plan: the ``parallelism`` section as given, and every fact derived from it with
+    the cluster, the model and the training section, resolved once by the loader
+    (sim/config/parallelism.py, which also holds every rule a plan must meet). Nothing downstream
+    re-derives them.
+
+    A plan that breaks a rule (tp not dividing the heads, a batch that does not split into
+    micro-batches, ...) still loads, with ``plan_error`` saying which rule (the validation suites
+    map such a scenario and count the refusal); its sizes then raise that ConfigError when read,
+    and ``checked()`` raises it up front (``build_workload`` does). ``virtual_stages`` is the
+    effective count: the loader allows more than 1 only with the interleaved schedule.
+    """
+
     tp: int = 1
     pp: int = 1
     cp: int = 1
@@ -55,14 +80,64 @@ class ParallelismConfig:
     dp: int = 1                           # derived: chips / (tp x pp x cp)
     zero: int = 1
     schedule: str = "1f1b"
-    virtual_stages: int = 1
+    virtual_stages: int = 1               # model chunks per pipeline rank (interleaved schedule)
     sequence_parallel: bool = True
     zero_group: int = 0                   # dp ranks one ZeRO/FSDP shard group spans; 0: all of dp
+    sizes: PlanSizes | None = None        # derived; None: the plan breaks a rule (plan_error)
+    plan_error: str = ""                  # "FILE: FIELD: what is wrong" of the first rule broken
+
+    def checked(self) -> PlanSizes:
+        """The plan's sizes, or the ConfigError of the first rule the plan breaks."""
+        if self.sizes is None:
+            raise ConfigError(self.plan_error or "parallelism: the plan was not resolved by the "
+                              "scenario loader (sim.config)")
+        return self.sizes
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches per pipeline per step."""
+        return self.checked().microbatches
+
+    @property
+    def sequences_per_step(self) -> int:
+        """The global batch in sequences (given, or the default)."""
+        return self.checked().sequences_per_step
+
+    @property
+    def layers_per_chunk(self) -> int:
+        """Transformer layers in one model chunk (virtual stage)."""
+        return self.checked().layers_per_chunk
+
+    @property
+    def layers_per_stage(self) -> int:
+        """Transformer layers one pipeline stage holds (all of its chunks)."""
+        return self.checked().layers_per_chunk * self.virtual_stages
+
+    @property
+    def local_seq_len(self) -> int:
+        """Tokens of one sequence on one context-parallel rank: training.seq_len / cp."""
+        return self.checked().local_seq_len
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks along the pipeline: pp x virtual_stages."""
+        return self.pp * self.virtual_stages
 
     @property
     def shard_dp(self) -> int:
         """Data-parallel ranks that split the ZeRO-sharded states (the rest hold replicas)."""
         return self.zero_group or self.dp
+
+    @property
+    def replicas(self) -> int:
+        """Copies of the ZeRO-sharded training state: 1 unless hybrid sharding (zero_group)."""
+        return self.dp // self.shard_dp
+
+    @property
+    def shard_ranks(self) -> int:
+        """Ranks that split one copy of the sharded state: the shard group's data- and
+        context-parallel ranks."""
+        return self.shard_dp * self.cp
 
 
 @dataclass(frozen=True, slots=True)
