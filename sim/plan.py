@@ -59,13 +59,6 @@ class Candidate:
     cost_usd: float = math.inf
     energy_MWh: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"chips": self.chips, "days": self.days, "cost_usd": self.cost_usd,
-                "chip_hours": self.chip_hours, "layout": self.layout,
-                "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
-                "memory_per_chip_GiB": self.memory_GiB, "goodput": self.goodput,
-                "energy_MWh": self.energy_MWh}
-
 
 @dataclass
 class TopologyPlan:
@@ -243,23 +236,3 @@ def _why_none(reasons: Sequence[str]) -> str:
     oom = [r for r in reasons if "GiB per chip" in r]
     return ("no layout fits in memory (best: " + min(oom, key=len).split(": ", 1)[-1][:120] + ")"
             if oom else reasons[0][:160])
-
-
-def runners_up(tp_plan: TopologyPlan, chips: int, n: int = 3) -> list[str]:
-    """Why the next-best layouts at *chips* lost to the chosen one."""
-    cands = tp_plan.by_size.get(chips, [])
-    if len(cands) < 2:
-        return []
-    best = cands[0]
-    out = []
-    for c in cands[1:1 + n]:
-        out.append(f"{_layout_text(c.layout)}: {100 * (c.step_time_s / best.step_time_s - 1):.1f}% "
-                   f"slower step ({c.step_time_s:.3f} s vs {best.step_time_s:.3f} s)")
-    return out
-
-
-def _layout_text(lay: Mapping[str, Any]) -> str:
-    s = f"tp={lay['tp']} pp={lay['pp']}"
-    if lay["virtual_stages"] > 1:
-        s += f" vs={lay['virtual_stages']}"
-    return s + f" zero={lay['zero']} mb={lay['micro_batch']} {lay['recompute']}"
