@@ -1,5 +1,8 @@
 """Command line: ``clustersim`` / ``python -m sim``. Commands and flags as in DESIGN.md.
 
+Each command parses its arguments, calls the model and prints what ``sim.report`` makes of the
+result records (tables, JSON); only the one-line errors and notes on stderr are written here.
+
 Every expected error (bad input, impossible plan) is one line on stderr and exit 2 (input) or 3
 (infeasible plan). Anything else is a bug in clustersim: one line asking for a report, exit 1,
 and the traceback only with ``--debug``. A closed output pipe (``clustersim run ... | head``) ends
@@ -9,11 +12,11 @@ the command quietly, as other Unix tools do.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
+from . import report
 from .config import PLOT_SUFFIXES, check_output_path
 from .errors import ConfigError, InfeasibleError, SimError
 
@@ -215,11 +218,6 @@ def _err(line: str) -> None:
         pass
 
 
-def dump_json(obj: Any) -> str:
-    """Strict JSON (no NaN or Infinity): a non-finite number in an output is a bug of ours."""
-    return json.dumps(obj, allow_nan=False)
-
-
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -235,30 +233,8 @@ def _cmd_topo_show(args: argparse.Namespace) -> int:
                            where="topo show", slices=args.slices,
                            background_load=args.background_load)
     info = summarize(build_topology(cluster))
-    if args.json:
-        print(dump_json(info))
-    else:
-        print(_format_topology(info))
+    print(report.dump_json(info) if args.json else report.topology_text(info))
     return 0
-
-
-def _format_topology(info: dict[str, Any]) -> str:
-    lines = [f"{info['topology']}: {info['chips']} x {info['chip']}"]
-    if "slice" in info:
-        wrap = "".join("w" if w else "-" for w in info["wraparound"])
-        over = f" x {info['pods']} slices over DCN" if info["pods"] > 1 else ""
-        lines.append(f"  slice            {info['slice']}{over}  "
-                     f"(wraparound {wrap}{', twisted' if info['twisted'] else ''})")
-        lines.append(f"  hosts            {info['nodes']}")
-    else:
-        lines.append(f"  nodes            {info['nodes']}  ({info['scalable_units']} scalable unit(s), "
-                     f"{info['fabric_tiers']}-tier fabric, oversubscription {info['oversubscription']:g}:1)")
-    sw = ", ".join(f"{n} {k}" for k, n in info["switches"].items()) or "none"
-    lines.append(f"  switches         {sw}")
-    lines.append("  links            " + ", ".join(f"{n} {k}" for k, n in info["links"].items()))
-    lines.append(f"  bisection        {info['bisection_GBps']:,.0f} GB/s (one direction)")
-    lines.append(f"  diameter         {info['diameter_hops']} hops")
-    return "\n".join(lines)
 
 
 def _cmd_collective(args: argparse.Namespace) -> int:
@@ -285,25 +261,17 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     group = list(range(args.group)) if args.group else None
     model = CollectiveModel(topo)
     tsize = DTYPE_BYTES[args.dtype]
-    rows = []
+    results = []
     size = args.min_bytes
     while size <= args.max_bytes:
-        size_bytes = max(tsize, size - size % tsize)
-        r = model.time(args.op, size_bytes, group, args.algo)
-        rows.append((size_bytes, size_bytes // tsize, r))
+        results.append(model.time(args.op, max(tsize, size - size % tsize), group, args.algo))
         size *= args.factor
     if args.csv:
-        print("size_bytes,count,dtype,time_us,algbw_GBps,busbw_GBps")
-        for b, c, r in rows:
-            print(f"{b},{c},{args.dtype},{r.time_s * 1e6:.2f},{r.algbw_GBps:.2f},{r.busbw_GBps:.2f}")
+        print(report.collective_csv(results, args.dtype, tsize))
         return 0
     n = len(group) if group else topo.chips
-    print(f"# {args.op} on {n} ranks of {topo.name} ({topo.spec.chip.name}); GB = 1e9 bytes")
-    print(f"# {'size':>12} {'count':>12} {'type':>8} {'time(us)':>11} {'algbw(GB/s)':>12} "
-          f"{'busbw(GB/s)':>12}  algorithm")
-    for b, c, r in rows:
-        print(f"  {b:>12} {c:>12} {args.dtype:>8} {r.time_s * 1e6:>11.2f} {r.algbw_GBps:>12.2f} "
-              f"{r.busbw_GBps:>12.2f}  {r.algo}/{r.proto}")
+    print(report.collective_table(results, args.op, n, topo.name, topo.spec.chip.name, args.dtype,
+                                  tsize))
     return 0
 
 
@@ -311,7 +279,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     import math
 
     from .config import PRESETS_NAMES, parse_tokens
-    from .plan import PlanRequest, plan, runners_up
+    from .plan import PlanRequest, plan
     from .progress import progress
 
     if args.model not in PRESETS_NAMES:
@@ -339,32 +307,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                       batch_tokens=_batch_tokens(args.batch_tokens), precision=args.precision,
                       max_chips=args.max_chips, framework=args.framework)
     plans = plan(req, progress=progress)
-    out: dict[str, Any] = {}
-    for p in plans:
-        main_pick = p.smallest or p.closest
-        entry: dict[str, Any] = {"topology": p.topology, "chip": p.chip, "tokens": req.tokens,
-                                 "days_limit": req.days, "meets_deadline": p.smallest is not None,
-                                 "usd_per_chip_hour": p.usd_per_chip_hour,
-                                 "price_source": p.price_source,
-                                 "layouts_screened": p.layouts_screened}
-        if main_pick is not None:
-            entry.update(main_pick.to_json())
-        entry["smallest"] = p.smallest.to_json() if p.smallest else None
-        entry["cheapest"] = p.cheapest.to_json() if p.cheapest else None
-        entry["sizes"] = [c.to_json() for _, c in sorted(p.best.items())]
-        entry["refused"] = {str(k): v for k, v in sorted(p.refused.items())}
-        entry["runners_up"] = runners_up(p, main_pick.chips) if main_pick else []
-        out[p.topology] = entry
+    entries = report.plan_json(plans, req)
     if plot is not None:
         from .plots import plot_plan
 
-        plot_plan([e for e in out.values() if "chips" in e], plot)
-    if args.json:
-        print(dump_json(out))
-        return 0
-    print(_format_plan(out, req))
-    if plot is not None:
-        print(f"plot: {plot}")
+        plot_plan([e for e in entries.values() if "chips" in e], plot)
+    print(report.dump_json(entries) if args.json
+          else report.plan_text(plans, req, None if plot is None else str(plot)))
     return 0
 
 
@@ -379,43 +328,6 @@ def _batch_tokens(text: str) -> float:
     if not (v >= 1 and v <= 2**32):
         raise ConfigError(f"--batch-tokens: expected a token count like 4M or 1048576, got {text!r}")
     return v
-
-
-def _format_plan(out: dict[str, Any], req: Any) -> str:
-    lines = [f"plan: {req.model}, {req.tokens:.3g} tokens in {req.days:g} days "
-             f"(sequence {req.seq_len}, {req.batch_tokens:,.0f} tokens per step, {req.precision})", ""]
-    for name, e in out.items():
-        lines.append(f"{name} ({e['chip']}, ${e['usd_per_chip_hour']:.2f}/chip-hour: {e['price_source']}); "
-                     f"{e['layouts_screened']:,} layouts screened")
-        for label, key in (("smallest", "smallest"), ("cheapest", "cheapest")):
-            c = e[key]
-            if c is None:
-                continue
-            lay = c["layout"]
-            energy = f", {c['energy_MWh']:,.0f} MWh" if c["energy_MWh"] else ""
-            lines.append(f"  {label:<9} {c['chips']:>6} chips  {c['days']:6.1f} days  "
-                         f"${c['cost_usd'] / 1e6:,.2f} M  {c['chip_hours'] / 1e6:,.2f} M chip-hours{energy}"
-                         f"  MFU {100 * c['mfu']:.1f}%  goodput {100 * c['goodput']:.1f}%")
-            lines.append(f"            layout tp={lay['tp']} pp={lay['pp']} "
-                         + (f"vs={lay['virtual_stages']} " if lay["virtual_stages"] > 1 else "")
-                         + f"zero={lay['zero']} micro_batch={lay['micro_batch']} recompute={lay['recompute']}")
-        if not e["meets_deadline"]:
-            if "chips" in e:
-                lines.append(f"  no cluster up to the largest tried meets {req.days:g} days; closest: "
-                             f"{e['chips']} chips in {e['days']:.1f} days")
-            else:
-                lines.append("  no cluster size can run this model: " + "; ".join(
-                    f"{k} chips: {v}" for k, v in list(e["refused"].items())[:3]))
-        for r in e["runners_up"]:
-            lines.append(f"  runner-up {r}")
-        lines.append("")
-    picks = [(n, e) for n, e in out.items() if e.get("smallest")]
-    if len(picks) > 1:
-        lines.append("side by side (smallest cluster meeting the deadline):")
-        for n, e in picks:
-            c = e["smallest"]
-            lines.append(f"  {n:<12} {c['chips']:>6} chips  {c['days']:6.1f} days  ${c['cost_usd'] / 1e6:,.2f} M")
-    return "\n".join(lines)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -441,37 +353,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         from .plots import plot_sweep
 
         plot_sweep(rows, [a.key for a in axes], plot, weak=args.weak)
-    if args.json:
-        print(dump_json(rows))
-        return 0
-    print(_format_sweep(rows, [a.key for a in axes]))
-    if out is not None:
-        print(f"table: {out}")
-    if plot is not None:
-        print(f"plot:  {plot}")
+    print(report.dump_json(rows) if args.json
+          else report.sweep_text(rows, [a.key for a in axes], None if out is None else str(out),
+                                 None if plot is None else str(plot)))
     return 0
-
-
-def _format_sweep(rows: list[dict[str, Any]], keys: list[str]) -> str:
-    cols = keys + ["status", "step_time_s", "tokens_per_s_per_chip", "mfu"]
-    if any("scaling_efficiency" in r for r in rows):
-        cols.append("scaling_efficiency")
-    cols.append("cost_usd_per_million_tokens")
-    width = {c: max(len(c), 10) for c in cols}
-    head = "  ".join(f"{c:>{width[c]}}" for c in cols)
-    lines = [head]
-    for r in rows:
-        cells = []
-        for c in cols:
-            v = r.get(c, "")
-            if isinstance(v, float):
-                v = f"{v:.4g}" if c != "mfu" else f"{100 * v:.1f}%"
-            cells.append(f"{str(v):>{width[c]}}")
-        line = "  ".join(cells)
-        if r.get("status") != "ok":
-            line += f"  {r.get('error', '')}"
-        lines.append(line)
-    return "\n".join(lines)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -495,8 +380,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result, eng = run_step(scn, seed=args.seed, trace=bool(args.trace), max_events=limit,
                            steps=args.steps, per_rank=per_rank)
     if args.steps > 1:
-        import numpy as np
-
         from .progress import progress
 
         base = scn.seed if args.seed is None else args.seed
@@ -505,10 +388,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             for k in progress(range(1, args.steps), args.steps - 1, "simulating steps")]
         if not args.json:
             print(f"simulated {args.steps} steps", file=sys.stderr)
-        result = result.with_extra({"steps": args.steps, "step_time_dist_s": {
-            "mean": float(np.mean(times)), "p50": float(np.percentile(times, 50)),
-            "p99": float(np.percentile(times, 99)), "min": float(min(times)),
-            "max": float(max(times))}})
+        result = result.with_extra({"steps": args.steps,
+                                    "step_time_dist_s": report.step_time_dist(times)})
     if scn.failures is not None:
         from .faults import failure_report
 
@@ -520,65 +401,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from .trace import write_trace
 
         write_trace(args.trace, eng.intervals, scn.name)
-    if args.json:
-        print(dump_json(result.to_json()))
-        return 0
-    print(_format_step(result, scn))
-    if args.trace:
-        print(f"  trace            {args.trace} (open in ui.perfetto.dev)")
+    print(report.dump_json(report.step_json(result)) if args.json
+          else report.step_text(result, scn, args.trace))
     return 0
-
-
-def _format_step(r: Any, scn: Any) -> str:
-    p = r.parallelism
-    m = scn.model
-    lines = [
-        f"{r.scenario}: {m.name} ({m.total_params() / 1e9:.1f} B parameters) on {r.chips} x {r.chip} "
-        f"({r.topology}" + (f", {p['slices']} slices over DCN" if p["slices"] > 1 else "") + ")",
-        f"  parallelism      tp={p['tp']} pp={p['pp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} "
-        f"zero={p['zero']}"
-        + (f" zero_group={p['zero_group']}" if p["zero_group"] != p["dp"] else "")
-        + f" {p['schedule']}, {p['microbatches']} micro-batches",
-        f"  software         {r.software['framework']} (attention {r.software['attention']}, "
-        f"{r.software['elementwise']} elementwise ops"
-        + (", TP comm overlapped" if r.software["tp_comm_overlap"] else "")
-        + (", FP8 linear layers" if scn.training.precision == "fp8" and r.software["fp8_linear"] else "")
-        + ")",
-        f"  step time        {r.step_time_s:.3f} s",
-        f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.chips:,.0f} per chip)",
-        f"  MFU              {100 * r.mfu:.1f} %",
-        f"  memory per chip  {r.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.hbm_bytes / 2**30:.1f} GiB",
-        f"  cost             ${r.cost_usd_per_million_tokens:.3f} per million tokens at "
-        f"${r.extra['usd_per_chip_hour']:.2f} per chip-hour ({r.extra['price_source']})",
-        "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in r.breakdown_s.items() if v > 1e-9),
-    ]
-    x = r.extra
-    if "train_days" in x:
-        lines.append(f"  to train         {x['token_budget']:.3g} tokens: {x['train_days']:.1f} days"
-                     + (" (goodput included)" if x["goodput_applied"] else "")
-                     + f", {x['chip_hours']:,.0f} chip-hours, ${x['cost_usd']:,.0f}"
-                     + (f", {x['energy_MWh']:,.0f} MWh (TDP x PUE 1.1)" if "energy_MWh" in x else ""))
-    if "straggler_excess_s" in x:
-        lines.append(f"  stragglers       slowest replica {x['straggler_replica']} finished "
-                     f"{x['straggler_excess_s']:.3f} s after the median one"
-                     + (f" (slow chips {x['straggler_chips']})" if x["straggler_chips"] else ""))
-    if "step_time_dist_s" in x:
-        d = x["step_time_dist_s"]
-        lines.append(f"  over {x['steps']} steps   mean {d['mean']:.3f} s, p50 {d['p50']:.3f} s, "
-                     f"p99 {d['p99']:.3f} s")
-    if "goodput" in x:
-        lo, hi = x["goodput_interval"]
-        lines += [
-            f"  failures         {x['interruptions_total']:.0f} unexpected interruptions in "
-            f"{x['horizon_days']:g} days (MTBF {x['mtbf_h']:.2f} h), checkpoint every "
-            f"{x['checkpoint_interval_min']:.1f} min",
-            f"  goodput          {100 * x['goodput']:.1f} % (5-95%: {100 * lo:.1f}-{100 * hi:.1f}), "
-            f"effective {x['effective_tokens_per_s']:,.0f} tokens/s",
-        ]
-        if "time_to_train_days" in x:
-            lines.append(f"  time to train    {x['time_to_train_days']:.1f} days for "
-                         f"{x['token_budget']:.3g} tokens")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":                                     # pragma: no cover

@@ -59,13 +59,6 @@ class Candidate:
     cost_usd: float = math.inf
     energy_MWh: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"chips": self.chips, "days": self.days, "cost_usd": self.cost_usd,
-                "chip_hours": self.chip_hours, "layout": self.layout,
-                "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
-                "memory_per_chip_GiB": self.memory_GiB, "goodput": self.goodput,
-                "energy_MWh": self.energy_MWh}
-
 
 @dataclass
 class TopologyPlan:
@@ -204,9 +197,9 @@ def plan(req: PlanRequest,
                     net = CollectiveModel(topo)
                 assert net is not None
                 plans = plan_stages(wl, topo, net)
-                vs = lay["virtual_stages"] if lay["schedule"] == "interleaved" else 1
-                eng = fast_step(plans, pp=lay["pp"], vs=vs, micro=wl.microbatches,
-                                schedule_kind=lay["schedule"])
+                par = scn.parallelism
+                eng = fast_step(plans, pp=par.pp, vs=par.virtual_stages, micro=par.microbatches,
+                                schedule_kind=par.schedule)
                 tps = wl.tokens_per_step / eng.step_time_s
                 cands.append(Candidate(chips, dict(lay), eng.step_time_s, tps,
                                        wl.model_flops_per_step / (eng.step_time_s * chips * chip.bf16_flops),
@@ -243,23 +236,3 @@ def _why_none(reasons: Sequence[str]) -> str:
     oom = [r for r in reasons if "GiB per chip" in r]
     return ("no layout fits in memory (best: " + min(oom, key=len).split(": ", 1)[-1][:120] + ")"
             if oom else reasons[0][:160])
-
-
-def runners_up(tp_plan: TopologyPlan, chips: int, n: int = 3) -> list[str]:
-    """Why the next-best layouts at *chips* lost to the chosen one."""
-    cands = tp_plan.by_size.get(chips, [])
-    if len(cands) < 2:
-        return []
-    best = cands[0]
-    out = []
-    for c in cands[1:1 + n]:
-        out.append(f"{_layout_text(c.layout)}: {100 * (c.step_time_s / best.step_time_s - 1):.1f}% "
-                   f"slower step ({c.step_time_s:.3f} s vs {best.step_time_s:.3f} s)")
-    return out
-
-
-def _layout_text(lay: Mapping[str, Any]) -> str:
-    s = f"tp={lay['tp']} pp={lay['pp']}"
-    if lay["virtual_stages"] > 1:
-        s += f" vs={lay['virtual_stages']}"
-    return s + f" zero={lay['zero']} mb={lay['micro_batch']} {lay['recompute']}"

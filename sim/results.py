@@ -1,4 +1,5 @@
-"""Result records of a run and their JSON form (field names as in DESIGN.md)."""
+"""Result records of a run. Their views (tables, ``run --json`` with DESIGN.md's field names) are
+in ``sim/report.py``."""
 
 from __future__ import annotations
 
@@ -47,26 +48,3 @@ class StepResult:
         from dataclasses import replace
 
         return replace(self, extra={**self.extra, **extra})
-
-    def to_json(self) -> dict[str, Any]:
-        out = {
-            "scenario": self.scenario,
-            "topology": self.topology,
-            "chip": self.chip,
-            "chips": self.chips,
-            "step_time_s": self.step_time_s,
-            "tokens_per_s": self.tokens_per_s,
-            "tokens_per_s_per_chip": self.tokens_per_s / self.chips,
-            "mfu": self.mfu,
-            "model_flops_per_step": self.model_flops_per_step,
-            "memory_per_chip_GiB": self.memory_per_chip_GiB,
-            "memory_breakdown_GiB": self.memory_breakdown_GiB,
-            "breakdown_s": self.breakdown_s,
-            "cost_usd_per_million_tokens": self.cost_usd_per_million_tokens,
-            "parallelism": self.parallelism,
-            "critical_stage": self.critical_stage,
-            "software": self.software,
-            "seed": self.seed,
-        }
-        out.update(self.extra)
-        return out

@@ -27,6 +27,7 @@ from typing import Any
 
 from .config import apply_overrides, parse_value, scenario_from_dict, set_key
 from .errors import ConfigError, InfeasibleError, SimError
+from .report import step_json
 
 __all__ = ["SweepAxis", "parse_over", "expand_points", "run_point", "run_sweep",
            "scaling_efficiency", "read_table", "write_table", "MAX_POINTS"]
@@ -145,7 +146,7 @@ def run_point(payload: tuple[Mapping[str, Any], str, dict[str, Any], bool, int |
 
         result = result.with_extra(cost_summary(scn, result, result.extra.get("goodput")))
         row.update(status="ok", error="", model=scn.model.name)
-        row.update(_flatten(result.to_json()))
+        row.update(_flatten(step_json(result)))
     except InfeasibleError as e:
         row.update(status="infeasible", error=" ".join(str(e).split()))
     except SimError as e:

@@ -89,6 +89,26 @@ def test_multislice_and_zero_group() -> None:
     assert s.parallelism.zero_group == 0 and s.parallelism.shard_dp == 8
 
 
+def test_plan_values_are_derived_once_by_the_loader() -> None:
+    s = scn(cluster={"topology": "tpu-v5p", "chips": 1024, "slices": 2},
+            training={"seq_len": 4096, "global_batch": 256, "micro_batch": 2},
+            parallelism={"tp": 8, "pp": 2, "schedule": "interleaved", "virtual_stages": 2,
+                         "zero": 3, "zero_group": 16})
+    p = s.parallelism                          # 1024 / (8 x 2) = 64 dp; 256 / (2 x 64) = 2 micro
+    assert (p.dp, p.shard_dp, p.replicas, p.shard_ranks) == (64, 16, 4, 16)
+    assert (p.microbatches, p.sequences_per_step) == (2, 256)
+    assert (p.chunks, p.layers_per_chunk, p.layers_per_stage, p.local_seq_len) == (4, 8, 16, 4096)
+    d = scn(parallelism={"tp": 8, "pp": 2}).parallelism        # no batch: dp x 1 x 4 pp
+    assert (d.dp, d.sequences_per_step, d.microbatches, d.replicas) == (4, 32, 8, 1)
+
+
+def test_a_plan_that_breaks_a_rule_loads_and_refuses_its_sizes() -> None:
+    s = scn(parallelism={"tp": 64})          # a valid scenario whose plan cannot run
+    assert s.parallelism.plan_error == "test.yaml: parallelism.tp: 64 does not divide model.heads = 32"
+    with pytest.raises(ConfigError, match=r"^test.yaml: parallelism.tp: 64 does not divide"):
+        s.parallelism.microbatches
+
+
 def test_multislice_and_zero_group_errors() -> None:
     bad(r"cluster.chips: 1001 is not 2 equal slices", cluster={"topology": "tpu-v5p", "chips": 1001,
                                                                 "slices": 2})

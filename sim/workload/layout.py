@@ -21,26 +21,22 @@ __all__ = ["Layout"]
 
 @dataclass(frozen=True, slots=True)
 class Layout:
+    """The rank <-> device mapping of a plan; its sizes are the config's (``Layout.of``)."""
+
     tp: int
     cp: int
     dp: int
     pp: int
     ep: int
-    shard_dp: int = 0             # data-parallel ranks per ZeRO shard group; 0: all of dp
+    shard_dp: int                 # data-parallel ranks per ZeRO shard group (all of dp unless hybrid)
+    replicas: int                 # copies of the sharded state: dp / shard_dp
 
     @classmethod
     def of(cls, par: ParallelismConfig) -> "Layout":
-        return cls(par.tp, par.cp, par.dp, par.pp, par.ep, par.shard_dp)
+        return cls(par.tp, par.cp, par.dp, par.pp, par.ep, par.shard_dp, par.replicas)
 
-    @property
-    def shard_size(self) -> int:
-        """Data-parallel ranks in one ZeRO shard group."""
-        return self.shard_dp or self.dp
-
-    @property
-    def replicas(self) -> int:
-        """Copies of the sharded training state (1 unless hybrid sharding)."""
-        return self.dp // self.shard_size
+    def __post_init__(self) -> None:
+        assert self.shard_dp * self.replicas == self.dp, self
 
     def device(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
         return ((pp * self.dp + dp) * self.cp + cp) * self.tp + tp
@@ -57,12 +53,12 @@ class Layout:
 
     def shard_group(self, stage: int = 0) -> list[int]:
         """Ranks that split one copy of the ZeRO-sharded state: the first shard group's ranks."""
-        return [self.device(0, c, d, stage) for d in range(self.shard_size) for c in range(self.cp)]
+        return [self.device(0, c, d, stage) for d in range(self.shard_dp) for c in range(self.cp)]
 
     def replica_groups(self, stage: int = 0) -> list[list[int]]:
         """Every set of ranks that hold the same shard in different replicas (hybrid sharding);
         all of them reduce their gradients at once, so they share the links between replicas."""
-        k = self.shard_size
+        k = self.shard_dp
         return [[self.device(t, c, d + r * k, stage) for r in range(self.replicas)]
                 for d in range(k) for c in range(self.cp) for t in range(self.tp)]
 
@@ -88,7 +84,7 @@ class Layout:
                 for t in range(self.tp)]
 
     def shard_groups(self, stage: int = 0) -> list[list[int]]:
-        k = self.shard_size
+        k = self.shard_dp
         return [[self.device(t, c, r * k + d, stage) for d in range(k) for c in range(self.cp)]
                 for r in range(self.replicas) for t in range(self.tp)]
 

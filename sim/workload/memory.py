@@ -46,14 +46,14 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     """The busiest stage's memory (the first: most micro-batches in flight, plus the embedding)."""
     scn: Scenario = wl.scenario
     m, tr, par = scn.model, scn.training, scn.parallelism
-    t, cp, pp = par.tp, par.cp, par.pp
-    shard = par.shard_dp * cp          # ZeRO shards over the shard group (zero_group), not replicas
-    layers = wl.layers_per_chunk * (wl.chunks // pp)
+    t, pp = par.tp, par.pp
+    shard = par.shard_ranks            # ZeRO shards over the shard group (zero_group), not replicas
+    layers = par.layers_per_stage
     params = layers * wl.layer.params + wl.embed_params * (2 if pp == 1 else 1)
     weights = 2.0 * params / (shard if par.zero >= 3 else 1)
     grads = 2.0 * params / (shard if par.zero >= 2 else 1)
     optim = 12.0 * params / (shard if par.zero >= 1 else 1)
-    b, s, h, a, g = tr.micro_batch, tr.seq_len // cp, m.hidden, m.heads, m.kv_heads
+    b, s, h, a, g = tr.micro_batch, par.local_seq_len, m.hidden, m.heads, m.kv_heads
     whole = 8.0                                         # norm and block inputs (2 each, 4 of them)
     q = a * m.head_dim / h                              # attention width (heads x head_dim) / hidden
     attn = 2 * q * (1 + 2 * g / a) + 2 * q              # Q, K, V and the attention output
@@ -67,11 +67,12 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
         layer_act = sbh * (whole + (attn + mlp) / t)
     else:
         layer_act = sbh * (whole + attn + mlp) / t
-    in_flight: float = min(pp, wl.microbatches) if pp > 1 else 1
-    if par.schedule == "interleaved" and par.virtual_stages > 1:
-        in_flight = min(wl.microbatches, pp) * (1 + (pp - 1) / (pp * par.virtual_stages))
+    micro = par.microbatches
+    in_flight: float = min(pp, micro) if pp > 1 else 1
+    if par.virtual_stages > 1:                          # interleaved (the loader allows no other)
+        in_flight = min(micro, pp) * (1 + (pp - 1) / (pp * par.virtual_stages))
     if par.schedule == "gpipe":
-        in_flight = wl.microbatches
+        in_flight = micro
     acts = layer_act * layers * in_flight
     if pp == 1:                                         # the output head's fp32 logits
         acts += 4.0 * b * s * m.vocab / t

@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass, field
 
 from ..config import Scenario
-from ..errors import ConfigError
 from ..models import ModelSpec
 from ..compute.kernels import AttentionShape, attention_bytes, attention_flops
 
@@ -76,9 +75,9 @@ class LayerWork:
 class Workload:
     scenario: Scenario
     layer: LayerWork
-    layers_per_chunk: int                # layers in one model chunk (virtual stage)
-    chunks: int                          # model chunks = pp x virtual stages
-    microbatches: int                    # per pipeline per step
+    layers_per_chunk: int                # layers in one model chunk (virtual stage)  } the plan's,
+    chunks: int                          # model chunks = pp x virtual stages          } as the loader
+    microbatches: int                    # per pipeline per step                       } resolved them
     first_forward: tuple[Item, ...]      # embedding (stage holding chunk 0)
     first_backward: tuple[Item, ...]
     last_forward: tuple[Item, ...]       # output head + loss (stage holding the last chunk)
@@ -119,12 +118,17 @@ _BWD_BYTES = {"norm": 1.5, "rope": 1.0, "residual": 1.0, "embedding": 1.0}
 
 
 def build_workload(scn: Scenario) -> Workload:
-    """Per-rank work of one training step of *scn* (checked for divisibility here)."""
+    """Per-rank work of one training step of *scn*.
+
+    The loader has checked the plan and resolved its sizes (``scn.parallelism``: micro-batches,
+    global batch, layers per chunk, local sequence; sim/config/parallelism.py), so every division
+    here is exact; a plan that breaks a rule is refused here with the loader's ConfigError.
+    """
     m, tr, par = scn.model, scn.training, scn.parallelism
-    t, cp, pp, ep, dp = par.tp, par.cp, par.pp, par.ep, par.dp
-    _check(scn)
+    par.checked()
+    t, cp, ep = par.tp, par.cp, par.ep
     b, S = tr.micro_batch, tr.seq_len
-    s = S // cp
+    s = par.local_seq_len
     h, a, g, d, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden
     tok = b * s                                            # tokens per micro-batch on this rank
     sp = par.sequence_parallel and t > 1
@@ -226,52 +230,14 @@ def build_workload(scn: Scenario) -> Workload:
                                 _gemm("lm-head-wgrad", h, V // t, tok, "head"),
                                 _mem("final-norm-bwd", 3 * act, "norm-bwd"))
 
-    vs = par.virtual_stages if par.schedule == "interleaved" else 1
-    chunks = pp * vs
-    gb = tr.global_batch if tr.global_batch is not None else dp * b * max(1, 4 * pp)
-    micro = gb // (dp * b)
+    gb = par.sequences_per_step
     return Workload(
         scenario=scn, layer=LayerWork(tuple(fwd), tuple(bwd), recompute, layer_params,
                                       cp_kv_bytes=2 * tok * g * d // t * BYTES if cp > 1 else 0),
-        layers_per_chunk=m.layers // chunks, chunks=chunks, microbatches=micro,
+        layers_per_chunk=par.layers_per_chunk, chunks=par.chunks, microbatches=par.microbatches,
         first_forward=first_f, first_backward=first_b, last_forward=last_f, last_backward=last_b,
         embed_params=V * h // t, pp_bytes=act // (t if sp else 1),
         model_flops_per_step=model_flops_per_token(m, S) * gb * S,
         tokens_per_step=gb * S,
     )
 
-
-def _check(scn: Scenario) -> None:
-    """The divisibility rules a plan must meet (one clear ConfigError each)."""
-    m, tr, par = scn.model, scn.training, scn.parallelism
-    where = scn.source
-    if m.heads % par.tp:
-        raise ConfigError(f"{where}: parallelism.tp: {par.tp} does not divide model.heads = {m.heads}")
-    if m.kv_heads % par.tp and par.tp % m.kv_heads:
-        raise ConfigError(f"{where}: parallelism.tp: {par.tp} and model.kv_heads = {m.kv_heads} "
-                          "must divide one another")
-    if m.ffn_hidden % par.tp:
-        raise ConfigError(f"{where}: parallelism.tp: {par.tp} does not divide model.ffn_hidden = {m.ffn_hidden}")
-    vs = par.virtual_stages if par.schedule == "interleaved" else 1
-    if m.layers % (par.pp * vs):
-        raise ConfigError(f"{where}: model.layers: {m.layers} is not divisible by pp x virtual_stages "
-                          f"= {par.pp} x {vs}; valid: a layer count that is a multiple of {par.pp * vs}")
-    if tr.seq_len % par.cp:
-        raise ConfigError(f"{where}: training.seq_len: {tr.seq_len} is not divisible by cp = {par.cp}")
-    if par.ep > 1:
-        if m.moe is None:
-            raise ConfigError(f"{where}: parallelism.ep: {par.ep} needs an MoE model (model.moe)")
-        if m.moe.experts % par.ep:
-            raise ConfigError(f"{where}: parallelism.ep: {par.ep} does not divide model.moe.experts = "
-                              f"{m.moe.experts}")
-        if par.dp % par.ep:
-            raise ConfigError(f"{where}: parallelism.ep: {par.ep} does not divide dp = {par.dp}")
-    if tr.global_batch is not None and tr.global_batch % (tr.micro_batch * par.dp):
-        raise ConfigError(
-            f"{where}: training.global_batch: {tr.global_batch} is not divisible by micro_batch x dp "
-            f"= {tr.micro_batch} x {par.dp}; valid: a multiple of {tr.micro_batch * par.dp}")
-    if par.schedule == "interleaved" and par.virtual_stages > 1 and par.pp > 1:
-        gb = tr.global_batch if tr.global_batch is not None else par.dp * tr.micro_batch * 4 * par.pp
-        if (gb // (tr.micro_batch * par.dp)) % par.pp:
-            raise ConfigError(f"{where}: training.global_batch: interleaved pipelines need a number of "
-                              f"micro-batches divisible by pp = {par.pp}")

@@ -1,0 +1,69 @@
+"""``--set KEY=VALUE`` and ``--over KEY=...``: dotted scenario keys set in a raw scenario mapping,
+values read as YAML scalars, each key checked against the schema before anything runs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ConfigError
+from .schema import TOP_KEYS, scenario_keys
+from .yamlio import load_value
+
+__all__ = ["apply_overrides", "parse_value", "set_key"]
+
+
+def parse_value(text: str, where: str) -> Any:
+    """A command-line value as a YAML scalar: ``2048`` int, ``0.5`` float, ``true``, ``bf16``."""
+    if re.fullmatch(r"\s*[-+]?\d+(\.\d*)?[eE][-+]?\d+\s*", text, re.ASCII):
+        return float(text)               # 1e12: YAML 1.1 would read it as text
+    v = load_value(text, where) if text.strip() else ""
+    if isinstance(v, (dict, list)):
+        raise ConfigError(f"{where}: expected one value (a number, true/false or a name), got {text!r}")
+    return v
+
+
+def set_key(raw: dict[str, Any], dotted: str, value: Any, where: str) -> None:
+    """Set a dotted scenario key (``cluster.chips``, ``model.moe.experts``, ``seed``) in *raw*,
+    naming the valid keys when it is not one."""
+    parts = dotted.split(".")
+    keys = scenario_keys()
+    top = parts[0]
+    if top not in TOP_KEYS:
+        raise ConfigError(f"{where}: unknown key {dotted!r}; valid: {', '.join(sorted(TOP_KEYS))} "
+                          "and their fields (e.g. cluster.chips, parallelism.tp)")
+    if len(parts) == 1:
+        if top in keys and top != "model":
+            raise ConfigError(f"{where}: {dotted!r} is a section; name one of its fields: "
+                              f"{', '.join(f'{top}.{k}' for k in sorted(keys[top]))}")
+        raw[top] = value
+        return
+    if top not in keys or parts[1] not in keys[top]:
+        valid = sorted(keys.get(top, ()))
+        raise ConfigError(f"{where}: unknown key {dotted!r}; valid under {top}: "
+                          f"{', '.join(valid) if valid else '(none: it takes one value)'}")
+    if len(parts) > 2 and not (top == "model" and parts[1] == "moe" and len(parts) == 3):
+        raise ConfigError(f"{where}: {dotted!r} is nested too deeply; valid: SECTION.FIELD "
+                          "(model.moe.FIELD for experts)")
+    node = raw.get(top)
+    if top == "model" and isinstance(node, str):
+        node = {"preset": node}                  # a preset name becomes a preset plus overrides
+    node = dict(node) if isinstance(node, Mapping) else {}
+    raw[top] = node
+    for p in parts[1:-1]:
+        node[p] = dict(node[p]) if isinstance(node.get(p), Mapping) else {}
+        node = node[p]
+    node[parts[-1]] = value
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],
+                    flag: str = "--set") -> dict[str, Any]:
+    """A copy of *raw* with each ``KEY=VALUE`` of *overrides* applied (values as YAML scalars)."""
+    out = dict(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{flag}: expected KEY=VALUE (e.g. cluster.chips=2048), got {item!r}")
+        set_key(out, key.strip(), parse_value(text, f"{flag} {key.strip()}"), f"{flag} {key.strip()}")
+    return out

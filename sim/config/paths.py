@@ -1,0 +1,47 @@
+"""Where clustersim's files are: the bundled data folders, and output files checked before work."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import ConfigError
+
+__all__ = ["DATA_DIR", "PLOT_SUFFIXES", "check_output_path", "scenario_dir", "topology_dir"]
+
+# The bundled data ships inside the package (sim/data/; the repository's top-level topologies/,
+# scenarios/ and validation/ are links to it), so an installed clustersim finds it anywhere.
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+def topology_dir() -> Path:
+    """Folder of the bundled topologies (``$CLUSTERSIM_TOPOLOGIES`` overrides)."""
+    return Path(os.environ.get("CLUSTERSIM_TOPOLOGIES", DATA_DIR / "topologies"))
+
+
+def scenario_dir() -> Path:
+    """Folder of the bundled scenarios: ``clustersim run default`` finds ``default.yaml`` there."""
+    return DATA_DIR / "scenarios"
+
+
+# Figure formats matplotlib writes for --plot.
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_output_path(path: str, flag: str, suffixes: Sequence[str] = ()) -> Path:
+    """An output file the command can write (with one of *suffixes*, when given), checked before
+    any work: a ConfigError otherwise."""
+    if not path:
+        raise ConfigError(f"{flag}: empty file name; give the path of the file to write")
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag}: {path!r} is a folder; give a file name inside it")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"{flag}: folder {str(parent)!r} does not exist; create it first")
+    if (p.exists() and not os.access(p, os.W_OK)) or (not p.exists() and not os.access(parent, os.W_OK)):
+        raise ConfigError(f"{flag}: cannot write {path!r} (permission denied)")
+    if suffixes and p.suffix not in suffixes:
+        raise ConfigError(f"{flag}: {path!r}: valid suffixes are {', '.join(suffixes)}")
+    return p

@@ -1,0 +1,231 @@
+"""Scenario files -> a validated, frozen ``Scenario`` (schema in DESIGN.md).
+
+Every error is a ConfigError that names the file, the dotted field, the value found and what
+would be valid. Nothing downstream sees a dict.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..models import PRESETS, MoE, ModelSpec
+from ..software import resolve_software
+from ..topology_spec import GpuClusterSpec
+from .fields import Section, parse_tokens
+from .overrides import apply_overrides
+from .parallelism import read_parallelism, resolve_plan
+from .paths import scenario_dir
+from .schema import (CLUSTER_KEYS, MODEL_KEYS, SECTION_KEYS, TOP_KEYS, ClusterConfig, CostConfig,
+                     FailuresConfig, Scenario, StragglersConfig, TrainingConfig)
+from .topology_specs import load_topology_spec
+from .yamlio import read_yaml
+
+__all__ = ["load_cluster", "load_scenario", "read_scenario_raw", "scenario_from_dict"]
+
+
+def read_scenario_raw(path: str | os.PathLike[str]) -> tuple[Mapping[str, Any], str, str]:
+    """(parsed mapping, source path, default name) of a scenario file or bundled scenario name."""
+    p = Path(path)
+    if not p.is_file():
+        bundled = scenario_dir() / f"{p}.yaml"
+        if p.suffix == "" and bundled.is_file():
+            p = bundled
+        else:
+            raise ConfigError(f"{path}: no such scenario file")
+    return read_yaml(p, "scenario"), str(p), p.stem
+
+
+def load_scenario(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Scenario:
+    """Read and validate a scenario file (DESIGN.md schema), with ``--set KEY=VALUE`` overrides."""
+    raw, source, name = read_scenario_raw(path)
+    return scenario_from_dict(apply_overrides(raw, overrides), source, default_name=name)
+
+
+def scenario_from_dict(raw: Mapping[str, Any], source: str = "<dict>",
+                       default_name: str = "scenario") -> Scenario:
+    """Validate an already-parsed scenario mapping; *source* prefixes every message."""
+    try:
+        return _scenario(raw, source, default_name)
+    except ConfigError as e:
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+
+
+def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenario:
+    top = Section(raw, "scenario", TOP_KEYS)
+    cluster = _cluster(top.section("cluster", CLUSTER_KEYS))
+    if not top.has("model"):
+        raise ConfigError(f"model: required; a preset name ({', '.join(sorted(PRESETS))}) "
+                          "or a mapping with layers, hidden, ffn_hidden, heads, kv_heads, vocab")
+    model = _model(raw["model"])
+    training = _training(top.section("training", SECTION_KEYS["training"]), cluster)
+    par = read_parallelism(top.section("parallelism", SECTION_KEYS["parallelism"]), cluster)
+    soft_s = top.section("software", SECTION_KEYS["software"])
+    software = resolve_software(soft_s.text("framework") if soft_s.has("framework") else None,
+                                soft_s.text("attention") if soft_s.has("attention") else None,
+                                cluster.chip)
+    if training.precision == "fp8" and not software.fp8_linear:
+        raise ConfigError(f"training.precision: fp8 needs a framework with FP8 linear layers; "
+                          f"{software.framework} has none; use bf16, or software.framework: "
+                          "megatron-te, pytorch-eager, torch-compile, pytorch-fsdp, llm-foundry, "
+                          "maxtext or paxml")
+    strag = (_stragglers(top.section("stragglers", SECTION_KEYS["stragglers"]))
+             if "stragglers" in raw else None)
+    fail = (_failures(top.section("failures", SECTION_KEYS["failures"]))
+            if "failures" in raw else None)
+    cost_s = top.section("cost", SECTION_KEYS["cost"])
+    default_price = cluster.chip.usd_per_chip_hour
+    if not cost_s.has("usd_per_chip_hour") and default_price is None:
+        raise ConfigError(f"cost.usd_per_chip_hour: required, the catalogue has no price for "
+                          f"{cluster.chip.name}")
+    cost = CostConfig(cost_s.number("usd_per_chip_hour", default_price))
+    name = top.text("name", default_name)
+    seed = top.integer("seed", 0, minimum=0)
+    par = resolve_plan(par, model, training, source)
+    return Scenario(name=name, source=source, cluster=cluster, model=model, training=training,
+                    parallelism=par, stragglers=strag, failures=fail, cost=cost, seed=seed,
+                    software=software, raw=raw)
+
+
+def _cluster(s: Section) -> ClusterConfig:
+    spec = load_topology_spec(s.text("topology", "dgx-h100"), s.at("topology"))
+    chips = s.opt_int("chips")
+    twisted = s.flag("twisted", False)
+    over = s.number("oversubscription", minimum=1.0) if s.has("oversubscription") else None
+    sharp = s.flag("sharp", False) if s.has("sharp") else None
+    # Other jobs' traffic on the fabric: the fraction of every inter-node link (InfiniBand, DCN)
+    # it takes. 0.95 at most: a fabric with nothing left is not a cluster this job runs on.
+    load = s.number("background_load", 0.0, minimum=0.0, maximum=0.95)
+    if isinstance(spec, GpuClusterSpec):
+        if s.has("slice"):
+            raise ConfigError(f"{s.at('slice')}: only TPU topologies take a slice shape; "
+                              f"{spec.name} is sized by cluster.chips")
+        if twisted:
+            raise ConfigError(f"{s.at('twisted')}: only TPU 3-D tori can be twisted, not {spec.name}")
+        if s.has("slices"):
+            raise ConfigError(f"{s.at('slices')}: only TPU topologies join slices over a DCN; "
+                              f"{spec.name} is sized by cluster.chips")
+        return ClusterConfig(spec, spec.resolve_chips(chips, s.at("chips")), oversubscription=over,
+                             sharp=sharp, background_load=load)
+    if sharp:
+        raise ConfigError(f"{s.at('sharp')}: InfiniBand SHARP is for GPU fat-trees, not {spec.name}")
+    if over is not None:
+        raise ConfigError(f"{s.at('oversubscription')}: only fat-tree GPU topologies have one")
+    slice_ = s.text("slice") if s.has("slice") else None
+    shape, pods = spec.resolve_shape(chips, slice_, s.where, s.opt_int("slices"))
+    if twisted:
+        spec.check_twist(shape, s.where)
+    return ClusterConfig(spec, math.prod(shape) * pods, shape=shape, pods=pods, twisted=twisted,
+                         background_load=load)
+
+
+def _model(raw: object) -> ModelSpec:
+    if isinstance(raw, str):
+        raw = {"preset": raw}
+    s = Section(raw, "model", MODEL_KEYS)
+    base: ModelSpec | None = None
+    if s.has("preset"):
+        name = s.text("preset")
+        if name not in PRESETS:
+            raise ConfigError(f"model.preset: unknown model {name!r}; valid: {', '.join(sorted(PRESETS))}")
+        base = PRESETS[name]
+
+    def pick(key: str) -> int:
+        if base is not None and not s.has(key):
+            return int(getattr(base, key))
+        return s.integer(key)
+
+    moe = base.moe if base is not None else None
+    if s.has("moe"):
+        m = s.section("moe", {"experts", "top_k", "capacity_factor"})
+        moe = MoE(experts=m.integer("experts"), top_k=m.integer("top_k"),
+                  capacity_factor=m.number("capacity_factor", 1.0, minimum=0.0, strict_min=True))
+        if moe.top_k > moe.experts:
+            raise ConfigError(f"model.moe.top_k: {moe.top_k} exceeds experts = {moe.experts}")
+    spec = ModelSpec(
+        name=s.text("name", base.name if base else "custom"),
+        layers=pick("layers"), hidden=pick("hidden"), ffn_hidden=pick("ffn_hidden"),
+        heads=pick("heads"), kv_heads=pick("kv_heads"), vocab=pick("vocab"),
+        mlp=s.text("mlp", base.mlp if base else "swiglu", ("swiglu", "gelu")), moe=moe,
+        head_dim_=s.opt_int("head_dim") if s.has("head_dim") or base is None else base.head_dim_,
+    )
+    if spec.head_dim_ is None and spec.hidden % spec.heads:
+        raise ConfigError(f"model.heads: {spec.heads} does not divide hidden = {spec.hidden}; "
+                          f"give model.head_dim where the attention width is not hidden")
+    if spec.heads % spec.kv_heads:
+        raise ConfigError(f"model.kv_heads: {spec.kv_heads} does not divide heads = {spec.heads}")
+    return spec
+
+
+def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
+    t = TrainingConfig(
+        seq_len=s.integer("seq_len", 4096),
+        global_batch=s.opt_int("global_batch"),
+        micro_batch=s.integer("micro_batch", 1),
+        precision=s.text("precision", "bf16", ("bf16", "fp8")),
+        recompute=s.text("recompute", "selective", ("none", "selective", "full")),
+        tokens=parse_tokens(s.raw["tokens"], s.at("tokens")) if s.has("tokens") else None,
+    )
+    if t.precision == "fp8" and cluster.chip.fp8_flops is None:
+        raise ConfigError(f"training.precision: fp8 is not supported on {cluster.chip.name}; use bf16")
+    return t
+
+
+def _stragglers(s: Section) -> StragglersConfig:
+    return StragglersConfig(
+        compute_jitter_sigma=s.number("compute_jitter_sigma", 0.0),
+        slow_fraction=s.number("slow_fraction", 0.0, maximum=1.0),
+        slow_factor=s.number("slow_factor", 1.0, minimum=1.0),
+        link_degrade_fraction=s.number("link_degrade_fraction", 0.0, maximum=1.0),
+        link_bandwidth_factor=s.number("link_bandwidth_factor", 1.0, minimum=0.0, maximum=1.0,
+                                      strict_min=True),
+    )
+
+
+def _failures(s: Section) -> FailuresConfig:
+    interval: float | None = None
+    if s.has("checkpoint_interval_min") and s.raw["checkpoint_interval_min"] != "auto":
+        interval = s.number("checkpoint_interval_min", strict_min=True)
+    f = FailuresConfig(
+        horizon_days=s.number("horizon_days", 30.0, strict_min=True),
+        checkpoint_interval_min=interval,
+        checkpoint_write_s=s.number("checkpoint_write_s", 60.0),
+        checkpoint_load_s=s.number("checkpoint_load_s", 120.0),
+        detect_s=s.number("detect_s", 300.0),
+        restart_s=s.number("restart_s", 600.0),
+        swap_s=s.number("swap_s") if s.has("swap_s") else None,
+        planned_per_day=s.number("planned_per_day", 0.0),
+        rate_scale=s.number("rate_scale", 1.0),
+        tokens=s.number("tokens", strict_min=True) if s.has("tokens") else None,
+        monte_carlo_runs=s.integer("monte_carlo_runs", 100),
+    )
+    if interval is not None and interval * 60 <= f.checkpoint_write_s:
+        raise ConfigError(f"failures.checkpoint_interval_min: {interval} min is not longer than "
+                          f"checkpoint_write_s = {f.checkpoint_write_s} s")
+    return f
+
+
+def load_cluster(topology: str, chips: int | None = None, slice_: str | None = None,
+                 twisted: bool = False, oversubscription: float | None = None,
+                 sharp: bool | None = None, where: str = "cluster",
+                 slices: int | None = None, background_load: float | None = None) -> ClusterConfig:
+    """A sized cluster from command-line style options (``topo show``, ``collective``)."""
+    raw: dict[str, Any] = {"topology": topology, "twisted": twisted}
+    if chips is not None:
+        raw["chips"] = chips
+    if slice_ is not None:
+        raw["slice"] = slice_
+    if oversubscription is not None:
+        raw["oversubscription"] = oversubscription
+    if sharp is not None:
+        raw["sharp"] = sharp
+    if slices is not None:
+        raw["slices"] = slices
+    if background_load is not None:
+        raw["background_load"] = background_load
+    return _cluster(Section(raw, where, CLUSTER_KEYS))

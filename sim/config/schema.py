@@ -1,0 +1,210 @@
+"""The typed scenario: frozen records the loader (``scenario.py``) builds and everything
+downstream reads, and the keys each section accepts (for the loader and for ``--set``/``--over``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+from ..hardware import Chip
+from ..models import ModelSpec
+from ..software import SoftwareProfile
+from ..topology_spec import SliceShape, TopologySpec
+
+__all__ = [
+    "ClusterConfig", "CostConfig", "FailuresConfig", "ParallelismConfig", "PlanSizes", "Scenario",
+    "StragglersConfig", "TrainingConfig", "CLUSTER_KEYS", "MODEL_KEYS", "SECTION_KEYS", "TOP_KEYS",
+    "scenario_keys",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    topology: TopologySpec
+    chips: int
+    shape: SliceShape | None = None       # TPU: per-pod slice shape
+    pods: int = 1                         # TPU: slices (pods) joined over the DCN
+    twisted: bool = False
+    oversubscription: float | None = None # None: the topology file's value
+    sharp: bool | None = None             # InfiniBand SHARP in the switches; None: the file's value
+    background_load: float = 0.0          # share of every inter-node link taken by other jobs
+
+    @property
+    def chip(self) -> Chip:
+        return self.topology.chip
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingConfig:
+    seq_len: int = 4096
+    global_batch: int | None = None       # sequences per step as given; None: the default, which
+                                          # parallelism.sequences_per_step resolves
+    micro_batch: int = 1
+    precision: str = "bf16"
+    recompute: str = "selective"
+    tokens: float | None = None           # token budget to train (time, chip-hours, cost, energy)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSizes:
+    """The sizes a parallel plan that meets every rule resolves to (sim/config/parallelism.py)."""
+
+    microbatches: int                     # micro-batches per pipeline per step
+    sequences_per_step: int               # the global batch: training.global_batch, or
+                                          # dp x micro_batch x max(1, 4 x pp) when not given
+    layers_per_chunk: int                 # model.layers / (pp x virtual_stages)
+    local_seq_len: int                    # tokens of a sequence per context-parallel rank
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelismConfig:
+    """The parallel plan: the ``parallelism`` section as given, and every fact derived from it with
+    the cluster, the model and the training section, resolved once by the loader
+    (sim/config/parallelism.py, which also holds every rule a plan must meet). Nothing downstream
+    re-derives them.
+
+    A plan that breaks a rule (tp not dividing the heads, a batch that does not split into
+    micro-batches, ...) still loads, with ``plan_error`` saying which rule (the validation suites
+    map such a scenario and count the refusal); its sizes then raise that ConfigError when read,
+    and ``checked()`` raises it up front (``build_workload`` does). ``virtual_stages`` is the
+    effective count: the loader allows more than 1 only with the interleaved schedule.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    dp: int = 1                           # derived: chips / (tp x pp x cp)
+    zero: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1               # model chunks per pipeline rank (interleaved schedule)
+    sequence_parallel: bool = True
+    zero_group: int = 0                   # dp ranks one ZeRO/FSDP shard group spans; 0: all of dp
+    sizes: PlanSizes | None = None        # derived; None: the plan breaks a rule (plan_error)
+    plan_error: str = ""                  # "FILE: FIELD: what is wrong" of the first rule broken
+
+    def checked(self) -> PlanSizes:
+        """The plan's sizes, or the ConfigError of the first rule the plan breaks."""
+        if self.sizes is None:
+            raise ConfigError(self.plan_error or "parallelism: the plan was not resolved by the "
+                              "scenario loader (sim.config)")
+        return self.sizes
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches per pipeline per step."""
+        return self.checked().microbatches
+
+    @property
+    def sequences_per_step(self) -> int:
+        """The global batch in sequences (given, or the default)."""
+        return self.checked().sequences_per_step
+
+    @property
+    def layers_per_chunk(self) -> int:
+        """Transformer layers in one model chunk (virtual stage)."""
+        return self.checked().layers_per_chunk
+
+    @property
+    def layers_per_stage(self) -> int:
+        """Transformer layers one pipeline stage holds (all of its chunks)."""
+        return self.checked().layers_per_chunk * self.virtual_stages
+
+    @property
+    def local_seq_len(self) -> int:
+        """Tokens of one sequence on one context-parallel rank: training.seq_len / cp."""
+        return self.checked().local_seq_len
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks along the pipeline: pp x virtual_stages."""
+        return self.pp * self.virtual_stages
+
+    @property
+    def shard_dp(self) -> int:
+        """Data-parallel ranks that split the ZeRO-sharded states (the rest hold replicas)."""
+        return self.zero_group or self.dp
+
+    @property
+    def replicas(self) -> int:
+        """Copies of the ZeRO-sharded training state: 1 unless hybrid sharding (zero_group)."""
+        return self.dp // self.shard_dp
+
+    @property
+    def shard_ranks(self) -> int:
+        """Ranks that split one copy of the sharded state: the shard group's data- and
+        context-parallel ranks."""
+        return self.shard_dp * self.cp
+
+
+@dataclass(frozen=True, slots=True)
+class StragglersConfig:
+    compute_jitter_sigma: float = 0.0
+    slow_fraction: float = 0.0
+    slow_factor: float = 1.0
+    link_degrade_fraction: float = 0.0
+    link_bandwidth_factor: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FailuresConfig:
+    horizon_days: float = 30.0
+    checkpoint_interval_min: float | None = None   # None: "auto" (Young/Daly)
+    checkpoint_write_s: float = 60.0
+    checkpoint_load_s: float = 120.0
+    detect_s: float = 300.0
+    restart_s: float = 600.0
+    swap_s: float | None = None          # None: 600 s GPU node swap, 10 s TPU OCS cube swap
+    planned_per_day: float = 0.0         # planned interruptions (Llama 3: 47 in 54 days = 0.87)
+    rate_scale: float = 1.0              # multiplies the catalogue failure rates
+    tokens: float | None = None          # token budget: report the time to train it
+    monte_carlo_runs: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class CostConfig:
+    usd_per_chip_hour: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    source: str                           # file it came from ("<dict>" when built in code)
+    cluster: ClusterConfig
+    model: ModelSpec
+    training: TrainingConfig
+    parallelism: ParallelismConfig
+    stragglers: StragglersConfig | None
+    failures: FailuresConfig | None
+    cost: CostConfig
+    seed: int = 0
+    software: SoftwareProfile | None = None   # None only for scenarios built by hand in tests
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "slices", "twisted", "oversubscription",
+                          "sharp", "background_load"})
+TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
+                      "failures", "cost", "seed", "software"})
+MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
+                        "head_dim", "vocab", "mlp", "moe"})
+
+# Keys of each scenario section (for the readers in scenario.py and for --set / --over).
+SECTION_KEYS: dict[str, frozenset[str]] = {
+    "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "recompute",
+                           "tokens"}),
+    "parallelism": frozenset({"tp", "pp", "cp", "ep", "zero", "zero_group", "schedule",
+                              "virtual_stages", "sequence_parallel"}),
+    "software": frozenset({"framework", "attention"}),
+    "cost": frozenset({"usd_per_chip_hour"}),
+    "stragglers": frozenset(StragglersConfig.__slots__),
+    "failures": frozenset(FailuresConfig.__slots__),
+}
+
+
+def scenario_keys() -> dict[str, frozenset[str]]:
+    """Every section and its keys (``cluster``, ``model`` included): what --set may name."""
+    return {"cluster": CLUSTER_KEYS, "model": MODEL_KEYS, **SECTION_KEYS}

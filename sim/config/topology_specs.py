@@ -1,0 +1,140 @@
+"""Topology files -> TopologySpec: a bundled name or a path, parsed once per content.
+
+The file's schema (topologies/README.md) is read with the same section reader as scenarios, so
+every error names the file, the field, the value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..hardware import Chip, get_chip
+from ..topology_spec import GpuClusterSpec, TopologySpec, TpuPodSpec
+from ..units import GB, Gbps_to_Bps, us_to_s
+from .fields import Section
+from .paths import topology_dir
+from .yamlio import parse_yaml, read_text
+
+__all__ = ["load_topology_spec", "resolve_topology_path"]
+
+
+_GPU_NODE_KEYS = frozenset({"gpus", "nvswitches", "gpu_switch_links", "nvlink_latency_us", "nics",
+                            "nic_Gbps", "pcie_GBps", "pcie_latency_us"})
+_GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf_down_ports",
+                              "leaf_up_ports", "two_tier_max_sus", "max_gpus", "sharp",
+                              "oversubscription"})
+_TPU_KEYS = frozenset({"name", "kind", "chip", "default_chips", "ndims", "cube", "max_shape",
+                       "subcube_shapes", "pod_shapes", "wrap_len", "chips_per_host", "ici_latency_us",
+                       "pcie_GBps", "pcie_latency_us", "dcn_latency_us", "twisted_allowed",
+                       "multi_pod"})
+
+
+def resolve_topology_path(name_or_path: str, where: str = "cluster.topology") -> Path:
+    """A bundled topology name (``dgx-h100``) or a path to a YAML file."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"{where}: no topology file {str(p)!r}")
+        return p
+    bundled = topology_dir() / f"{name_or_path}.yaml"
+    if bundled.is_file():
+        return bundled
+    names = sorted(f.stem for f in topology_dir().glob("*.yaml"))
+    raise ConfigError(f"{where}: unknown topology {name_or_path!r}; valid: {', '.join(names)} "
+                      "or a path to a topology YAML file")
+
+
+# Parsed topology files by (path, content): every scenario names one, and the validation suites
+# load hundreds of scenarios on the same few files. Specs are frozen, so sharing them is safe.
+_SPECS: dict[tuple[str, str], TopologySpec] = {}
+
+
+def load_topology_spec(name_or_path: str, where: str = "cluster.topology") -> TopologySpec:
+    """Parse a topology file (bundled name or path) into a spec."""
+    path = resolve_topology_path(name_or_path, where)
+    text = read_text(path, "topology")
+    key = (str(path), text)
+    if key not in _SPECS:
+        _SPECS[key] = _topology_spec(path, parse_yaml(text, path, "topology"))
+    return _SPECS[key]
+
+
+def _topology_spec(path: Path, raw: Mapping[str, Any]) -> TopologySpec:
+    kind = raw.get("kind")
+    f = str(path)
+    if kind == "gpu_cluster":
+        return _gpu_spec(Section(raw, f"{f}:", {"name", "kind", "chip", "default_chips", "node",
+                                                  "fabric"}))
+    if kind == "tpu_pod":
+        return _tpu_spec(Section(raw, f"{f}:", _TPU_KEYS))
+    raise ConfigError(f"{f}: kind: got {kind!r}; valid: gpu_cluster, tpu_pod")
+
+
+def _chip(s: Section) -> Chip:
+    return get_chip(s.text("chip"), s.at("chip"))
+
+
+def _gpu_spec(s: Section) -> GpuClusterSpec:
+    node = s.section("node", _GPU_NODE_KEYS)
+    fab = s.section("fabric", _GPU_FABRIC_KEYS)
+    chip = _chip(s)
+    nvswitches = node.integer("nvswitches")
+    links = node.int_list("gpu_switch_links")
+    if len(links) != nvswitches:
+        raise ConfigError(f"{node.at('gpu_switch_links')}: needs one entry per NVSwitch "
+                          f"({nvswitches}), got {len(links)}")
+    if sum(links) != chip.scaleup_links:
+        raise ConfigError(f"{node.at('gpu_switch_links')}: {sum(links)} links in all, but a "
+                          f"{chip.name} has {chip.scaleup_links} NVLink links")
+    gpus = node.integer("gpus")
+    spec = GpuClusterSpec(
+        name=s.text("name"), chip=chip, gpus_per_node=gpus, nvswitches_per_node=nvswitches,
+        gpu_switch_links=links, nvlink_latency_s=us_to_s(node.number("nvlink_latency_us")),
+        nics_per_node=node.integer("nics"), nic_Bps=Gbps_to_Bps(node.number("nic_Gbps", strict_min=True)),
+        pcie_Bps=node.number("pcie_GBps", strict_min=True) * GB,
+        pcie_latency_s=us_to_s(node.number("pcie_latency_us")),
+        ib_port_Bps=Gbps_to_Bps(fab.number("ib_port_Gbps", strict_min=True)),
+        ib_latency_s=us_to_s(fab.number("ib_latency_us")), su_nodes=fab.integer("su_nodes"),
+        leaf_down_ports=fab.integer("leaf_down_ports"), leaf_up_ports=fab.integer("leaf_up_ports"),
+        two_tier_max_sus=fab.integer("two_tier_max_sus"), max_gpus=fab.integer("max_gpus"),
+        ib_sharp=fab.flag("sharp", False),
+        oversubscription=fab.number("oversubscription", 1.0, minimum=1.0),
+        default_chips=s.integer("default_chips", gpus),
+    )
+    if spec.nics_per_node <= 0 or gpus % spec.nics_per_node:
+        raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need the node's {gpus} GPUs "
+                          f"spread evenly over its NICs; valid: a divisor of {gpus}, got "
+                          f"{spec.nics_per_node}")
+    spec.resolve_chips(spec.default_chips, s.at("default_chips"))
+    return spec
+
+
+def _tpu_spec(s: Section) -> TpuPodSpec:
+    ndims = s.integer("ndims")
+    if ndims not in (2, 3):
+        raise ConfigError(f"{s.at('ndims')}: got {ndims}; valid: 2, 3")
+    max_shape = s.int_list("max_shape")
+    if len(max_shape) != ndims:
+        raise ConfigError(f"{s.at('max_shape')}: needs {ndims} dimensions, got {list(max_shape)}")
+    spec = TpuPodSpec(
+        name=s.text("name"), chip=_chip(s), ndims=ndims,
+        cube=s.integer("cube") if ndims == 3 else 0, max_shape=max_shape,
+        subcube_shapes=s.shapes("subcube_shapes", ndims), pod_shapes=s.shapes("pod_shapes", ndims),
+        wrap_len=s.integer("wrap_len", max(max_shape)), chips_per_host=s.integer("chips_per_host"),
+        ici_latency_s=us_to_s(s.number("ici_latency_us")),
+        pcie_Bps=s.number("pcie_GBps", strict_min=True) * GB,
+        pcie_latency_s=us_to_s(s.number("pcie_latency_us")),
+        dcn_latency_s=us_to_s(s.number("dcn_latency_us")),
+        twisted_allowed=s.flag("twisted_allowed", False), multi_pod=s.flag("multi_pod", False),
+        default_chips=s.integer("default_chips", math.prod(max_shape)),
+    )
+    if ndims == 2 and not spec.pod_shapes:
+        raise ConfigError(f"{s.at('pod_shapes')}: a 2-D pod needs its list of slice shapes")
+    if spec.chip.dcn_Bps is None and spec.multi_pod:
+        raise ConfigError(f"{s.at('multi_pod')}: chip {spec.chip.name} has no DCN bandwidth")
+    spec.resolve_shape(spec.default_chips, None, s.at("default_chips"))
+    return spec

@@ -1,0 +1,104 @@
+"""Reading clustersim's YAML files: the only module that imports ``yaml``.
+
+``yaml.SafeLoader`` with duplicate keys and deep nesting refused, UTF-8 decoding that says where a
+bad byte is, and single command-line values read as YAML scalars. Every error is a ConfigError
+that names the file (and line, where yaml gives one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ConfigError
+from .fields import show
+
+__all__ = ["MAX_YAML_DEPTH", "decode_utf8", "read_text", "parse_yaml", "read_yaml", "load_value"]
+
+
+def read_yaml(path: Path, what: str) -> Mapping[str, Any]:
+    """The mapping in the *what* file at *path* (``scenario``, ``topology``)."""
+    return parse_yaml(read_text(path, what), path, what)
+
+
+def read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of the *what* file at *path*."""
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a {what} file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read {what}: {e.strerror}") from None
+    return decode_utf8(data, str(path), what)
+
+
+def decode_utf8(data: bytes, where: str, what: str) -> str:
+    """*data* as UTF-8 text, or a ConfigError saying where the first bad byte is."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: a {what} file must be UTF-8 text; byte 0x{data[e.start]:02x} at "
+                          f"offset {e.start} is not (binary, UTF-16 or Latin-1?); save it as UTF-8") from None
+
+
+# Deepest nesting a scenario or topology file may have: the schemas need 4 levels; 50 leaves room
+# and keeps yaml's recursive composer far from Python's recursion limit.
+MAX_YAML_DEPTH = 50
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that rejects duplicate keys and nesting deeper than MAX_YAML_DEPTH."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            mark = self.peek_event().start_mark
+            raise ConfigError(f"line {mark.line + 1}: nested deeper than {MAX_YAML_DEPTH} levels; "
+                              "no clustersim file needs more than 4")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: a mapping key must be a "
+                                  f"plain value, got {type(key).__name__}") from None
+            if key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r} "
+                                  f"(first on line {seen[key]}); each key may appear once")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str, path: Path, what: str) -> Mapping[str, Any]:
+    """*text* (of the file *path*) as a YAML mapping."""
+    try:
+        raw = yaml.load(text, Loader=_StrictLoader)      # noqa: S506 - a SafeLoader subclass
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}:{at}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{path}: a {what} file must be a YAML mapping, got {show(raw)}")
+    return raw
+
+
+def load_value(text: str, where: str) -> Any:
+    """One command-line value read as YAML (a scalar, or the list/mapping the caller refuses)."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)      # noqa: S506 - a SafeLoader subclass
+    except (yaml.YAMLError, ConfigError) as e:
+        raise ConfigError(f"{where}: cannot read value {text!r} ({e})") from None

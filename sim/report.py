@@ -1,0 +1,293 @@
+"""Views of result records: the text tables and JSON objects the commands print.
+
+Pure functions of typed records (``sim.results.StepResult``, ``sim.plan`` plans, sweep rows,
+``sim.topology.analysis.summarize`` summaries, ``sim.collectives.CollectiveResult``): nothing
+here runs a model, reads a file or prints. ``sim.cli`` prints what they return; the JSON field
+names are the interfaces DESIGN.md lists, so a change here is a change for every script.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:                 # type names only: importing the views stays as light as json
+    from .collectives import CollectiveResult
+    from .config import Scenario
+    from .plan import Candidate, PlanRequest, TopologyPlan
+    from .results import StepResult
+
+__all__ = ["dump_json", "step_json", "step_text", "step_time_dist", "topology_text",
+           "collective_csv", "collective_table", "candidate_json", "runners_up", "plan_json",
+           "plan_text", "sweep_text"]
+
+
+def dump_json(obj: Any) -> str:
+    """Strict JSON (no NaN or Infinity): a non-finite number in an output is a bug of ours."""
+    return json.dumps(obj, allow_nan=False)
+
+
+# ----------------------------------------------------------------------------- run
+
+def step_json(r: StepResult) -> dict[str, Any]:
+    """``run --json`` (and each sweep row before flattening): DESIGN.md's fields, then the extras
+    (failures, cost, step-time distribution) the run added."""
+    out = {
+        "scenario": r.scenario,
+        "topology": r.topology,
+        "chip": r.chip,
+        "chips": r.chips,
+        "step_time_s": r.step_time_s,
+        "tokens_per_s": r.tokens_per_s,
+        "tokens_per_s_per_chip": r.tokens_per_s / r.chips,
+        "mfu": r.mfu,
+        "model_flops_per_step": r.model_flops_per_step,
+        "memory_per_chip_GiB": r.memory_per_chip_GiB,
+        "memory_breakdown_GiB": r.memory_breakdown_GiB,
+        "breakdown_s": r.breakdown_s,
+        "cost_usd_per_million_tokens": r.cost_usd_per_million_tokens,
+        "parallelism": r.parallelism,
+        "critical_stage": r.critical_stage,
+        "software": r.software,
+        "seed": r.seed,
+    }
+    out.update(r.extra)
+    return out
+
+
+def step_time_dist(times_s: Sequence[float]) -> dict[str, float]:
+    """Mean, median, p99, min and max of step times (``run --steps K``), in seconds."""
+    import numpy as np
+
+    return {"mean": float(np.mean(times_s)), "p50": float(np.percentile(times_s, 50)),
+            "p99": float(np.percentile(times_s, 99)), "min": float(min(times_s)),
+            "max": float(max(times_s))}
+
+
+def step_text(r: StepResult, scn: Scenario, trace_file: str | None = None) -> str:
+    """``run``'s table: the plan, the step and its breakdown, and what the extras add."""
+    p = r.parallelism
+    m = scn.model
+    lines = [
+        f"{r.scenario}: {m.name} ({m.total_params() / 1e9:.1f} B parameters) on {r.chips} x {r.chip} "
+        f"({r.topology}" + (f", {p['slices']} slices over DCN" if p["slices"] > 1 else "") + ")",
+        f"  parallelism      tp={p['tp']} pp={p['pp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} "
+        f"zero={p['zero']}"
+        + (f" zero_group={p['zero_group']}" if p["zero_group"] != p["dp"] else "")
+        + f" {p['schedule']}, {p['microbatches']} micro-batches",
+        f"  software         {r.software['framework']} (attention {r.software['attention']}, "
+        f"{r.software['elementwise']} elementwise ops"
+        + (", TP comm overlapped" if r.software["tp_comm_overlap"] else "")
+        + (", FP8 linear layers" if scn.training.precision == "fp8" and r.software["fp8_linear"] else "")
+        + ")",
+        f"  step time        {r.step_time_s:.3f} s",
+        f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.chips:,.0f} per chip)",
+        f"  MFU              {100 * r.mfu:.1f} %",
+        f"  memory per chip  {r.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.hbm_bytes / 2**30:.1f} GiB",
+        f"  cost             ${r.cost_usd_per_million_tokens:.3f} per million tokens at "
+        f"${r.extra['usd_per_chip_hour']:.2f} per chip-hour ({r.extra['price_source']})",
+        "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in r.breakdown_s.items() if v > 1e-9),
+    ]
+    x = r.extra
+    if "train_days" in x:
+        lines.append(f"  to train         {x['token_budget']:.3g} tokens: {x['train_days']:.1f} days"
+                     + (" (goodput included)" if x["goodput_applied"] else "")
+                     + f", {x['chip_hours']:,.0f} chip-hours, ${x['cost_usd']:,.0f}"
+                     + (f", {x['energy_MWh']:,.0f} MWh (TDP x PUE 1.1)" if "energy_MWh" in x else ""))
+    if "straggler_excess_s" in x:
+        lines.append(f"  stragglers       slowest replica {x['straggler_replica']} finished "
+                     f"{x['straggler_excess_s']:.3f} s after the median one"
+                     + (f" (slow chips {x['straggler_chips']})" if x["straggler_chips"] else ""))
+    if "step_time_dist_s" in x:
+        d = x["step_time_dist_s"]
+        lines.append(f"  over {x['steps']} steps   mean {d['mean']:.3f} s, p50 {d['p50']:.3f} s, "
+                     f"p99 {d['p99']:.3f} s")
+    if "goodput" in x:
+        lo, hi = x["goodput_interval"]
+        lines += [
+            f"  failures         {x['interruptions_total']:.0f} unexpected interruptions in "
+            f"{x['horizon_days']:g} days (MTBF {x['mtbf_h']:.2f} h), checkpoint every "
+            f"{x['checkpoint_interval_min']:.1f} min",
+            f"  goodput          {100 * x['goodput']:.1f} % (5-95%: {100 * lo:.1f}-{100 * hi:.1f}), "
+            f"effective {x['effective_tokens_per_s']:,.0f} tokens/s",
+        ]
+        if "time_to_train_days" in x:
+            lines.append(f"  time to train    {x['time_to_train_days']:.1f} days for "
+                         f"{x['token_budget']:.3g} tokens")
+    if trace_file:
+        lines.append(f"  trace            {trace_file} (open in ui.perfetto.dev)")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- topo show
+
+def topology_text(info: Mapping[str, Any]) -> str:
+    """``topo show``'s table of a ``summarize`` record (its JSON is the record itself)."""
+    lines = [f"{info['topology']}: {info['chips']} x {info['chip']}"]
+    if "slice" in info:
+        wrap = "".join("w" if w else "-" for w in info["wraparound"])
+        over = f" x {info['pods']} slices over DCN" if info["pods"] > 1 else ""
+        lines.append(f"  slice            {info['slice']}{over}  "
+                     f"(wraparound {wrap}{', twisted' if info['twisted'] else ''})")
+        lines.append(f"  hosts            {info['nodes']}")
+    else:
+        lines.append(f"  nodes            {info['nodes']}  ({info['scalable_units']} scalable unit(s), "
+                     f"{info['fabric_tiers']}-tier fabric, oversubscription {info['oversubscription']:g}:1)")
+    sw = ", ".join(f"{n} {k}" for k, n in info["switches"].items()) or "none"
+    lines.append(f"  switches         {sw}")
+    lines.append("  links            " + ", ".join(f"{n} {k}" for k, n in info["links"].items()))
+    lines.append(f"  bisection        {info['bisection_GBps']:,.0f} GB/s (one direction)")
+    lines.append(f"  diameter         {info['diameter_hops']} hops")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- collective
+
+def collective_csv(results: Sequence[CollectiveResult], dtype: str, dtype_bytes: int) -> str:
+    """nccl-tests' columns, exactly DESIGN.md's: size_bytes,count,dtype,time_us,algbw_GBps,busbw_GBps."""
+    lines = ["size_bytes,count,dtype,time_us,algbw_GBps,busbw_GBps"]
+    for r in results:
+        lines.append(f"{r.size_bytes},{r.size_bytes // dtype_bytes},{dtype},{r.time_s * 1e6:.2f},"
+                     f"{r.algbw_GBps:.2f},{r.busbw_GBps:.2f}")
+    return "\n".join(lines)
+
+
+def collective_table(results: Sequence[CollectiveResult], op: str, ranks: int, topology: str,
+                     chip: str, dtype: str, dtype_bytes: int) -> str:
+    """nccl-tests' table layout, with the algorithm and protocol chosen for each size."""
+    lines = [f"# {op} on {ranks} ranks of {topology} ({chip}); GB = 1e9 bytes",
+             f"# {'size':>12} {'count':>12} {'type':>8} {'time(us)':>11} {'algbw(GB/s)':>12} "
+             f"{'busbw(GB/s)':>12}  algorithm"]
+    for r in results:
+        lines.append(f"  {r.size_bytes:>12} {r.size_bytes // dtype_bytes:>12} {dtype:>8} "
+                     f"{r.time_s * 1e6:>11.2f} {r.algbw_GBps:>12.2f} {r.busbw_GBps:>12.2f}  "
+                     f"{r.algo}/{r.proto}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- plan
+
+def candidate_json(c: Candidate) -> dict[str, Any]:
+    """One cluster size's pick: DESIGN.md's ``chips``, ``days``, ``cost_usd``, ``chip_hours``,
+    ``layout`` and the step behind them."""
+    return {"chips": c.chips, "days": c.days, "cost_usd": c.cost_usd,
+            "chip_hours": c.chip_hours, "layout": c.layout,
+            "step_time_s": c.step_time_s, "tokens_per_s": c.tokens_per_s, "mfu": c.mfu,
+            "memory_per_chip_GiB": c.memory_GiB, "goodput": c.goodput,
+            "energy_MWh": c.energy_MWh}
+
+
+def runners_up(tp_plan: TopologyPlan, chips: int, n: int = 3) -> list[str]:
+    """Why the next-best layouts at *chips* lost to the chosen one."""
+    cands = tp_plan.by_size.get(chips, [])
+    if len(cands) < 2:
+        return []
+    best = cands[0]
+    out = []
+    for c in cands[1:1 + n]:
+        out.append(f"{_layout_text(c.layout)}: {100 * (c.step_time_s / best.step_time_s - 1):.1f}% "
+                   f"slower step ({c.step_time_s:.3f} s vs {best.step_time_s:.3f} s)")
+    return out
+
+
+def _layout_text(lay: Mapping[str, Any]) -> str:
+    s = f"tp={lay['tp']} pp={lay['pp']}"
+    if lay["virtual_stages"] > 1:
+        s += f" vs={lay['virtual_stages']}"
+    return s + f" zero={lay['zero']} mb={lay['micro_batch']} {lay['recompute']}"
+
+
+def plan_json(plans: Sequence[TopologyPlan], req: PlanRequest) -> dict[str, Any]:
+    """``plan --json``: per topology, the pick (smallest cluster meeting the deadline, else the
+    closest) with its fields at the top, the smallest and the cheapest, every size confirmed,
+    the sizes refused and the runners-up."""
+    out: dict[str, Any] = {}
+    for p in plans:
+        main_pick = p.smallest or p.closest
+        entry: dict[str, Any] = {"topology": p.topology, "chip": p.chip, "tokens": req.tokens,
+                                 "days_limit": req.days, "meets_deadline": p.smallest is not None,
+                                 "usd_per_chip_hour": p.usd_per_chip_hour,
+                                 "price_source": p.price_source,
+                                 "layouts_screened": p.layouts_screened}
+        if main_pick is not None:
+            entry.update(candidate_json(main_pick))
+        entry["smallest"] = candidate_json(p.smallest) if p.smallest else None
+        entry["cheapest"] = candidate_json(p.cheapest) if p.cheapest else None
+        entry["sizes"] = [candidate_json(c) for _, c in sorted(p.best.items())]
+        entry["refused"] = {str(k): v for k, v in sorted(p.refused.items())}
+        entry["runners_up"] = runners_up(p, main_pick.chips) if main_pick else []
+        out[p.topology] = entry
+    return out
+
+
+def plan_text(plans: Sequence[TopologyPlan], req: PlanRequest, plot_file: str | None = None) -> str:
+    """``plan``'s report: the same facts as ``plan_json``, per topology, then side by side."""
+    out = plan_json(plans, req)
+    lines = [f"plan: {req.model}, {req.tokens:.3g} tokens in {req.days:g} days "
+             f"(sequence {req.seq_len}, {req.batch_tokens:,.0f} tokens per step, {req.precision})", ""]
+    for name, e in out.items():
+        lines.append(f"{name} ({e['chip']}, ${e['usd_per_chip_hour']:.2f}/chip-hour: {e['price_source']}); "
+                     f"{e['layouts_screened']:,} layouts screened")
+        for label, key in (("smallest", "smallest"), ("cheapest", "cheapest")):
+            c = e[key]
+            if c is None:
+                continue
+            lay = c["layout"]
+            energy = f", {c['energy_MWh']:,.0f} MWh" if c["energy_MWh"] else ""
+            lines.append(f"  {label:<9} {c['chips']:>6} chips  {c['days']:6.1f} days  "
+                         f"${c['cost_usd'] / 1e6:,.2f} M  {c['chip_hours'] / 1e6:,.2f} M chip-hours{energy}"
+                         f"  MFU {100 * c['mfu']:.1f}%  goodput {100 * c['goodput']:.1f}%")
+            lines.append(f"            layout tp={lay['tp']} pp={lay['pp']} "
+                         + (f"vs={lay['virtual_stages']} " if lay["virtual_stages"] > 1 else "")
+                         + f"zero={lay['zero']} micro_batch={lay['micro_batch']} recompute={lay['recompute']}")
+        if not e["meets_deadline"]:
+            if "chips" in e:
+                lines.append(f"  no cluster up to the largest tried meets {req.days:g} days; closest: "
+                             f"{e['chips']} chips in {e['days']:.1f} days")
+            else:
+                lines.append("  no cluster size can run this model: " + "; ".join(
+                    f"{k} chips: {v}" for k, v in list(e["refused"].items())[:3]))
+        for r in e["runners_up"]:
+            lines.append(f"  runner-up {r}")
+        lines.append("")
+    picks = [(n, e) for n, e in out.items() if e.get("smallest")]
+    if len(picks) > 1:
+        lines.append("side by side (smallest cluster meeting the deadline):")
+        for n, e in picks:
+            c = e["smallest"]
+            lines.append(f"  {n:<12} {c['chips']:>6} chips  {c['days']:6.1f} days  ${c['cost_usd'] / 1e6:,.2f} M")
+    if plot_file is not None:
+        lines.append(f"plot: {plot_file}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- sweep
+
+def sweep_text(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], table_file: str | None = None,
+               plot_file: str | None = None) -> str:
+    """``sweep``'s table: the swept keys, the status and the headline numbers of every row (the
+    reason after a row that did not run), then where the table and plot went."""
+    cols = list(keys) + ["status", "step_time_s", "tokens_per_s_per_chip", "mfu"]
+    if any("scaling_efficiency" in r for r in rows):
+        cols.append("scaling_efficiency")
+    cols.append("cost_usd_per_million_tokens")
+    width = {c: max(len(c), 10) for c in cols}
+    head = "  ".join(f"{c:>{width[c]}}" for c in cols)
+    lines = [head]
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c, "")
+            if isinstance(v, float):
+                v = f"{v:.4g}" if c != "mfu" else f"{100 * v:.1f}%"
+            cells.append(f"{str(v):>{width[c]}}")
+        line = "  ".join(cells)
+        if r.get("status") != "ok":
+            line += f"  {r.get('error', '')}"
+        lines.append(line)
+    if table_file is not None:
+        lines.append(f"table: {table_file}")
+    if plot_file is not None:
+        lines.append(f"plot:  {plot_file}")
+    return "\n".join(lines)
