@@ -99,6 +99,16 @@ def step_text(r: StepResult, scn: Scenario, trace_file: str | None = None) -> st
         lines.append(f"  stragglers       slowest replica {x['straggler_replica']} finished "
                      f"{x['straggler_excess_s']:.3f} s after the median one"
                      + (f" (slow chips {x['straggler_chips']})" if x["straggler_chips"] else ""))
+    if x.get("link_sharing_s"):
+        lines.append(f"  shared links     +{x['link_sharing_s']:.3f} s: the step's transfers met on "
+                     "links over capacity (pipeline sends, gradient reductions)")
+    if "shared_with" in x:
+        n = x["shared_with"]
+        other = (f"its step {n['neighbour_step_time_s']:.3f} s (alone {n['neighbour_step_time_alone_s']:.3f} s)"
+                 if n["neighbour_step_time_s"] is not None else "no step of it finished meanwhile")
+        lines.append(f"  shared fabric    with {n['scenario']} on the next {n['chips']} chips: "
+                     f"{n['slowdown']:.2f}x this job's step alone ({n['step_time_alone_s']:.3f} s); "
+                     + other)
     if "step_time_dist_s" in x:
         d = x["step_time_dist_s"]
         lines.append(f"  over {x['steps']} steps   mean {d['mean']:.3f} s, p50 {d['p50']:.3f} s, "

@@ -6,13 +6,14 @@ compute model, collectives through the network model on the scenario's topology.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .collectives import CollectiveModel
 from .collectives.traffic import collective_traffic, p2p_traffic
 from .compute.model import ComputeModel
 from .config import Scenario
-from .engine import Segment, StagePlan, estimate_events, simulate
+from .engine import Segment, StagePlan, estimate_events, simulate, simulate_together
 from .network.traffic import Traffic
 from .results import StepResult
 from .topology import Topology, build_topology
@@ -102,13 +103,13 @@ def compute_model(scn: Scenario,
 
 def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
                 stack_efficiency: dict[tuple[str, str, str], float] | None = None,
-                traffic: bool = True) -> list[StagePlan]:
+                traffic: bool = True, offset: int = 0) -> list[StagePlan]:
     """Per-stage plans: seconds of every segment and transfer alone on the network and, with
     *traffic* (the full engine; the plan screen skips it), the link loads of each transfer for
-    all the groups that run it at once."""
+    all the groups that run it at once. *offset*: the job's first chip (a second job)."""
     scn = wl.scenario
     par = scn.parallelism
-    lay = Layout.of(par)
+    lay = Layout.of(par, offset)
     cm = compute_model(scn, stack_efficiency)
     plans = []
     for stage in range(par.pp):
@@ -215,6 +216,14 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
     wl = build_workload(scn)
     mem = memory_per_chip(wl)
     check_fits(wl, mem)
+    neighbour = _neighbour(scn) if scn.cluster.shared_with else None
+    if neighbour is not None:
+        if per_rank or scn.stragglers is not None:
+            raise ConfigError(f"{scn.source}: cluster.shared_with plays both jobs with one rank per "
+                              "stage; drop stragglers / per-rank tracing to use it")
+        topo = build_topology(replace(scn.cluster, chips=scn.cluster.chips + neighbour.cluster.chips,
+                                      shared_with=None))
+        net = None
     topo = topo or build_topology(scn.cluster)
     if scn.stragglers is not None and scn.stragglers.link_degrade_fraction > 0:
         from .stragglers import degrade_links
@@ -235,13 +244,20 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
         check_work(est * steps, max_events,
                    f"{scn.source}: {steps} steps" if steps > 1 else f"{scn.source}: this step")
     extra: dict[str, Any] = {}
-    if scn.stragglers is not None and not per_rank:
+    if neighbour is not None:
+        eng, extra = _shared_step(scn, neighbour, plans, wl, topo, net, stack_efficiency, trace)
+    elif scn.stragglers is not None and not per_rank:
         eng, extra = _straggler_step(scn, plans, wl, vs, step_seed, trace,
                                      net.links.capacity_Bps)
     else:
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
                        ranks_per_stage=per_stage, groups=lay.local_group if per_rank else None,
                        trace=trace, capacity_Bps=net.links.capacity_Bps)
+        if eng.network_solves and not per_rank:
+            # What sharing links cost: the same step with every transfer at its time alone.
+            alone = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches,
+                             schedule_kind=par.schedule).step_time_s
+            extra["link_sharing_s"] = max(0.0, eng.step_time_s - alone)
     if not (0 < eng.step_time_s <= MAX_STEP_S):
         worst = max(eng.breakdown_s, key=lambda k: eng.breakdown_s[k])
         raise InfeasibleError(f"{scn.source}: a step of {eng.step_time_s:.3g} s (mostly {worst}) is "
@@ -265,6 +281,40 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
         critical_stage=eng.critical_stage, engine_events=eng.events,
         seed=step_seed, software=compute_model(scn).profile.describe(), extra=extra)
     return result, eng
+
+
+def _neighbour(scn: Scenario) -> Scenario:
+    from .config import load_scenario
+
+    assert scn.cluster.shared_with is not None
+    return load_scenario(scn.cluster.shared_with)
+
+
+def _shared_step(scn: Scenario, other: Scenario, plans: list[StagePlan], wl: Workload,
+                 topo: Topology, net: CollectiveModel,
+                 stack_efficiency: dict[tuple[str, str, str], float] | None,
+                 trace: bool) -> tuple[Any, dict[str, Any]]:
+    """The step with a second job on the next chips of the fabric, stepping all along; both
+    jobs' transfers on one set of links. Also the step alone on the same graph, for the cost."""
+    owl = build_workload(other)
+    check_fits(owl, memory_per_chip(owl))
+    oplans = plan_stages(owl, topo, net, stack_efficiency, offset=scn.cluster.chips)
+
+    def kw(s: Scenario, w: Workload) -> dict[str, Any]:
+        p = s.parallelism
+        return {"pp": p.pp, "vs": p.virtual_stages if p.schedule == "interleaved" else 1,
+                "micro": w.microbatches, "schedule_kind": p.schedule}
+
+    cap = net.links.capacity_Bps
+    eng, other_steps = simulate_together(plans, oplans, cap, job=kw(scn, wl),
+                                         other_job=kw(other, owl), trace=trace)
+    alone = simulate(plans, capacity_Bps=cap, **kw(scn, wl)).step_time_s
+    other_alone = simulate(oplans, capacity_Bps=cap, **kw(other, owl)).step_time_s
+    return eng, {"shared_with": {
+        "scenario": other.name, "chips": other.cluster.chips,
+        "step_time_alone_s": alone, "slowdown": eng.step_time_s / alone,
+        "neighbour_step_time_s": (sum(other_steps) / len(other_steps)) if other_steps else None,
+        "neighbour_step_time_alone_s": other_alone}}
 
 
 def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int, seed: int,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from ..errors import ConfigError
 from ..models import PRESETS, MoE, ModelSpec
 from ..software import resolve_software
 from ..topology_spec import GpuClusterSpec
-from .fields import Section, parse_tokens
+from .fields import Section, parse_tokens, show
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan
 from .paths import scenario_dir
@@ -59,6 +60,9 @@ def scenario_from_dict(raw: Mapping[str, Any], source: str = "<dict>",
 def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenario:
     top = Section(raw, "scenario", TOP_KEYS)
     cluster = _cluster(top.section("cluster", CLUSTER_KEYS))
+    if isinstance(raw.get("cluster"), Mapping) and raw["cluster"].get("shared_with") is not None:
+        cluster = replace(cluster, shared_with=_shared_with(raw["cluster"]["shared_with"], source,
+                                                            cluster))
     if not top.has("model"):
         raise ConfigError(f"model: required; a preset name ({', '.join(sorted(PRESETS))}) "
                           "or a mapping with layers, hidden, ffn_hidden, heads, kv_heads, vocab")
@@ -101,6 +105,7 @@ def _cluster(s: Section) -> ClusterConfig:
     # Other jobs' traffic on the fabric: the fraction of every inter-node link (InfiniBand, DCN)
     # it takes. 0.95 at most: a fabric with nothing left is not a cluster this job runs on.
     load = s.number("background_load", 0.0, minimum=0.0, maximum=0.95)
+    edits = _degraded_links(s)
     if isinstance(spec, GpuClusterSpec):
         if s.has("slice"):
             raise ConfigError(f"{s.at('slice')}: only TPU topologies take a slice shape; "
@@ -111,7 +116,7 @@ def _cluster(s: Section) -> ClusterConfig:
             raise ConfigError(f"{s.at('slices')}: only TPU topologies join slices over a DCN; "
                               f"{spec.name} is sized by cluster.chips")
         return ClusterConfig(spec, spec.resolve_chips(chips, s.at("chips")), oversubscription=over,
-                             sharp=sharp, background_load=load)
+                             sharp=sharp, background_load=load, degraded_links=edits)
     if sharp:
         raise ConfigError(f"{s.at('sharp')}: InfiniBand SHARP is for GPU fat-trees, not {spec.name}")
     if over is not None:
@@ -121,7 +126,73 @@ def _cluster(s: Section) -> ClusterConfig:
     if twisted:
         spec.check_twist(shape, s.where)
     return ClusterConfig(spec, math.prod(shape) * pods, shape=shape, pods=pods, twisted=twisted,
-                         background_load=load)
+                         background_load=load, degraded_links=edits)
+
+
+_LINK_EDIT_KEYS = frozenset({"link", "factor"})
+
+
+def _degraded_links(s: Section) -> tuple[tuple[int | str, int | str, float], ...]:
+    """``cluster.degraded_links``: a list of {link: [A, B], factor: F}, A and B graph node names
+    (a chip number, or a switch / NIC name as ``clustersim topo show --json`` lists them), F the
+    share of the link's bandwidth left (0: the link is down). Whether the link exists is checked
+    when the graph is built."""
+    if not s.has("degraded_links"):
+        return ()
+    raw = s.raw["degraded_links"]
+    where = s.at("degraded_links")
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: expected a list of {{link: [A, B], factor: F}}, got {show(raw)}")
+    out = []
+    for i, item in enumerate(raw):
+        e = Section(item, f"{where}[{i}]", _LINK_EDIT_KEYS)
+        ends = e.raw.get("link")
+        if (not isinstance(ends, list) or len(ends) != 2
+                or not all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in ends)
+                or ends[0] == ends[1]):
+            raise ConfigError(f"{e.at('link')}: expected two different node names or chip numbers, "
+                              f"e.g. [n3/nic0, leaf/s0/r0] or [12, 13], got {show(ends)}")
+        factor = e.number("factor", minimum=0.0, maximum=1.0)
+        if factor >= 1.0:
+            raise ConfigError(f"{e.at('factor')}: the share of the link's bandwidth left, 0 (down) "
+                              f"to below 1, got {factor}")
+        out.append((ends[0], ends[1], factor))
+    return tuple(out)
+
+
+def _shared_with(value: object, source: str, cluster: ClusterConfig) -> str:
+    """``cluster.shared_with``: the scenario (file, relative to this one, or bundled name) of a
+    second job on the same fabric; checked here: it loads, runs on the same GPU topology and
+    does not itself share."""
+    where = "cluster.shared_with"
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: expected a scenario file or bundled scenario name, got "
+                          f"{show(value)}")
+    path = Path(value)
+    if not path.is_absolute() and source not in ("<dict>", "") and (Path(source).parent / path).is_file():
+        path = Path(source).parent / path
+    try:
+        other_raw, other_source, other_name = read_scenario_raw(path)
+    except ConfigError:
+        raise ConfigError(f"{where}: {value!r} is neither a scenario file (relative to "
+                          f"{source}) nor a bundled scenario") from None
+    if isinstance(other_raw.get("cluster"), Mapping) and other_raw["cluster"].get("shared_with"):
+        raise ConfigError(f"{where}: {other_source} shares with a third job itself; one neighbour "
+                          "at a time")
+    other = scenario_from_dict(other_raw, other_source, other_name)
+    if not isinstance(cluster.topology, GpuClusterSpec):
+        raise ConfigError(f"{where}: TPU slices do not share their ICI with other jobs; for traffic "
+                          "on the data-center network use cluster.background_load")
+    if other.cluster.topology.name != cluster.topology.name:
+        raise ConfigError(f"{where}: {other_source} runs on {other.cluster.topology.name}, this "
+                          f"job on {cluster.topology.name}; both jobs must be on one fabric")
+    both = cluster.chips + other.cluster.chips
+    try:
+        cluster.topology.resolve_chips(both, where)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: the two jobs need {both} chips together; "
+                          f"{str(e).split(': ', 1)[-1]}") from None
+    return other_source
 
 
 def _model(raw: object) -> ModelSpec:

@@ -31,6 +31,9 @@ class ClusterConfig:
     oversubscription: float | None = None # None: the topology file's value
     sharp: bool | None = None             # InfiniBand SHARP in the switches; None: the file's value
     background_load: float = 0.0          # share of every inter-node link taken by other jobs
+    # Graph edits: (node, node, factor) per link; factor 0 = the link is down (routes avoid it)
+    degraded_links: tuple[tuple[int | str, int | str, float], ...] = ()
+    shared_with: str | None = None        # another scenario file whose job shares the fabric
 
     @property
     def chip(self) -> Chip:
@@ -186,7 +189,7 @@ class Scenario:
 
 
 CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "slices", "twisted", "oversubscription",
-                          "sharp", "background_load"})
+                          "sharp", "background_load", "degraded_links", "shared_with"})
 TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
                       "failures", "cost", "seed", "software"})
 MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",

@@ -29,7 +29,7 @@ from ..network.traffic import Traffic
 from ..workload.schedules import schedule
 from .records import EngineResult, Interval, Segment, StagePlan
 
-__all__ = ["StepEngine", "simulate"]
+__all__ = ["StepEngine", "simulate", "simulate_together", "private_loads"]
 
 ProcGen = Generator[simpy.Event, Any, Any]
 Groups = Callable[[str, int], tuple[Any, int]]
@@ -77,16 +77,24 @@ class StepEngine:
     def __init__(self, plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_kind: str,
                  ranks_per_stage: int = 1, groups: Groups | None = None,
                  jitter: Callable[[int, int], float] | None = None, trace: bool = False,
-                 capacity_Bps: np.ndarray | None = None) -> None:
+                 capacity_Bps: np.ndarray | None = None, env: simpy.Environment | None = None,
+                 links: SharedLinks | None = None, private: set[int] | None = None) -> None:
+        """*env*, *links* and *private* (ids of loads that share no link: ``private_loads``)
+        given: this step is played on another's clock and links (a second job on the fabric)."""
         self.plan, self.pp, self.vs, self.micro = plan, pp, vs, micro
         self.schedule_kind = schedule_kind
         self.ranks_per_stage = ranks_per_stage
         self.groups = groups if ranks_per_stage > 1 else None
         self.jitter = jitter
         self.trace = trace
-        self.env = simpy.Environment()
-        self.links = SharedLinks(self.env, capacity_Bps) if capacity_Bps is not None else None
-        self._private = _private_loads(plan, capacity_Bps) if capacity_Bps is not None else set()
+        self.env = env or simpy.Environment()
+        if links is None and capacity_Bps is not None:
+            links = SharedLinks(self.env, capacity_Bps)
+        self.links = links
+        if private is None:
+            private = private_loads(plan, links.capacity) if links is not None else set()
+        self._private = private
+        self._start = self.env.now
         self.n_chunks = pp * vs
         self.intervals: list[Interval] = []
         self._done: dict[tuple[Any, ...], simpy.Event] = {}
@@ -98,14 +106,25 @@ class StepEngine:
     # ------------------------------------------------------------------ running
 
     def run(self) -> EngineResult:
+        self.start()
+        self.env.run()
+        return self.result()
+
+    def start(self) -> simpy.Event:
+        """Start every rank's process now; the event fires when all have finished."""
+        self._start = self.env.now
+        procs = []
         for stage in range(self.pp):
             for local in range(self.ranks_per_stage):
                 r = _Rank(stage * self.ranks_per_stage + local, local, stage, self.plan[stage])
                 self._ranks.append(r)
-                self.env.process(self.stage(r))
-        self.env.run()
+                procs.append(self.env.process(self.stage(r)))
+        return self.env.all_of(procs)
+
+    def result(self) -> EngineResult:
+        """The step as played (after ``start``'s event has fired)."""
         finish = self._finish
-        step = max(finish.values())
+        step = max(finish.values()) - self._start
         crit = self._ranks[max(finish, key=lambda k: (finish[k], -k))]
         b = crit.busy
         breakdown = {
@@ -201,9 +220,9 @@ class StepEngine:
                 yield from self.fsdp_exposure(r, kind, layer)
             yield from self.segments(r, layer, f"{kind}{m}.{g}", (n_step, li))
             if kind == "B" and reduce_into is not None:
-                if not sp.dp_per_microbatch:
+                if not sp.dp_per_microbatch and sp.dp_layer_s + sp.replica_layer_s > 0:
                     reduce_into.put((sp.dp_layer_s + sp.replica_layer_s, sp.dp_traffic))
-                elif sp.replica_layer_s:
+                elif sp.dp_per_microbatch and sp.replica_layer_s:
                     reduce_into.put((sp.replica_layer_s, sp.replica_traffic))
         if extra and not embed_first:
             yield from self.segments(r, (Segment("compute", extra),), "head" if last else "embed",
@@ -312,6 +331,30 @@ def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_ki
                       capacity_Bps=capacity_Bps).run()
 
 
+def simulate_together(plan: list[StagePlan], other: list[StagePlan], capacity_Bps: np.ndarray, *,
+                      job: dict[str, Any], other_job: dict[str, Any],
+                      trace: bool = False) -> tuple[EngineResult, list[float]]:
+    """One step of a job while a second job on the same fabric runs step after step; both play
+    their transfers on one set of links. *job* / *other_job*: ``pp``, ``vs``, ``micro``,
+    ``schedule_kind`` of each. Returns the job's step and the other's completed step times."""
+    env = simpy.Environment()
+    links = SharedLinks(env, capacity_Bps)
+    private = private_loads(plan + other, capacity_Bps)
+    eng = StepEngine(plan, trace=trace, env=env, links=links, private=private, **job)
+    done = eng.start()
+    other_steps: list[float] = []
+
+    def neighbour() -> ProcGen:
+        while not done.triggered:
+            t0 = env.now
+            yield StepEngine(other, env=env, links=links, private=private, **other_job).start()
+            other_steps.append(env.now - t0)
+
+    env.process(neighbour())
+    env.run(until=done)
+    return eng.result(), other_steps
+
+
 def _streams(sp: StagePlan) -> list[tuple[list[Traffic], int]]:
     """A stage's link loads by the stream that plays them, with how many of that stream's loads
     can be in flight at once: the compute stream (blocking collectives, ZeRO-3 exposure, the
@@ -325,7 +368,7 @@ def _streams(sp: StagePlan) -> list[tuple[list[Traffic], int]]:
     return [(loads, n) for loads, n in out if loads]
 
 
-def _private_loads(plan: list[StagePlan], capacity_Bps: np.ndarray) -> set[int]:
+def private_loads(plan: list[StagePlan], capacity_Bps: np.ndarray) -> set[int]:
     """Ids of the loads that can never be slowed nor slow anyone: no other stream of the step
     uses their links, and each load of their own stream fits in them alone (e.g. tensor-parallel
     traffic on a node's NVLink while data parallelism is rail-aligned). They are played as plain

@@ -254,8 +254,10 @@ class Router:
         self._add(acc, nic_d, dst, w)
 
     def _leaf_to_leaf(self, nic_s: str, nic_d: str, w: float, acc: dict[int, float]) -> None:
-        leaf_s = next(n for n in self.g[nic_s] if self.g.nodes[n]["kind"] == "leaf")
-        leaf_d = next(n for n in self.g[nic_d] if self.g.nodes[n]["kind"] == "leaf")
+        leaf_s = next((n for n in self.g[nic_s] if self.g.nodes[n]["kind"] == "leaf"), None)
+        leaf_d = next((n for n in self.g[nic_d] if self.g.nodes[n]["kind"] == "leaf"), None)
+        if leaf_s is None or leaf_d is None:            # a NIC's uplink is down: no policy route
+            raise _NoPolicy
         self._add(acc, nic_s, leaf_s, w)
         if leaf_s != leaf_d:
             rail = self.g.nodes[leaf_s]["rail"]

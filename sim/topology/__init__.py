@@ -67,4 +67,9 @@ def build_topology(cluster: ClusterConfig) -> Topology:
             if d.get("kind") in INTER_NODE_KINDS:
                 d["bandwidth_GBps"] *= 1.0 - cluster.background_load
         facts = {**facts, "background_load": cluster.background_load}
-    return Topology(cluster.topology, cluster, graph, devices, facts)
+    topo = Topology(cluster.topology, cluster, graph, devices, facts)
+    if cluster.degraded_links:
+        from .edits import apply_link_edits
+
+        topo = apply_link_edits(topo, cluster.degraded_links)
+    return topo

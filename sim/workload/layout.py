@@ -30,16 +30,17 @@ class Layout:
     ep: int
     shard_dp: int                 # data-parallel ranks per ZeRO shard group (all of dp unless hybrid)
     replicas: int                 # copies of the sharded state: dp / shard_dp
+    offset: int = 0               # the job's first device (a second job on the same fabric)
 
     @classmethod
-    def of(cls, par: ParallelismConfig) -> "Layout":
-        return cls(par.tp, par.cp, par.dp, par.pp, par.ep, par.shard_dp, par.replicas)
+    def of(cls, par: ParallelismConfig, offset: int = 0) -> "Layout":
+        return cls(par.tp, par.cp, par.dp, par.pp, par.ep, par.shard_dp, par.replicas, offset)
 
     def __post_init__(self) -> None:
         assert self.shard_dp * self.replicas == self.dp, self
 
     def device(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
-        return ((pp * self.dp + dp) * self.cp + cp) * self.tp + tp
+        return self.offset + ((pp * self.dp + dp) * self.cp + cp) * self.tp + tp
 
     def tp_group(self, stage: int = 0) -> list[int]:
         return [self.device(t, 0, 0, stage) for t in range(self.tp)]

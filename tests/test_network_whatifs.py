@@ -1,0 +1,154 @@
+"""What-ifs the shared-link engine answers: fat-tree oversubscription, degraded and failed links,
+and a second job on the same fabric (scenario fields, each with its effect on a step)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.collectives import CollectiveModel
+from sim.config import load_scenario, scenario_from_dict
+from sim.errors import ConfigError, SimError
+from sim.topology import build_topology
+from sim.training import run_step
+
+GiB = 2**30
+
+
+def _step(raw: dict) -> float:
+    return run_step(scenario_from_dict(raw))[0].step_time_s
+
+
+def test_oversubscription_leaves_rail_aligned_rings_alone_but_slows_trees() -> None:
+    """Which answer is right for rail-aligned NCCL traffic. A ZeRO-3 step with TP 8 inside each
+    node runs every data-parallel collective as rings of one GPU per node on one rail; a ring
+    visits the nodes in order, so it leaves a leaf switch only where it crosses from one
+    scalable unit (32 nodes) to the next: one flow of one NIC's rate per boundary. At 4:1 a leaf
+    keeps 8 uplinks, and the 8 rails' rings use 8 different leaves: nothing is over capacity and
+    the step is unchanged, rightly. One 1 GiB all-reduce over all 1,024 GPUs is another matter:
+    NCCL's double binary tree joins node i to nodes 2i+1 and 2i+2, so most tree edges cross
+    scalable units and the uplinks are what limits it; at 4:1 the tree loses to the ring and the
+    call slows ~1.6x."""
+    base = {"cluster": {"topology": "dgx-h100", "chips": 1024}, "model": "llama3-70b",
+            "training": {"seq_len": 8192, "global_batch": 512},
+            "parallelism": {"tp": 8, "zero": 3}}
+    over = {**base, "cluster": {**base["cluster"], "oversubscription": 4}}
+    flat, thin = run_step(scenario_from_dict(base)), run_step(scenario_from_dict(over))
+    assert thin[0].step_time_s == flat[0].step_time_s
+    assert thin[1].network_solves == 0
+    nets = [CollectiveModel(build_topology(scenario_from_dict(r).cluster)) for r in (base, over)]
+    a, b = (n.time("allreduce", GiB) for n in nets)
+    assert a.algo == "tree" and b.algo == "ring"
+    assert 1.4 < b.time_s / a.time_s < 1.8
+
+
+def test_oversubscription_slows_pipeline_sends_across_scalable_units() -> None:
+    """PP 4 over 1,024 GPUs puts each stage on one scalable unit, so every pipeline send of all
+    256 ranks of a stage leaves its leaves at once: at N:1 the uplinks carry a quarter, an
+    eighth... of it and the bubble grows; monotone in N."""
+    steps = [run_step(load_scenario("llama3-70b-1024xh100", [f"cluster.oversubscription={n}"]))[0]
+             for n in (1, 2, 4, 8)]
+    times = [r.step_time_s for r in steps]
+    assert times == sorted(times) and times[-1] > times[0] * 1.01
+    assert steps[-1].extra["link_sharing_s"] > 0
+    assert steps[-1].breakdown_s["compute"] == pytest.approx(steps[0].breakdown_s["compute"])
+
+
+SMALL = {"cluster": {"topology": "dgx-h100", "chips": 32}, "model": "llama3-8b",
+         "training": {"seq_len": 4096, "global_batch": 32}, "parallelism": {"tp": 8, "zero": 1}}
+
+
+def _with_links(edits: list) -> dict:
+    return {**SMALL, "cluster": {**SMALL["cluster"], "degraded_links": edits}}
+
+
+def test_a_degraded_link_slows_exactly_the_groups_routed_through_it() -> None:
+    half = [{"link": ["n0/nic0", "leaf/s0/r0"], "factor": 0.5}]
+    net = CollectiveModel(build_topology(scenario_from_dict(_with_links(half)).cluster))
+    ok = CollectiveModel(build_topology(scenario_from_dict(SMALL).cluster))
+    through, beside = [0, 8, 16, 24], [1, 9, 17, 25]        # rail 0 (node 0's NIC 0) vs rail 1
+    assert net.time("allreduce", GiB, through).time_s > 1.8 * ok.time("allreduce", GiB, through).time_s
+    assert net.time("allreduce", GiB, beside).time_s == ok.time("allreduce", GiB, beside).time_s
+    # in a step: the data-parallel ring of TP rank 0 crosses it, the other seven do not, and
+    # the step waits for the slow one at the next tensor-parallel collective
+    assert _step(_with_links(half)) > _step(SMALL)
+
+
+def test_a_failed_link_is_routed_around() -> None:
+    down = [{"link": ["n0/nic0", "leaf/s0/r0"], "factor": 0}]
+    topo = build_topology(scenario_from_dict(_with_links(down)).cluster)
+    assert not topo.graph.has_edge("n0/nic0", "leaf/s0/r0")
+    net = CollectiveModel(topo)
+    r = net.time("allreduce", GiB, [0, 8, 16, 24])          # GPU 0 leaves through other NICs
+    assert 0 < r.time_s < float("inf")
+    # the detour puts rail 0's traffic on the other rails' NICs, which their own rings use
+    assert _step(_with_links(down)) >= _step(SMALL)
+
+
+@pytest.mark.parametrize("edits, msg", [
+    ([{"link": ["n0/nic0", "leaf/s0/r1"], "factor": 0.5}], "no link between 'n0/nic0' and 'leaf/s0/r1'"),
+    ([{"link": ["n0/nic0"], "factor": 0.5}], "degraded_links[0].link: expected two different"),
+    ([{"link": ["n0/nic0", "leaf/s0/r0"], "factor": 1.5}], "degraded_links[0].factor: must be <= 1"),
+    ([{"link": ["n0/nic0", "leaf/s0/r0"], "factor": 1.0}], "to below 1"),
+    ([{"link": ["n0/nic0", "leaf/s0/r0"]}], "degraded_links[0].factor: required"),
+    ({"link": ["a", "b"]}, "degraded_links: expected a list"),
+    ([{"link": ["n0/nic0", "leaf/s0/r0"], "factor": 0.5, "why": 1}], "unknown key"),
+])
+def test_bad_degraded_links_are_one_clear_error(edits: object, msg: str) -> None:
+    with pytest.raises(SimError, match=None) as e:
+        run_step(scenario_from_dict(_with_links(edits)))    # type: ignore[arg-type]
+    assert msg in str(e.value)
+
+
+def _write(path: Path, raw: dict) -> Path:
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _pair(tmp_path: Path, over: float, job_chips: int = 384, other_chips: int = 256) -> Path:
+    """Two data-parallel jobs on one fat-tree: the job on nodes 0-47 (scalable unit 0 and half of
+    unit 1), its neighbour on the next nodes (the rest of unit 1 and unit 2): their rings both
+    cross unit 1's leaves."""
+    def job(name: str, chips: int) -> dict:
+        return {"name": name, "cluster": {"topology": "dgx-h100", "chips": chips,
+                                          "oversubscription": over},
+                "model": "llama3-8b", "training": {"seq_len": 4096, "global_batch": chips // 4},
+                "parallelism": {"tp": 8, "zero": 0}}
+    _write(tmp_path / "other.yaml", job("neighbour", other_chips))
+    raw = job("job", job_chips)
+    raw["cluster"]["shared_with"] = "other.yaml"
+    return _write(tmp_path / "job.yaml", raw)
+
+
+def test_a_second_job_on_the_fabric_slows_this_one_where_they_share_uplinks(tmp_path: Path) -> None:
+    """At 32:1 a leaf keeps one uplink: each job's ring alone puts one flow on unit 1's
+    uplinks, both jobs two, so both slow down; on a non-blocking fabric neither does."""
+    r, _ = run_step(load_scenario(_pair(tmp_path, 32)))
+    n = r.extra["shared_with"]
+    assert n["scenario"] == "neighbour" and n["chips"] == 256
+    assert n["slowdown"] > 1.1 and r.step_time_s == pytest.approx(n["step_time_alone_s"] * n["slowdown"])
+    assert n["neighbour_step_time_s"] > n["neighbour_step_time_alone_s"]
+    free, _ = run_step(load_scenario(_pair(tmp_path, 1)))
+    assert free.extra["shared_with"]["slowdown"] == 1.0
+    # the job alone on the same fabric: what it would do without the neighbour
+    alone = dict(yaml.safe_load((tmp_path / "job.yaml").read_text()))
+    del alone["cluster"]["shared_with"]
+    alone["cluster"]["oversubscription"] = 32
+    assert run_step(scenario_from_dict(alone))[0].step_time_s == pytest.approx(n["step_time_alone_s"])
+
+
+def test_shared_with_errors_name_the_field(tmp_path: Path) -> None:
+    job = _pair(tmp_path, 1)
+    raw = yaml.safe_load(job.read_text())
+    for value, msg in [("missing.yaml", "is neither a scenario file"),
+                       ("llama3-70b-tpu-v5p-1024", "both jobs must be on one fabric"),
+                       (3, "expected a scenario file")]:
+        raw["cluster"]["shared_with"] = value
+        with pytest.raises(ConfigError, match="cluster.shared_with") as e:
+            load_scenario(_write(tmp_path / "bad.yaml", raw))
+        assert msg in str(e.value)
+    big = _pair(tmp_path, 1, job_chips=16384)
+    with pytest.raises(ConfigError, match="the two jobs need 16640 chips together"):
+        load_scenario(big)
