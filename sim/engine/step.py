@@ -92,7 +92,8 @@ class StepEngine:
             links = SharedLinks(self.env, capacity_Bps)
         self.links = links
         if private is None:
-            private = private_loads(plan, links.capacity) if links is not None else set()
+            private = (private_loads(plan, links.capacity, micro * vs) if links is not None
+                       else set())
         self._private = private
         self._start = self.env.now
         self.n_chunks = pp * vs
@@ -144,10 +145,12 @@ class StepEngine:
 
     # ------------------------------------------------------------------ helpers
 
-    def _record(self, r: _Rank, kind: str, label: str, start: float) -> None:
+    def _record(self, r: _Rank, kind: str, label: str, start: float, suffix: str = "") -> None:
         r.busy[kind] += self.env.now - start
         if self.trace:
-            self.intervals.append(Interval(r.rank, r.stage, kind, label, start, self.env.now))
+            self.intervals.append(Interval(r.rank, r.stage, kind,
+                                           f"{label}:{suffix}" if suffix else label,
+                                           start, self.env.now))
 
     def _event(self, key: tuple[Any, ...]) -> simpy.Event:
         ev = self._done.get(key)
@@ -155,10 +158,16 @@ class StepEngine:
             ev = self._done[key] = self.env.event()
         return ev
 
+    def _delay(self, traffic: Traffic | None) -> bool:
+        """Whether a transfer is a plain delay: no links to play on, no load, or a load that can
+        never meet another on a link over capacity."""
+        return self.links is None or traffic is None or id(traffic) in self._private
+
     def _send(self, seconds: float, traffic: Traffic | None, share: float = 1.0) -> simpy.Event:
         """A transfer of *seconds* alone: on the shared links when it has a load, else a delay."""
-        if self.links is None or traffic is None or id(traffic) in self._private:
+        if self._delay(traffic):
             return self.env.timeout(seconds)
+        assert self.links is not None and traffic is not None
         return self.links.transfer(traffic, share)
 
     def _share(self, traffic: Traffic | None, per_group: bool) -> float:
@@ -245,19 +254,26 @@ class StepEngine:
             self._record(r, "comm", "fsdp-gather", t0)
 
     def segments(self, r: _Rank, segs: tuple[Segment, ...], label: str, seq: Any) -> ProcGen:
+        env = self.env
         for i, seg in enumerate(segs):
             if seg.kind == "compute":
                 dt = seg.seconds * (self.jitter(r.rank, r.computed) if self.jitter else 1.0)
                 r.computed += 1
-                t0 = self.env.now
-                yield self.env.timeout(dt)
+                t0 = env.now
+                yield env.timeout(dt)
                 self._record(r, "compute", label, t0)
+            elif self.groups is None and self._delay(seg.traffic):
+                # PERF: the common case, a representative rank's collective that shares no link
+                t0 = env.now
+                yield env.timeout(seg.seconds)
+                self._record(r, "comm", label, t0, seg.group)
             else:
                 yield from self.communicate(r, seg.group, (seq, i), seg.seconds, seg.traffic,
-                                            f"{label}:{seg.group}")
+                                            label, suffix=seg.group)
 
     def communicate(self, r: _Rank, group: str, seq: Any, seconds: float,
-                    traffic: Traffic | None, label: str, kind: str = "comm") -> ProcGen:
+                    traffic: Traffic | None, label: str, kind: str = "comm",
+                    suffix: str = "") -> ProcGen:
         """A collective of *r*'s *group*: wait for its last member (per-rank mode), then the
         transfer the group runs together."""
         barrier = None
@@ -281,9 +297,9 @@ class StepEngine:
             yield barrier.transfer
         else:
             yield self._send(seconds, traffic, self._share(traffic, True))
-        if kind == "comm":
+        if kind == "comm" and not self._delay(traffic):
             self._note_sharing(r, seconds, t0)
-        self._record(r, kind, label, t0)
+        self._record(r, kind, label, t0, suffix)
 
     def dp_stream(self, r: _Rank, queue: simpy.Store) -> ProcGen:
         """Gradient reductions, one after another, as the backward pass hands them over."""
@@ -339,7 +355,8 @@ def simulate_together(plan: list[StagePlan], other: list[StagePlan], capacity_Bp
     ``schedule_kind`` of each. Returns the job's step and the other's completed step times."""
     env = simpy.Environment()
     links = SharedLinks(env, capacity_Bps)
-    private = private_loads(plan + other, capacity_Bps)
+    sends = max(job["micro"] * job["vs"], other_job["micro"] * other_job["vs"])
+    private = private_loads(plan + other, capacity_Bps, sends)
     eng = StepEngine(plan, trace=trace, env=env, links=links, private=private, **job)
     done = eng.start()
     other_steps: list[float] = []
@@ -355,33 +372,37 @@ def simulate_together(plan: list[StagePlan], other: list[StagePlan], capacity_Bp
     return eng.result(), other_steps
 
 
-def _streams(sp: StagePlan) -> list[tuple[list[Traffic], int]]:
+def _streams(sp: StagePlan, sends: int) -> list[tuple[list[Traffic], int]]:
     """A stage's link loads by the stream that plays them, with how many of that stream's loads
     can be in flight at once: the compute stream (blocking collectives, ZeRO-3 exposure, the
     final parameter gather) and the data-parallel stream one at a time; pipeline sends are
-    handed over without waiting, so two of one direction may overlap."""
+    handed over without waiting, so up to *sends* (its passes) of one direction may overlap."""
     compute = [seg.traffic for seg in sp.layer_fwd + sp.layer_bwd if seg.traffic is not None]
     compute += [t for t in (sp.fsdp_fwd, sp.fsdp_bwd, sp.param_traffic) if t is not None]
     dp = [t for t in (sp.dp_traffic, sp.replica_traffic) if t is not None]
     out = [(compute, 1), (dp, 1)]
-    out += [([t], 2) for t in (sp.p2p_fwd, sp.p2p_bwd) if t is not None]
+    out += [([t], sends) for t in (sp.p2p_fwd, sp.p2p_bwd) if t is not None]
     return [(loads, n) for loads, n in out if loads]
 
 
-def private_loads(plan: list[StagePlan], capacity_Bps: np.ndarray) -> set[int]:
-    """Ids of the loads that can never be slowed nor slow anyone: no other stream of the step
-    uses their links, and each load of their own stream fits in them alone (e.g. tensor-parallel
-    traffic on a node's NVLink while data parallelism is rail-aligned). They are played as plain
-    delays (PERF: no load bookkeeping for most transfers; exact)."""
-    streams = [st for sp in plan for st in _streams(sp)]
+def private_loads(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int = 1) -> set[int]:
+    """Ids of the loads that can never be slowed nor slow anyone: on each of their links, the
+    most every stream of the step could put there at once (per stream, its largest load on that
+    link times how many of its loads can be in flight) fits in the capacity, e.g. tensor-parallel
+    traffic on a node's NVLink while data parallelism is rail-aligned. They are played as plain
+    delays (PERF: no load bookkeeping for most transfers; exact, since no link they use can
+    ever be over capacity)."""
+    streams = [st for sp in plan for st in _streams(sp, sends)]
     if not streams:
         return set()
-    users = np.zeros(len(capacity_Bps))
+    worst = np.zeros(len(capacity_Bps))
     for loads, n in streams:
-        users[np.unique(np.concatenate([t.link_ids for t in loads]))] += n
-    return {id(t) for loads, _ in streams for t in loads
-            if np.all(users[t.link_ids] == 1)
-            and np.all(t.link_Bps <= capacity_Bps[t.link_ids] * (1 + 1e-9))}
+        most = np.zeros(len(capacity_Bps))
+        for t in loads:
+            np.maximum.at(most, t.link_ids, t.link_Bps)
+        worst += n * most
+    ok = worst <= capacity_Bps * (1 + 1e-9)
+    return {id(t) for loads, _ in streams for t in loads if np.all(ok[t.link_ids])}
 
 
 def _succeed(event: simpy.Event) -> None:

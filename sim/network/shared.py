@@ -28,12 +28,13 @@ _TOL = 1e-9
 
 
 class _Flow:
-    __slots__ = ("ids", "rate", "left_s", "tail_s", "speed", "since", "done", "version")
+    __slots__ = ("ids", "rate", "cap", "left_s", "tail_s", "speed", "since", "done", "version")
 
-    def __init__(self, ids: np.ndarray, rate: np.ndarray, left_s: float, tail_s: float,
-                 done: simpy.Event, now: float) -> None:
+    def __init__(self, ids: np.ndarray, rate: np.ndarray, cap: np.ndarray, left_s: float,
+                 tail_s: float, done: simpy.Event, now: float) -> None:
         self.ids = ids
         self.rate = rate
+        self.cap = cap                # its links' capacities (+ tolerance)
         self.left_s = left_s          # seconds of transfer left at speed 1, as of ``since``
         self.tail_s = tail_s          # then its latency, which sharing does not stretch
         self.speed = 1.0
@@ -52,6 +53,7 @@ class SharedLinks:
         self.flows: set[_Flow] = set()
         self.slowed = 0                                   # flows now below their speed alone
         self.solves = 0
+        self._caps: dict[int, np.ndarray] = {}            # per traffic: its links' capacities
 
     def transfer(self, traffic: Traffic, share: float = 1.0) -> simpy.Event:
         """The event of *traffic* delivered (*share* of its load: one group of several)."""
@@ -59,8 +61,11 @@ class SharedLinks:
         if traffic.work_s <= 0 or len(traffic.link_ids) == 0:
             return env.timeout(max(0.0, traffic.seconds))
         done = env.event()
-        f = _Flow(traffic.link_ids, traffic.link_Bps * share, traffic.work_s, traffic.latency_s,
-                  done, env.now)
+        cap = self._caps.get(id(traffic))
+        if cap is None:
+            cap = self._caps[id(traffic)] = self.capacity[traffic.link_ids] * (1 + _TOL)
+        rate = traffic.link_Bps if share == 1.0 else traffic.link_Bps * share
+        f = _Flow(traffic.link_ids, rate, cap, traffic.work_s, traffic.latency_s, done, env.now)
         self.flows.add(f)
         self.load[f.ids] += f.rate
         if self._fits(f):
@@ -72,7 +77,7 @@ class SharedLinks:
         return done
 
     def _fits(self, f: _Flow) -> bool:
-        return bool(np.all(self.load[f.ids] <= self.capacity[f.ids] * (1 + _TOL)))
+        return not (self.load[f.ids] > f.cap).any()
 
     # ------------------------------------------------------------------ internals
 
@@ -93,7 +98,7 @@ class SharedLinks:
         its end speed anyone up)."""
         if f not in self.flows:
             return False
-        binding = not self._fits(f)
+        binding = bool(self.slowed) and not self._fits(f)
         self.flows.discard(f)
         self.load[f.ids] -= f.rate
         return binding
