@@ -136,7 +136,8 @@ def test_imports_only_go_down_the_layers() -> None:
     The layers, lowest first: errors, units, models, progress -> hardware -> software,
     topology_spec, compute (kernels, tables) -> calibration -> config -> topology -> workload ->
     compute.model -> network -> collectives, engine, stragglers, faults, cost -> results ->
-    training -> plan -> report, plots, trace -> sweep -> validate -> cli, sim/__init__ -> __main__.
+    training -> plan -> report, plots, trace -> sweep -> validate -> cli, sim/__init__.py ->
+    __main__.
 
     The rule: DESIGN.md's data flow is one way, so nothing upstream names anything downstream:
     not at module level, not inside a function (a lazy import is still a dependency), not for
