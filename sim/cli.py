@@ -351,8 +351,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                      progress=progress)
     if plot is not None:
         from .plots import plot_sweep
+        from .validate import sweep_overlay
 
-        plot_sweep(rows, [a.key for a in axes], plot, weak=args.weak)
+        keys = [a.key for a in axes]
+        plot_sweep(rows, keys, plot, weak=args.weak, measured=sweep_overlay(rows, keys),
+                   measured_label="measured (validation/training)")
     print(report.dump_json(rows) if args.json
           else report.sweep_text(rows, [a.key for a in axes], None if out is None else str(out),
                                  None if plot is None else str(plot)))

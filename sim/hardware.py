@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ConfigError
-from .units import GB, GiB, TFLOPS, Gbps_to_Bps
+from .units import GB, TFLOPS, Gbps_to_Bps, GiB
 
 __all__ = ["Chip", "CATALOGUE", "get_chip"]
 

@@ -152,10 +152,10 @@ def plan(req: PlanRequest,
          ) -> list[TopologyPlan]:
     """Search every topology of *req* (see the module docstring)."""
     from .collectives import CollectiveModel
+    from .config import FailuresConfig
     from .cost import PUE
     from .engine import fast_step
     from .faults import simulate_failures
-    from .config import FailuresConfig
     from .topology import build_topology
     from .training import plan_stages, run_step
     from .workload.memory import check_fits, memory_per_chip

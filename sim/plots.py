@@ -2,18 +2,17 @@
 breakdowns of sweeps, GPU-vs-TPU plans, predicted-vs-measured scatter of validation suites.
 
 Every function takes result records (rows, reports) and a file name (.png, .svg or .pdf) and
-returns the matplotlib Figure it saved, so tests can read the axes back.
+returns the matplotlib Figure it saved, so tests can read the axes back. It draws only what it is
+given: measured points to overlay come from the caller (``sim.validate.sweep_overlay``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_sweep", "plot_scaling", "plot_breakdown", "plot_plan", "plot_validation",
-           "measured_points"]
+__all__ = ["plot_sweep", "plot_scaling", "plot_breakdown", "plot_plan", "plot_validation"]
 
 _BREAKDOWN = ("compute", "exposed_comm", "pipeline_bubble", "straggler_wait", "optimizer", "other")
 
@@ -27,42 +26,26 @@ def _plt() -> Any:
     return plt
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())
-
-
-def measured_points(model: str, topology: str, data_dir: Path | None = None) -> list[tuple[int, float]]:
-    """(chips, tokens/s per chip) of published runs of *model* on *topology* (validation/training)."""
-    from .validate import default_data_dir, map_runs
-
-    out = []
-    for m in map_runs((data_dir or default_data_dir()) / "training"):
-        if not m.supported or m.scenario is None or m.measured is None or m.topology != topology:
-            continue
-        if _norm(str(m.scenario["model"].get("name", ""))) != _norm(model):
-            continue
-        t = m.scenario["training"]
-        chips = m.scenario["cluster"]["chips"]
-        out.append((chips, t["global_batch"] * t["seq_len"] / m.measured.step_time_s / chips))
-    return sorted(out)
-
-
 def _ok(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in rows if r.get("status") == "ok"]
 
 
 def plot_sweep(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], path: Path,
-               weak: bool = False) -> Any:
-    """A scaling curve for a sweep over ``cluster.chips``, else a step-time breakdown."""
+               weak: bool = False, measured: Sequence[tuple[float, float]] = (),
+               measured_label: str = "measured") -> Any:
+    """A scaling curve for a sweep over ``cluster.chips`` (with *measured* overlaid), else a
+    step-time breakdown."""
     if "cluster.chips" in keys:
-        return plot_scaling(rows, keys, path, weak)
+        return plot_scaling(rows, keys, path, weak, measured, measured_label)
     return plot_breakdown(rows, keys, path)
 
 
 def plot_scaling(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], path: Path,
-                 weak: bool = False) -> Any:
+                 weak: bool = False, measured: Sequence[tuple[float, float]] = (),
+                 measured_label: str = "measured") -> Any:
     """Tokens/s per chip and scaling efficiency against chips (log2 axis), one line per value of
-    the other swept keys; published measurements of the same model and topology overlaid."""
+    the other swept keys; *measured* (chips, tokens/s per chip) points, e.g. published runs of the
+    same model and topology, overlaid as crosses labelled *measured_label*."""
     plt = _plt()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
     others = [k for k in keys if k != "cluster.chips"]
@@ -76,11 +59,9 @@ def plot_scaling(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], path: P
         a1.plot(x, [float(r["tokens_per_s_per_chip"]) for r in rs], marker="o", label=label)
         a2.plot(x, [float(r["scaling_efficiency"]) for r in rs], marker="o", label=label)
     ok = _ok(rows)
-    if ok:
-        pts = measured_points(str(ok[0].get("model", ok[0].get("scenario", ""))), str(ok[0]["topology"]))
-        if pts:
-            a1.scatter([p[0] for p in pts], [p[1] for p in pts], marker="x", color="black",
-                       zorder=5, label="measured (validation/training)")
+    if measured:
+        a1.scatter([p[0] for p in measured], [p[1] for p in measured], marker="x", color="black",
+                   zorder=5, label=measured_label)
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("chips")

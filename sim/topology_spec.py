@@ -1,7 +1,7 @@
 """Topology specifications: what a file in topologies/ describes, and how a size is resolved.
 
 Pure data and arithmetic (no YAML, no graphs): ``sim.config`` parses a topology file into one of
-these specs, and ``sim.topology.build`` turns a spec plus a size into a networkx graph.
+these specs, and ``sim.topology.build_topology`` turns a spec plus a size into a networkx graph.
 """
 
 from __future__ import annotations

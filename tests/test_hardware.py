@@ -6,7 +6,7 @@ import pytest
 
 from sim.errors import ConfigError
 from sim.hardware import CATALOGUE, get_chip
-from sim.units import GB, GiB, TFLOPS
+from sim.units import GB, TFLOPS, GiB
 
 # catalogue name -> specs.yaml accelerator key
 KEYS = {

@@ -36,11 +36,14 @@ def test_every_framework_loads_where_it_runs(framework) -> None:
 
 @pytest.mark.parametrize("software, topology, match", [
     ({"framework": "jax-magic"}, "dgx-h100", r"software\.framework: unknown framework 'jax-magic'; valid: megatron-te"),
-    ({"attention": "flash-attention-4"}, "dgx-h100", r"software\.attention: unknown attention kernel 'flash-attention-4'; valid: cudnn"),
-    ({"attention": "flash-attention-3"}, "dgx-a100", r"software\.attention: flash-attention-3 is a Hopper kernel.*valid: cudnn"),
+    ({"attention": "flash-attention-4"}, "dgx-h100",
+     r"software\.attention: unknown attention kernel 'flash-attention-4'; valid: cudnn"),
+    ({"attention": "flash-attention-3"}, "dgx-a100",
+     r"software\.attention: flash-attention-3 is a Hopper kernel.*valid: cudnn"),
     ({"attention": "cudnn"}, "tpu-v5p", r"software\.attention: 'cudnn' is a CUDA kernel.*valid on TPUs: splash, xla"),
     ({"attention": "splash"}, "dgx-h100", r"software\.attention: 'splash' is a TPU"),
-    ({"framework": "megatron-te"}, "tpu-v5p", r"software\.framework: 'megatron-te' runs on NVIDIA GPUs.*valid on TPUs: maxtext, paxml"),
+    ({"framework": "megatron-te"}, "tpu-v5p",
+     r"software\.framework: 'megatron-te' runs on NVIDIA GPUs.*valid on TPUs: maxtext, paxml"),
     ({"framework": "maxtext", "kernel": "x"}, "dgx-h100", r"software: unknown key\(s\) \['kernel'\]"),
     ({"framework": 3}, "dgx-h100", r"software\.framework: expected a string"),
 ])

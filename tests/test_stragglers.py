@@ -8,7 +8,7 @@ from scipy import integrate, stats
 
 from sim.config import scenario_from_dict
 from sim.engine import Segment, StagePlan, simulate
-from sim.stragglers import jitter_for, ReplicaDraws
+from sim.stragglers import ReplicaDraws, jitter_for
 from sim.training import run_step
 
 
@@ -33,7 +33,7 @@ def test_per_rank_step_is_the_expected_max_of_n_lognormals(n: int, sigma: float)
         draws = rng.lognormal(0.0, sigma, size=n)
         r = simulate([one_op_then_barrier()], pp=1, vs=1, micro=1, schedule_kind="1f1b",
                      ranks_per_stage=n, groups=lambda kind, local: (0, n),
-                     jitter=lambda rank, k: float(draws[rank]) if k == 0 else 1.0)
+                     jitter=lambda rank, k, draws=draws: float(draws[rank]) if k == 0 else 1.0)
         steps.append(r.step_time_s)
     assert np.mean(steps) == pytest.approx(expected_max_lognormal(n, sigma), rel=0.01)
 

@@ -119,6 +119,23 @@ def test_parquet_and_plots(tmp_path: Path) -> None:
     assert (tmp_path / "b.pdf").read_bytes()[:4] == b"%PDF"
 
 
+
+def test_the_scaling_plot_draws_the_measured_points_it_is_given(tmp_path: Path) -> None:
+    from sim.plots import plot_scaling
+    from sim.validate import measured_points, sweep_overlay
+
+    rows = [{"status": "ok", "scenario": "s", "model": "llama3-70b", "topology": "dgx-h100",
+             "chip": "H100-SXM", "chips": c, "tokens_per_s_per_chip": 1500.0, "scaling_efficiency": 1.0}
+            for c in (64, 128)]
+    pts = sweep_overlay(rows, ["cluster.chips"])      # published Llama 3 70B runs on DGX H100
+    assert pts == measured_points("llama3-70b", "dgx-h100") != []
+    assert sweep_overlay(rows, ["parallelism.tp"]) == []       # not a scaling plot: nothing to overlay
+    fig = plot_scaling(rows, ["cluster.chips"], tmp_path / "s.svg", measured=pts, measured_label="m")
+    (dots,) = fig.axes[0].collections
+    assert dots.get_label() == "m" and len(dots.get_offsets()) == len(pts)
+    fig = plot_scaling(rows, ["cluster.chips"], tmp_path / "t.svg")
+    assert not fig.axes[0].collections                        # draws only what it is given
+
 def test_weak_scaling_keeps_the_batch_per_chip(capsys) -> None:
     assert main(["sweep", S70, "--over", "cluster.chips=256..1024x2", "--weak", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -352,7 +352,7 @@ def test_systems_csv_must_cover_every_run(tmp_path: Path) -> None:
     root = _write_dataset(tmp_path / "v")
     systems = root / "collectives" / "systems.csv"
     lines = systems.read_text().splitlines(keepends=True)
-    systems.write_text("".join(l for l in lines if "_b.csv" not in l))
+    systems.write_text("".join(line for line in lines if "_b.csv" not in line))
     with pytest.raises(ConfigError, match="no row for 'nccl_allgather_16xH100_b.csv'"):
         validate_collectives(root / "collectives", exact)
     systems.write_text("".join(lines) + "nccl_extra.csv,unsupported,,false,,why\n")

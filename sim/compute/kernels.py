@@ -1,7 +1,7 @@
 """Kernel time formulas: a GEMM, an attention kernel, a memory-bound op, on one chip.
 
 Pure functions of a shape and a parameter record; the parameters are fitted on the kernel tables
-in ``validation/compute/`` (``sim.compute.fit``) and live in ``sim.calibration``. Each formula is
+in ``validation/compute/`` (``sim.compute.tables``) and live in ``sim.calibration``. Each formula is
 the mechanism the tables show, not a curve through them:
 
 - **GEMM** (NVIDIA): cuBLAS splits C[m, n] into output tiles, one thread block (CTA) per tile, and
@@ -36,7 +36,7 @@ ATTENTION_BLOCK_ROWS = 128
 
 @dataclass(frozen=True, slots=True)
 class GemmParams:
-    """One dtype's GEMM constants on one architecture (``sim.calibration.GEMM``).
+    """One dtype's GEMM constants on one architecture (``sim.calibration.GEMM_HOPPER``).
 
     ``efficiency``: sustained fraction of the dense peak inside a tile's k-loop; ``tile_s``: fixed
     time per tile (prologue, epilogue); ``k0``: pipeline fill in units of k; ``call_s``: what an
@@ -51,7 +51,7 @@ class GemmParams:
 
 @dataclass(frozen=True, slots=True)
 class AttentionParams:
-    """One attention kernel family and pass on one architecture (``sim.calibration.ATTENTION``).
+    """One attention kernel family and pass on one architecture (``sim.calibration.ATTENTION_HOPPER``).
 
     ``efficiency``: sustained fraction of the bf16 peak at head_dim 128; ``d256``: its factor at
     head_dim 256; ``tail``: weight of the longest thread block's work; ``mem``: weight of the

@@ -15,9 +15,16 @@ from .. import calibration as cal
 from ..hardware import Chip
 from ..software import SoftwareProfile
 from ..workload.transformer import Op
-from .kernels import (AttentionParams, AttentionShape, GemmParams, attention_flops,
-                      attention_time_s,
-                      gemm_curve_time_s, gemm_time_s, memory_time_s)
+from .kernels import (
+    AttentionParams,
+    AttentionShape,
+    GemmParams,
+    attention_flops,
+    attention_time_s,
+    gemm_curve_time_s,
+    gemm_time_s,
+    memory_time_s,
+)
 
 __all__ = ["ComputeModel", "stack_key", "memory_class"]
 

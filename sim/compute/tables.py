@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from .kernels import (AttentionParams, AttentionShape, GemmParams, attention_time_s,
-                      gemm_time_s)
+from .kernels import AttentionParams, AttentionShape, GemmParams, attention_time_s, gemm_time_s
 
 __all__ = ["KernelCase", "GPU_FOLDERS", "load_cases", "fit_gemm", "fit_attention", "fit_gemm_curve",
            "fit_memory_fractions", "fit_optimizer_fractions", "BACKENDS"]

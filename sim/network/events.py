@@ -13,12 +13,12 @@ from collections.abc import Generator, Hashable, Sequence
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import simpy
 
 from .fluid import maxmin_rates
 from .links import LinkTable
 from .routing import Router
-import scipy.sparse as sp
 
 __all__ = ["FluidNetwork", "run_stages"]
 

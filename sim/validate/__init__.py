@@ -10,7 +10,7 @@ nothing in the simulator imports it.
 Modules: ``data`` (files and cells), ``stats`` (median, p90), one per suite (``collectives``,
 ``training_rows`` + ``training_rules`` + ``training_measured`` + ``training_map`` + ``training``,
 ``compute``, ``failures``), ``budgets``, ``report`` (text and JSON), ``fit`` (calibration fits),
-``cli``.
+``overlay`` (measured points that ``sim.plots`` figures overlay), ``cli``.
 The predictors that run the simulator itself (``CasePredictor``, ``TrainingPredictor``) are in
 ``sim.validate.predictors``, which this package does not import: it loads the network and engine
 stack, which only the collectives and training suites need.
@@ -47,6 +47,7 @@ from .compute import GEMM_MIN_S, ComputeRow, ComputeSummary, predict_case, valid
 from .data import default_data_dir
 from .failures import FailureCase, validate_failures
 from .fit import fit_nvlink_efficiency, fit_stack_efficiency
+from .overlay import measured_points, sweep_overlay
 from .report import (
     compute_report_to_json,
     failures_report_to_json,
@@ -90,7 +91,7 @@ __all__ = [
     "check_training_budgets", "compute_report_to_json", "default_data_dir",
     "failures_report_to_json", "fit_nvlink_efficiency", "fit_stack_efficiency", "flops_per_token",
     "format_compute_report", "format_failures", "format_report", "format_training_report",
-    "is_anomalous", "load_budgets", "map_runs", "predict_case", "report_to_json", "run_cli",
-    "training_report_to_json", "validate_collectives", "validate_compute", "validate_failures",
-    "validate_training",
+    "is_anomalous", "load_budgets", "map_runs", "measured_points", "predict_case", "report_to_json",
+    "run_cli", "sweep_overlay", "training_report_to_json", "validate_collectives", "validate_compute",
+    "validate_failures", "validate_training",
 ]

@@ -140,8 +140,9 @@ def _score(run: MappedRun, predict: StepPredictor) -> TrainingRunResult:
     m = run.measured
     unscored = TrainingRunResult(
         id=run.id, split=run.split, family=run.family, topology=run.topology, chips=run.chips,
-        framework=run.framework, time_from=m.time_from, flops_convention=m.flops_convention, measured_step_s=m.step_time_s,
-        measured_mfu=m.mfu, published_mfu=m.published_mfu, model_flops_per_step=m.model_flops_per_step,
+        framework=run.framework, time_from=m.time_from, flops_convention=m.flops_convention,
+        measured_step_s=m.step_time_s, measured_mfu=m.mfu, published_mfu=m.published_mfu,
+        model_flops_per_step=m.model_flops_per_step,
         assumptions=run.assumptions, scenario=run.scenario)
     try:
         pred = predict(run.scenario)

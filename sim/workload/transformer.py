@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..compute.kernels import AttentionShape, attention_bytes, attention_flops
 from ..config import Scenario
 from ..models import ModelSpec
-from ..compute.kernels import AttentionShape, attention_bytes, attention_flops
 
 __all__ = ["Op", "Comm", "LayerWork", "Workload", "build_workload", "model_flops_per_token"]
 
