@@ -14,14 +14,14 @@ from .collectives.traffic import collective_traffic, p2p_traffic
 from .compute.model import ComputeModel
 from .config import Scenario
 from .engine import Segment, StagePlan, estimate_events, simulate, simulate_together
+from .errors import ConfigError, InfeasibleError
 from .network.traffic import Traffic
 from .results import StepResult
+from .software import resolve_software
 from .topology import Topology, build_topology
-from .errors import ConfigError, InfeasibleError
 from .units import GiB
 from .workload.layout import Layout
 from .workload.memory import check_fits, memory_per_chip
-from .software import resolve_software
 from .workload.transformer import Comm, Item, Op, Workload, build_workload
 
 __all__ = ["run_step", "plan_stages", "check_work", "EVENTS_PER_S",

@@ -15,8 +15,17 @@ from .fields import parse_tokens
 from .overrides import apply_overrides, parse_value, set_key
 from .paths import DATA_DIR, PLOT_SUFFIXES, check_output_path, scenario_dir, topology_dir
 from .scenario import load_cluster, load_scenario, read_scenario_raw, scenario_from_dict
-from .schema import (ClusterConfig, CostConfig, FailuresConfig, ParallelismConfig, PlanSizes,
-                     Scenario, StragglersConfig, TrainingConfig, scenario_keys)
+from .schema import (
+    ClusterConfig,
+    CostConfig,
+    FailuresConfig,
+    ParallelismConfig,
+    PlanSizes,
+    Scenario,
+    StragglersConfig,
+    TrainingConfig,
+    scenario_keys,
+)
 from .topology_specs import load_topology_spec, resolve_topology_path
 from .yamlio import MAX_YAML_DEPTH, decode_utf8
 

@@ -14,15 +14,25 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..models import PRESETS, MoE, ModelSpec
+from ..models import PRESETS, ModelSpec, MoE
 from ..software import resolve_software
 from ..topology_spec import GpuClusterSpec
 from .fields import Section, parse_tokens, show
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan
 from .paths import scenario_dir
-from .schema import (CLUSTER_KEYS, MODEL_KEYS, SECTION_KEYS, TOP_KEYS, ClusterConfig, CostConfig,
-                     FailuresConfig, Scenario, StragglersConfig, TrainingConfig)
+from .schema import (
+    CLUSTER_KEYS,
+    MODEL_KEYS,
+    SECTION_KEYS,
+    TOP_KEYS,
+    ClusterConfig,
+    CostConfig,
+    FailuresConfig,
+    Scenario,
+    StragglersConfig,
+    TrainingConfig,
+)
 from .topology_specs import load_topology_spec
 from .yamlio import read_yaml
 
