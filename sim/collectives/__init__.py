@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..network.fluid import FlowSet, play_flows
 from ..network.links import LinkTable
 from ..network.routing import Router
-from ..topology import Topology
+from ..topology import GpuFabric, Topology
 from . import nccl
 from .algorithms import ALGORITHMS, GroupInfo, Phase, Stage, build, group_info
 
@@ -78,10 +78,10 @@ class CollectiveModel:
         # PERF: the plan search asks for the same (op, size, group) many times across layouts
         # (benchmarks/test_bench_plan.py); a result is a pure function of them.
         self._results: dict[tuple[Any, ...], CollectiveResult] = {}
-        self._tpu = topo.facts.get("shape") is not None
-        g = topo.graph
-        self._nvls = any(d.get("nvls") for _, d in g.nodes(data=True) if d.get("kind") == "nvswitch")
-        self._sharp = bool(topo.facts.get("sharp"))
+        self._tpu = topo.is_tpu
+        fab = topo.fabric
+        self._nvls = isinstance(fab, GpuFabric) and fab.nvls
+        self._sharp = isinstance(fab, GpuFabric) and fab.sharp
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
         self._wire: tuple[float, float] | None = None

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConfigError
-from ..topology import Topology
+from ..topology import Topology, TpuFabric
 
 __all__ = ["Phase", "Stage", "GroupInfo", "build", "ALGORITHMS"]
 
@@ -74,7 +74,7 @@ class GroupInfo:
 
 def group_info(topo: Topology, devices: Sequence[int]) -> GroupInfo:
     g = topo.graph
-    if topo.facts.get("shape") is not None:
+    if topo.is_tpu:
         return GroupInfo(tuple(devices))
     by: dict[int, list[int]] = {}
     for d in devices:
@@ -269,7 +269,8 @@ def torus(op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
     if grid is None or not grid[0]:
         return ring(op, gi, size)
     axes, coords = grid
-    shape, wraps = topo.facts["shape"], topo.facts["wraps"]
+    assert isinstance(topo.fabric, TpuFabric), topo.fabric
+    shape, wraps = topo.fabric.shape, topo.fabric.wraps
     D = len(axes)
     lengths = {a: len({c[a] for c in coords}) for a in axes}
 
@@ -338,7 +339,7 @@ def hierarchical(op: str, gi: GroupInfo, size: float, topo: Topology,
 def _inner_stage(op: str, sub: GroupInfo, size: float, topo: Topology) -> list[Stage]:
     if sub.n == 1:
         return []
-    if topo.facts.get("shape") is not None:
+    if topo.is_tpu:
         return torus(op, sub, size, topo)
     return ring(op, sub, size)
 
@@ -374,7 +375,7 @@ def build(algo: str, op: str, gi: GroupInfo, size: float, topo: Topology) -> lis
     if algo == "torus":
         return torus(op, gi, size, topo)
     if algo == "hierarchical":
-        if topo.facts.get("shape") is None:
+        if not topo.is_tpu:
             inner = [list(v) for _, v in sorted(gi.by_node.items())]
         else:
             pods: dict[int, list[int]] = {}
