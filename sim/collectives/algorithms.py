@@ -53,6 +53,7 @@ class GroupInfo:
 
     devices: tuple[int, ...]
     by_node: dict[int, tuple[int, ...]] = field(default_factory=dict)   # GPU node -> its ranks
+    by_pod: dict[int, tuple[int, ...]] = field(default_factory=dict)    # TPU slice -> its ranks
 
     @property
     def n(self) -> int:
@@ -71,15 +72,23 @@ class GroupInfo:
         """Every node holds the same number of the group's ranks (trees and hierarchical need it)."""
         return len({len(v) for v in self.by_node.values()}) <= 1
 
+    @property
+    def even_pods(self) -> bool:
+        """Every TPU slice holds the same number of the group's ranks (hierarchical needs it)."""
+        return len({len(v) for v in self.by_pod.values()}) <= 1
+
 
 def group_info(topo: Topology, devices: Sequence[int]) -> GroupInfo:
+    """*devices* grouped by GPU node (``by_node``) or, on TPU slices, by slice (``by_pod``)."""
     g = topo.graph
-    if topo.is_tpu:
-        return GroupInfo(tuple(devices))
     by: dict[int, list[int]] = {}
+    key = "pod" if topo.is_tpu else "node"
     for d in devices:
-        by.setdefault(g.nodes[d]["node"], []).append(d)
-    return GroupInfo(tuple(devices), {k: tuple(v) for k, v in by.items()})
+        by.setdefault(g.nodes[d][key], []).append(d)
+    groups = {k: tuple(v) for k, v in by.items()}
+    if topo.is_tpu:
+        return GroupInfo(tuple(devices), by_pod=groups)
+    return GroupInfo(tuple(devices), by_node=groups)
 
 
 def _phase(name: str, steps: int, pairs: list[tuple[int, int]], nbytes: float | Sequence[float],
@@ -375,13 +384,8 @@ def build(algo: str, op: str, gi: GroupInfo, size: float, topo: Topology) -> lis
     if algo == "torus":
         return torus(op, gi, size, topo)
     if algo == "hierarchical":
-        if not topo.is_tpu:
-            inner = [list(v) for _, v in sorted(gi.by_node.items())]
-        else:
-            pods: dict[int, list[int]] = {}
-            for d in gi.devices:
-                pods.setdefault(topo.graph.nodes[d]["pod"], []).append(d)
-            inner = [v for _, v in sorted(pods.items())]
+        islands = gi.by_pod if topo.is_tpu else gi.by_node
+        inner = [list(v) for _, v in sorted(islands.items())]
         if len({len(x) for x in inner}) != 1:
             raise ConfigError("--algo hierarchical: needs the same number of ranks on every node/pod")
         return hierarchical(op, gi, size, topo, inner)
