@@ -106,6 +106,7 @@ class CollectiveModel:
     def _time(self, op: str, size_bytes: int, group: Sequence[int] | None,
               algo: str | None) -> CollectiveResult:
         if op not in OPS:
+            # Named as the CLI flag, not the field: tests/test_collectives.py pins this text.
             raise ConfigError(f"--op: unknown collective {op!r}; valid: {', '.join(OPS)}")
         if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, np.integer)) or size_bytes <= 0:
             raise ConfigError(f"size: must be a positive integer number of bytes, got {size_bytes!r}")

@@ -236,7 +236,7 @@ def pairwise(op: str, gi: GroupInfo, size: float) -> list[Stage]:
     """All-to-all: every rank sends size/n to every other rank at once (NCCL's grouped send/recv)."""
     n = gi.n
     if n > 2048:
-        raise ConfigError(f"--op alltoall: groups of more than 2048 ranks are not modelled yet, got {n}")
+        raise ConfigError(f"op alltoall: groups of more than 2048 ranks are not modelled yet, got {n}")
     devs = gi.devices
     pairs = [(a, b) for a in devs for b in devs if a != b]
     return [(_phase("pairwise", 1, pairs, size / n),)]
@@ -332,7 +332,7 @@ def hierarchical(op: str, gi: GroupInfo, size: float, topo: Topology,
     """All-reduce as reduce-scatter inside each island (NVLink node / TPU pod), all-reduce of the
     shards across islands (a ring per shard position), all-gather inside the island."""
     if op != "allreduce":
-        raise ConfigError(f"--algo hierarchical: only for allreduce, got {op}")
+        raise ConfigError(f"algo hierarchical: only for allreduce, got {op}")
     k = len(inner[0])
     islands = len(inner)
     subs = [GroupInfo(tuple(m), {0: tuple(m)}) for m in inner]
@@ -387,6 +387,6 @@ def build(algo: str, op: str, gi: GroupInfo, size: float, topo: Topology) -> lis
         islands = gi.by_pod if topo.is_tpu else gi.by_node
         inner = [list(v) for _, v in sorted(islands.items())]
         if len({len(x) for x in inner}) != 1:
-            raise ConfigError("--algo hierarchical: needs the same number of ranks on every node/pod")
+            raise ConfigError("algo hierarchical: needs the same number of ranks on every node/pod")
         return hierarchical(op, gi, size, topo, inner)
     raise AssertionError(algo)

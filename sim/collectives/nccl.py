@@ -209,6 +209,7 @@ def choices(op: str, gi: GroupInfo, hw: Platform, algo: str | None = None) -> li
     forced *algo* (an error if it is unknown or not offered here) or of every offered algorithm.
     On GPUs hierarchical is only run when forced: NCCL has no such algorithm of its own."""
     avail = offered(op, gi, hw)
+    # These two name the CLI flag, not the field: tests/test_collectives.py pins their text.
     if algo is not None:
         if algo not in ALGORITHMS:
             raise ConfigError(f"--algo: unknown algorithm {algo!r}; valid: {', '.join(ALGORITHMS)}")
