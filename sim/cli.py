@@ -263,9 +263,14 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     tsize = DTYPE_BYTES[args.dtype]
     results = []
     size = args.min_bytes
-    while size <= args.max_bytes:
-        results.append(model.time(args.op, max(tsize, size - size % tsize), group, args.algo))
-        size *= args.factor
+    try:
+        while size <= args.max_bytes:
+            results.append(model.time(args.op, max(tsize, size - size % tsize), group, args.algo))
+            size *= args.factor
+    except ConfigError as e:            # the model names its fields (algo ...); the user gave flags
+        if str(e).split(" ", 1)[0].rstrip(":") in ("op", "algo"):
+            raise ConfigError(f"--{e}") from None
+        raise
     if args.csv:
         print(report.collective_csv(results, args.dtype, tsize))
         return 0

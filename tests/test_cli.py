@@ -50,3 +50,10 @@ def test_errors_are_one_line_and_exit_2(argv, fragment) -> None:
     assert fragment in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_collective_names_the_flag_of_a_model_error(capsys) -> None:
+    """The model says ``op alltoall: ...``; ``clustersim collective`` names the flag, ``--op``."""
+    assert main(["collective", "--topology", "dgx-h100", "--chips", "4096", "--op", "alltoall"]) == 2
+    assert ("clustersim: error: --op alltoall: groups of more than 2048 ranks are not modelled yet, "
+            "got 4096") in capsys.readouterr().err

@@ -4,7 +4,6 @@ their module, and sim's own imports only go down the data flow."""
 from __future__ import annotations
 
 import ast
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -193,36 +192,11 @@ def test_sim_is_mypy_clean() -> None:
     assert r.returncode == 0, r.stdout[-3000:]
 
 
-# Findings in files that other branches are changing now, fixed after they merge (then delete the
-# entry): file -> rule codes. Each is the import block that `ruff check --select I --fix FILE`
-# rewrites (sim/config/__init__.py: re-indent its `from .schema import (` block by 4 after that).
-PENDING_MERGE: dict[str, frozenset[str]] = {
-    "sim/collectives/__init__.py": frozenset({"I001"}),
-    "sim/collectives/algorithms.py": frozenset({"I001"}),
-    "sim/config/__init__.py": frozenset({"I001"}),
-    "sim/config/scenario.py": frozenset({"I001"}),
-    "sim/topology/__init__.py": frozenset({"I001"}),
-    "sim/topology/gpu_cluster.py": frozenset({"I001"}),
-    "sim/topology/tpu_pod.py": frozenset({"I001"}),
-    "sim/training.py": frozenset({"I001"}),
-}
-
-
 @pytest.mark.slow
 def test_sim_is_ruff_clean() -> None:
-    """``ruff check sim tests benchmarks`` (the rules of pyproject.toml's [tool.ruff]) finds nothing.
-
-    Findings listed in PENDING_MERGE make the test an expected failure ("pending merge") until
-    they are fixed; any other finding fails it.
-    """
+    """``ruff check sim tests benchmarks`` (the rules of pyproject.toml's [tool.ruff]) finds nothing."""
     pytest.importorskip("ruff")
     root = Path(__file__).resolve().parent.parent
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format",
                         "concise", "sim", "tests", "benchmarks"], cwd=root, capture_output=True, text=True)
-    finding = re.compile(r"^(\S+?):\d+:\d+: ([A-Z]+[0-9]+) ")          # FILE:LINE:COL: CODE message
-    found = [m for m in map(finding.match, r.stdout.splitlines()) if m]
-    assert r.returncode in (0, 1) and (r.returncode == 1) == bool(found), r.stdout[-3000:] + r.stderr
-    pending = [m.string for m in found if m.group(2) in PENDING_MERGE.get(m.group(1), ())]
-    assert len(pending) == len(found), r.stdout[-3000:]
-    if pending:
-        pytest.xfail("pending merge: " + "; ".join(pending))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr

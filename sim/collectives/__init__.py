@@ -5,17 +5,17 @@
 the flow model (max-min fair sharing of the routed flows of the algorithm's steps; identical steps
 are solved once, and the per-byte cost of each algorithm is cached, so a size sweep costs one
 solve per algorithm). Latency is NCCL's tuning model for GPUs and the per-hop ICI latency for TPU
-tori. Without ``algo``, the algorithm and protocol with the smallest predicted time is chosen, the
-way NCCL's tuner picks from its own cost model.
+tori. Which algorithms and protocols a call may use and the pick among them (the smallest
+predicted time, the way NCCL's tuner picks from its own cost model) are the tuner's, in
+``sim.collectives.nccl``; this module predicts each candidate's time.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -78,10 +78,7 @@ class CollectiveModel:
         # PERF: the plan search asks for the same (op, size, group) many times across layouts
         # (benchmarks/test_bench_plan.py); a result is a pure function of them.
         self._results: dict[tuple[Any, ...], CollectiveResult] = {}
-        self._tpu = topo.facts.get("shape") is not None
-        g = topo.graph
-        self._nvls = any(d.get("nvls") for _, d in g.nodes(data=True) if d.get("kind") == "nvswitch")
-        self._sharp = bool(topo.facts.get("sharp"))
+        self.hw = nccl.platform(topo)          # what the tuner may offer here (nccl.offered)
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
         self._wire: tuple[float, float] | None = None
@@ -91,32 +88,8 @@ class CollectiveModel:
     # ------------------------------------------------------------------ public
 
     def algorithms(self, op: str, gi: GroupInfo) -> list[str]:
-        """Algorithms the hardware and library offer for *op* on this group."""
-        if op == "alltoall":
-            return ["pairwise"]
-        if op == "sendrecv":
-            return ["p2p"]
-        if self._tpu:
-            per_pod = Counter(self.topo.graph.nodes[d]["pod"] for d in gi.devices)
-            if len(per_pod) > 1:
-                even = len(set(per_pod.values())) == 1
-                return ["hierarchical", "ring"] if op == "allreduce" and even else ["ring"]
-            return ["torus", "ring"]
-        algos = ["ring"]
-        if not gi.even:                 # trees, NVLS and hierarchical need as many ranks per node
-            return algos
-        multi = gi.nodes > 1
-        if op == "allreduce" and multi:
-            algos.append("tree")
-        if self._nvls and gi.ppn > 1 and op in ("allreduce", "allgather", "reducescatter") and not multi:
-            algos.append("nvls")
-        if self._nvls and multi and gi.ppn > 1 and op == "allreduce":
-            algos.append("nvls_tree")
-        if self._sharp and multi and op == "allreduce":
-            algos.append("collnet")
-        if op == "allreduce" and multi and gi.ppn > 1:
-            algos.append("hierarchical")
-        return algos
+        """Algorithms the hardware and library offer for *op* on this group (``nccl.offered``)."""
+        return nccl.offered(op, gi, self.hw)
 
     def time(self, op: str, size_bytes: int, group: Sequence[int] | None = None,
              algo: str | None = None) -> CollectiveResult:
@@ -133,29 +106,15 @@ class CollectiveModel:
     def _time(self, op: str, size_bytes: int, group: Sequence[int] | None,
               algo: str | None) -> CollectiveResult:
         if op not in OPS:
+            # Named as the CLI flag, not the field: tests/test_collectives.py pins this text.
             raise ConfigError(f"--op: unknown collective {op!r}; valid: {', '.join(OPS)}")
         if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, np.integer)) or size_bytes <= 0:
             raise ConfigError(f"size: must be a positive integer number of bytes, got {size_bytes!r}")
         gi = self._group(group)
-        offered = self.algorithms(op, gi)
-        if algo is not None:
-            if algo not in ALGORITHMS:
-                raise ConfigError(f"--algo: unknown algorithm {algo!r}; valid: {', '.join(ALGORITHMS)}")
-            if algo not in offered:
-                raise ConfigError(self._why_not(algo, op, gi, offered))
-            candidates = [algo]
-        else:
-            candidates = [a for a in offered if a != "hierarchical" or self._tpu]
+        pairs = nccl.choices(op, gi, self.hw, algo)          # checks a forced algorithm
         if gi.n == 1:
             return CollectiveResult(op, "none", "none", int(size_bytes), 1, 0.0, 0.0, 0.0)
-        best: CollectiveResult | None = None
-        for a in candidates:
-            for proto in self._protocols(a):
-                r = self._predict(op, int(size_bytes), gi, a, proto)
-                if best is None or r.time_s < best.time_s:
-                    best = r
-        assert best is not None
-        return best
+        return nccl.fastest(self._predict(op, int(size_bytes), gi, a, proto) for a, proto in pairs)
 
     def time_concurrent(self, op: str, size_bytes: int, groups: Sequence[Sequence[int]],
                         algo: str | None = None) -> CollectiveResult:
@@ -202,62 +161,30 @@ class CollectiveModel:
             raise ConfigError(f"group: ranks must be distinct chips in 0..{len(devs) - 1}")
         return group_info(self.topo, members)
 
-    def _why_not(self, algo: str, op: str, gi: GroupInfo, offered: list[str]) -> str:
-        chip = self.topo.spec.chip.name
-        reason = {
-            "nvls": f"needs NVLink SHARP (NVSwitch gen 3+) inside one node; {self.topo.name} "
-                    f"({chip}) {'has none' if not self._nvls else 'is used across nodes here'}",
-            "nvls_tree": f"needs NVLink SHARP and several nodes; {self.topo.name} ({chip}) "
-                         f"{'has no NVLS' if not self._nvls else 'group is on one node'}",
-            "collnet": "needs InfiniBand SHARP switches (cluster.sharp: true) and several nodes",
-            "tree": "is an all-reduce across several nodes",
-            "torus": "is for TPU slices",
-        }.get(algo, f"does not implement {op} here")
-        return f"--algo {algo}: {reason}; available for {op}: {', '.join(offered)}"
-
-    def _protocols(self, algo: str) -> tuple[str, ...]:
-        if self._tpu or algo in ("nvls", "nvls_tree", "collnet", "pairwise", "p2p", "hierarchical"):
-            return ("Simple",)
-        return nccl.PROTOCOLS
-
     def _predict(self, op: str, size: int, gi: GroupInfo, algo: str, proto: str,
                  per_byte: float | None = None) -> CollectiveResult:
+        """One (algorithm, protocol) candidate: the flow model's transfer time (*per_byte* replaces
+        the algorithm's own cost, see ``time_concurrent``) with ICI latency per hop on TPU slices,
+        or priced by NCCL's model (``nccl.call_time_s``) on GPUs."""
         alone, hops = self._cost(op, gi, algo)
         per_byte = alone if per_byte is None else per_byte
         transfer = per_byte * size
-        arch = self.topo.spec.chip.arch
-        if self._tpu:
+        if self.hw.tpu:
             lat = hops * self._ici_hop_s + self._dcn_latency_s(op, gi)
             return CollectiveResult(op, algo, "ici", size, gi.n, lat + transfer, lat, transfer)
-        transfer /= nccl.protocol_factor(algo, proto, gi.nodes)
-        if algo in ("nvls", "nvls_tree", "collnet"):
-            transfer /= nccl.NVLS_EFFICIENCY.get(arch, 0.85)
-        factor = busbw_factor(op, gi.n)
-        cap = nccl.busbw_cap_GBps(algo, proto, arch, gi.nodes)
-        if math.isfinite(cap) and transfer > 0:
-            busbw = factor * size / transfer / 1e9
-            if busbw > cap:
-                transfer = factor * size / (cap * 1e9)
-        lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet") else "ring"
-        lat_op = op if algo != "hierarchical" else "allreduce"
         w_intra, w_inter = self._wire_latency_s()
-        if algo in ("pairwise", "p2p"):          # no p2p entry in NCCL's model: one ring Simple step
-            lat = nccl.latency_s("ring", proto, "sendrecv", 2, min(gi.nodes, 2), size,
-                                 w_intra, w_inter)
-        else:
-            lat = nccl.latency_s(lat_algo, proto, lat_op, gi.n, gi.nodes, size, w_intra, w_inter)
+        lat, transfer = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch, transfer,
+                                         busbw_factor(op, gi.n), w_intra, w_inter)
         return CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
 
     def _dcn_latency_s(self, op: str, gi: GroupInfo) -> float:
         """TPU Multislice: the data-center network trips of a group spread over several slices:
         one slice-to-slice path (PCIe, host NIC, DCN; the topology's latencies) per ring step
         between slices, twice as many for an all-reduce."""
-        g = self.topo.graph
-        pods = sorted({g.nodes[d]["pod"] for d in gi.devices})
+        pods = sorted(gi.by_pod)
         if len(pods) < 2:
             return 0.0
-        a = next(d for d in gi.devices if g.nodes[d]["pod"] == pods[0])
-        b = next(d for d in gi.devices if g.nodes[d]["pod"] == pods[1])
+        a, b = gi.by_pod[pods[0]][0], gi.by_pod[pods[1]][0]
         trips = (len(pods) - 1) * (2 if op == "allreduce" else 1)
         return trips * self.router.path_latency_s(a, b)
 

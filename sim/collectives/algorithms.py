@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..topology import Topology
+from ..topology import Topology, TpuFabric
 
 __all__ = ["Phase", "Stage", "GroupInfo", "build", "ALGORITHMS"]
 
@@ -53,6 +53,7 @@ class GroupInfo:
 
     devices: tuple[int, ...]
     by_node: dict[int, tuple[int, ...]] = field(default_factory=dict)   # GPU node -> its ranks
+    by_pod: dict[int, tuple[int, ...]] = field(default_factory=dict)    # TPU slice -> its ranks
 
     @property
     def n(self) -> int:
@@ -71,15 +72,23 @@ class GroupInfo:
         """Every node holds the same number of the group's ranks (trees and hierarchical need it)."""
         return len({len(v) for v in self.by_node.values()}) <= 1
 
+    @property
+    def even_pods(self) -> bool:
+        """Every TPU slice holds the same number of the group's ranks (hierarchical needs it)."""
+        return len({len(v) for v in self.by_pod.values()}) <= 1
+
 
 def group_info(topo: Topology, devices: Sequence[int]) -> GroupInfo:
+    """*devices* grouped by GPU node (``by_node``) or, on TPU slices, by slice (``by_pod``)."""
     g = topo.graph
-    if topo.facts.get("shape") is not None:
-        return GroupInfo(tuple(devices))
     by: dict[int, list[int]] = {}
+    key = "pod" if topo.is_tpu else "node"
     for d in devices:
-        by.setdefault(g.nodes[d]["node"], []).append(d)
-    return GroupInfo(tuple(devices), {k: tuple(v) for k, v in by.items()})
+        by.setdefault(g.nodes[d][key], []).append(d)
+    groups = {k: tuple(v) for k, v in by.items()}
+    if topo.is_tpu:
+        return GroupInfo(tuple(devices), by_pod=groups)
+    return GroupInfo(tuple(devices), by_node=groups)
 
 
 def _phase(name: str, steps: int, pairs: list[tuple[int, int]], nbytes: float | Sequence[float],
@@ -227,7 +236,7 @@ def pairwise(op: str, gi: GroupInfo, size: float) -> list[Stage]:
     """All-to-all: every rank sends size/n to every other rank at once (NCCL's grouped send/recv)."""
     n = gi.n
     if n > 2048:
-        raise ConfigError(f"--op alltoall: groups of more than 2048 ranks are not modelled yet, got {n}")
+        raise ConfigError(f"op alltoall: groups of more than 2048 ranks are not modelled yet, got {n}")
     devs = gi.devices
     pairs = [(a, b) for a in devs for b in devs if a != b]
     return [(_phase("pairwise", 1, pairs, size / n),)]
@@ -269,7 +278,8 @@ def torus(op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
     if grid is None or not grid[0]:
         return ring(op, gi, size)
     axes, coords = grid
-    shape, wraps = topo.facts["shape"], topo.facts["wraps"]
+    assert isinstance(topo.fabric, TpuFabric), topo.fabric
+    shape, wraps = topo.fabric.shape, topo.fabric.wraps
     D = len(axes)
     lengths = {a: len({c[a] for c in coords}) for a in axes}
 
@@ -322,7 +332,7 @@ def hierarchical(op: str, gi: GroupInfo, size: float, topo: Topology,
     """All-reduce as reduce-scatter inside each island (NVLink node / TPU pod), all-reduce of the
     shards across islands (a ring per shard position), all-gather inside the island."""
     if op != "allreduce":
-        raise ConfigError(f"--algo hierarchical: only for allreduce, got {op}")
+        raise ConfigError(f"algo hierarchical: only for allreduce, got {op}")
     k = len(inner[0])
     islands = len(inner)
     subs = [GroupInfo(tuple(m), {0: tuple(m)}) for m in inner]
@@ -338,7 +348,7 @@ def hierarchical(op: str, gi: GroupInfo, size: float, topo: Topology,
 def _inner_stage(op: str, sub: GroupInfo, size: float, topo: Topology) -> list[Stage]:
     if sub.n == 1:
         return []
-    if topo.facts.get("shape") is not None:
+    if topo.is_tpu:
         return torus(op, sub, size, topo)
     return ring(op, sub, size)
 
@@ -374,14 +384,9 @@ def build(algo: str, op: str, gi: GroupInfo, size: float, topo: Topology) -> lis
     if algo == "torus":
         return torus(op, gi, size, topo)
     if algo == "hierarchical":
-        if topo.facts.get("shape") is None:
-            inner = [list(v) for _, v in sorted(gi.by_node.items())]
-        else:
-            pods: dict[int, list[int]] = {}
-            for d in gi.devices:
-                pods.setdefault(topo.graph.nodes[d]["pod"], []).append(d)
-            inner = [v for _, v in sorted(pods.items())]
+        islands = gi.by_pod if topo.is_tpu else gi.by_node
+        inner = [list(v) for _, v in sorted(islands.items())]
         if len({len(x) for x in inner}) != 1:
-            raise ConfigError("--algo hierarchical: needs the same number of ranks on every node/pod")
+            raise ConfigError("algo hierarchical: needs the same number of ranks on every node/pod")
         return hierarchical(op, gi, size, topo, inner)
     raise AssertionError(algo)

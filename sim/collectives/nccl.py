@@ -1,4 +1,14 @@
-"""NCCL's tuning model: per-algorithm latency, protocol bandwidth factors and caps.
+"""NCCL's tuner: which algorithms and protocols a call may use, what each costs, the fastest.
+
+The choice, in one place: ``offered`` lists the algorithms the hardware and the library offer for
+an operation on a group (NVLS only with NVLink SHARP, CollNet only with InfiniBand SHARP, trees and
+hierarchical only with as many ranks on every node; on TPU slices the torus inside a slice and
+hierarchical across slices, as XLA runs them), ``protocols`` the protocols each algorithm runs,
+``choices`` the (algorithm, protocol) pairs weighed for a call (a forced algorithm checked against
+what is offered) and ``fastest`` the pick: the smallest predicted time, the way NCCL's tuner picks
+from its own cost model. ``call_time_s`` is that cost model's part of a GPU call's time (latency
+per step, protocol overheads, bandwidth ceilings); the flow model in ``sim.collectives`` gives the
+rest.
 
 Every constant is read from NVIDIA/nccl ``src/graph/tuning.cc`` (+ ``topo.h``, ``search.cc``) @
 5067397c2676d5aed50042fc39e5c8ee96eb0027 as quoted in ../shared/reference/FACTS.md section 3b, or
@@ -11,8 +21,16 @@ flow model.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
-__all__ = ["PROTOCOLS", "latency_s", "protocol_factor", "busbw_cap_GBps", "channels"]
+from ..errors import ConfigError
+from ..topology import GpuFabric, Topology
+from .algorithms import ALGORITHMS, GroupInfo
+
+__all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "choices", "fastest",
+           "latency_s", "offered", "platform", "protocol_factor", "protocols"]
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 _P = {p: i for i, p in enumerate(PROTOCOLS)}
@@ -127,3 +145,137 @@ def busbw_cap_GBps(algo: str, proto: str, arch: str, nodes: int) -> float:
     if algo == "nvls_tree":
         cap = min(cap, nch * _NVLS_TREE_PER_CH.get(arch, _NVLS_TREE_PER_CH["hopper"])[col])
     return cap
+
+
+# --------------------------------------------------------------------------- the tuner
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    """What one topology offers the collective library, read once from its fabric."""
+
+    topology: str                # name, for messages
+    chip: str                    # catalogue chip name, for messages
+    arch: str                    # "ampere", "hopper", ... (the rows of NCCL's tables)
+    tpu: bool                    # TPU slices: XLA collectives on the ICI torus, no NCCL protocols
+    nvls: bool                   # NVLink SHARP in the NVSwitches (NVLS, NVLSTree)
+    sharp: bool                  # InfiniBand SHARP in the fabric's switches (CollNet)
+
+
+def platform(topo: Topology) -> Platform:
+    """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction."""
+    fab = topo.fabric
+    nvls, sharp = (fab.nvls, fab.sharp) if isinstance(fab, GpuFabric) else (False, False)
+    return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp)
+
+
+def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
+    """Algorithms the hardware and the library offer for *op* on the group *gi*."""
+    if op == "alltoall":
+        return ["pairwise"]
+    if op == "sendrecv":
+        return ["p2p"]
+    if hw.tpu:
+        if len(gi.by_pod) > 1:
+            return ["hierarchical", "ring"] if op == "allreduce" and gi.even_pods else ["ring"]
+        return ["torus", "ring"]
+    algos = ["ring"]
+    if not gi.even:                 # trees, NVLS and hierarchical need as many ranks per node
+        return algos
+    multi = gi.nodes > 1
+    if op == "allreduce" and multi:
+        algos.append("tree")
+    if hw.nvls and gi.ppn > 1 and op in ("allreduce", "allgather", "reducescatter") and not multi:
+        algos.append("nvls")
+    if hw.nvls and multi and gi.ppn > 1 and op == "allreduce":
+        algos.append("nvls_tree")
+    if hw.sharp and multi and op == "allreduce":
+        algos.append("collnet")
+    if op == "allreduce" and multi and gi.ppn > 1:
+        algos.append("hierarchical")
+    return algos
+
+
+def protocols(algo: str, tpu: bool) -> tuple[str, ...]:
+    """Protocols *algo* runs: LL, LL128 and Simple for ring and tree; Simple only for NVLS,
+    NVLSTree, CollNet, the send/recv-based algorithms and hierarchical, and for everything on TPU
+    slices (no NCCL protocols there)."""
+    if tpu or algo in ("nvls", "nvls_tree", "collnet", "pairwise", "p2p", "hierarchical"):
+        return ("Simple",)
+    return PROTOCOLS
+
+
+def choices(op: str, gi: GroupInfo, hw: Platform, algo: str | None = None) -> list[tuple[str, str]]:
+    """The (algorithm, protocol) pairs the tuner weighs for one call of *op* on *gi*: those of the
+    forced *algo* (an error if it is unknown or not offered here) or of every offered algorithm.
+    On GPUs hierarchical is only run when forced: NCCL has no such algorithm of its own."""
+    avail = offered(op, gi, hw)
+    # These two name the CLI flag, not the field: tests/test_collectives.py pins their text.
+    if algo is not None:
+        if algo not in ALGORITHMS:
+            raise ConfigError(f"--algo: unknown algorithm {algo!r}; valid: {', '.join(ALGORITHMS)}")
+        if algo not in avail:
+            raise ConfigError(_why_not(algo, op, hw, avail))
+        algos = [algo]
+    else:
+        algos = [a for a in avail if a != "hierarchical" or hw.tpu]
+    return [(a, p) for a in algos for p in protocols(a, hw.tpu)]
+
+
+class _Timed(Protocol):
+    @property
+    def time_s(self) -> float: ...
+
+
+R = TypeVar("R", bound=_Timed)
+
+
+def fastest(predictions: Iterable[R]) -> R:
+    """The prediction with the smallest ``time_s`` (the first of equal ones)."""
+    best: R | None = None
+    for r in predictions:
+        if best is None or r.time_s < best.time_s:
+            best = r
+    assert best is not None, "no algorithm to choose from"
+    return best
+
+
+def _why_not(algo: str, op: str, hw: Platform, avail: list[str]) -> str:
+    where = f"{hw.topology} ({hw.chip})"
+    reason = {
+        "nvls": f"needs NVLink SHARP (NVSwitch gen 3+) inside one node; {where} "
+                f"{'has none' if not hw.nvls else 'is used across nodes here'}",
+        "nvls_tree": f"needs NVLink SHARP and several nodes; {where} "
+                     f"{'has no NVLS' if not hw.nvls else 'group is on one node'}",
+        "collnet": "needs InfiniBand SHARP switches (cluster.sharp: true) and several nodes",
+        "tree": "is an all-reduce across several nodes",
+        "torus": "is for TPU slices",
+    }.get(algo, f"does not implement {op} here")
+    return f"--algo {algo}: {reason}; available for {op}: {', '.join(avail)}"
+
+
+def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: int, arch: str,
+                line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float
+                ) -> tuple[float, float]:
+    """(latency, transfer) seconds of one GPU call of *size* bytes as NCCL's model prices it.
+
+    *line_s* is the transfer time at the links' rates (the flow model's); the protocol's share of
+    the bandwidth, NVLS's efficiency and NCCL's bus-bandwidth ceilings (*busbw_factor*: nccl-tests'
+    busbw / algbw) stretch it. Latency is NCCL's per-algorithm model with the topology's wire
+    latencies; send/recv-based algorithms (no entry in NCCL's model) cost one ring Simple step and
+    hierarchical the ring all-reduce's latency.
+    """
+    transfer = line_s / protocol_factor(algo, proto, nodes)
+    if algo in ("nvls", "nvls_tree", "collnet"):
+        transfer /= NVLS_EFFICIENCY.get(arch, 0.85)
+    cap = busbw_cap_GBps(algo, proto, arch, nodes)
+    if math.isfinite(cap) and transfer > 0:
+        busbw = busbw_factor * size / transfer / 1e9
+        if busbw > cap:
+            transfer = busbw_factor * size / (cap * 1e9)
+    if algo in ("pairwise", "p2p"):
+        lat = latency_s("ring", proto, "sendrecv", 2, min(nodes, 2), size, wire_intra_s, wire_inter_s)
+    else:
+        lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet") else "ring"
+        lat_op = op if algo != "hierarchical" else "allreduce"
+        lat = latency_s(lat_algo, proto, lat_op, ranks, nodes, size, wire_intra_s, wire_inter_s)
+    return lat, transfer

@@ -25,7 +25,8 @@ import networkx as nx
 import numpy as np
 
 from ..errors import TopologyError
-from ..topology import Topology
+from ..topology import Topology, TpuFabric
+from ..topology_spec import GpuClusterSpec
 from .links import LinkTable
 
 __all__ = ["Router"]
@@ -40,13 +41,15 @@ class Router:
         self.g = topo.graph
         self._cache: dict[tuple[Hashable, Hashable], Route] = {}
         self._bfs: dict[tuple[Hashable, bool], dict[Hashable, int]] = {}
-        self._gpu = topo.facts.get("shape") is None
+        self._gpu = not topo.is_tpu
         self._tables: tuple[Any, ...] | None = None
         if self._gpu:
             spec = topo.spec
-            self._gpn = spec.gpus_per_node          # type: ignore[union-attr]
-            self._su = spec.su_nodes                 # type: ignore[union-attr]
-            self._switch_links = spec.gpu_switch_links  # type: ignore[union-attr]
+            assert isinstance(spec, GpuClusterSpec), spec
+            self._gpn = spec.gpus_per_node
+            self._su = spec.su_nodes
+            self._switch_links = spec.gpu_switch_links
+            self._rail_of = spec.rail_of
             self._spines_all = sorted((n for n, k in self.g.nodes(data="kind") if k == "spine"),
                                       key=str)
             by_rail: dict[int, list[str]] = defaultdict(list)
@@ -55,7 +58,7 @@ class Router:
                 if r is not None:
                     by_rail[r].append(n)
             self._spines_rail = dict(by_rail)
-        self._tables = self._gpu_tables() if self._gpu and not topo.facts.get("edited") else None
+        self._tables = self._gpu_tables() if self._gpu and not topo.edited else None
 
     def _gpu_tables(self) -> tuple[Any, ...]:
         """Per-device link ids of the policy routes' fixed hops (see ``routes_coo``)."""
@@ -70,7 +73,7 @@ class Router:
         for d in devs:
             n = d // gpn
             rail[d] = g.nodes[d]["rail"]
-            assert g.nodes[d]["node"] == n and rail[d] == self.topo.spec.rail_of(d % gpn)  # type: ignore[union-attr]
+            assert g.nodes[d]["node"] == n and rail[d] == self._rail_of(d % gpn)
             for s in range(nsw):
                 up[d, s] = L.id(d, f"n{n}/nvs{s}")
                 dn[d, s] = L.id(f"n{n}/nvs{s}", d)
@@ -293,8 +296,9 @@ class Router:
     # ------------------------------------------------------------------ TPU slices
 
     def _tpu_route(self, src: Hashable, dst: Hashable, w: float, acc: dict[int, float]) -> None:
-        f = self.topo.facts
-        if f.get("twisted"):
+        f = self.topo.fabric
+        assert isinstance(f, TpuFabric), f
+        if f.twisted:
             raise _NoPolicy
         a, b = self.g.nodes[src], self.g.nodes[dst]
         if a["pod"] != b["pod"]:
@@ -303,7 +307,7 @@ class Router:
             for u, v in ((src, ha), (ha, "dcn"), ("dcn", hb), (hb, dst)):
                 self._add(acc, u, v, w)
             return
-        shape, wraps = f["shape"], f["wraps"]
+        shape, wraps = f.shape, f.wraps
         base = int(src) - _flat(a["coords"], shape)  # type: ignore[call-overload]
         self._dor(list(a["coords"]), tuple(b["coords"]), 0, shape, wraps, base, w, acc)
 

@@ -1,33 +1,41 @@
-"""Topologies: a sized cluster as a networkx graph plus the facts other stages need.
+"""Topologies: a sized cluster as a networkx graph plus the fabric facts other stages need.
 
-``build_topology(cluster)`` dispatches on the spec kind; ``summarize`` (in ``analysis``) computes
-what ``clustersim topo show`` prints. Graph edits for failures live in ``edits``.
+``build_topology(cluster)`` dispatches on the spec kind and records the builder's typed fabric
+(``GpuFabric`` or ``TpuFabric``, ``sim.topology.fabric``), so GPU-vs-TPU and the fabric's shape
+are decided once, here; ``summarize`` (in ``analysis``) computes what ``clustersim topo show``
+prints. Graph edits for failures live in ``edits``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import networkx as nx
 
 from ..config import ClusterConfig
-from .gpu_cluster import build_gpu_cluster
 from ..topology_spec import GpuClusterSpec, TopologySpec, TpuPodSpec
+from .fabric import Fabric, GpuFabric, TpuFabric
+from .gpu_cluster import build_gpu_cluster
 from .tpu_pod import build_tpu_pod
 
-__all__ = ["Topology", "build_topology"]
+__all__ = ["Fabric", "GpuFabric", "Topology", "TpuFabric", "build_topology"]
 
 
 @dataclass(frozen=True)
 class Topology:
-    """A built cluster. ``devices`` lists the accelerator node ids in rank order (0..chips-1)."""
+    """A built cluster. ``devices`` lists the accelerator node ids in rank order (0..chips-1);
+    ``fabric`` holds what the builder derived about the fabric; ``edited`` is True once a
+    failure edit (``sim.topology.edits``) has changed the graph."""
 
     spec: TopologySpec
     cluster: ClusterConfig
     graph: nx.Graph
     devices: tuple[int, ...]
-    facts: dict[str, Any] = field(default_factory=dict)
+    fabric: Fabric
+    edited: bool = False
 
     @property
     def name(self) -> str:
@@ -38,13 +46,47 @@ class Topology:
         return len(self.devices)
 
     @property
+    def is_tpu(self) -> bool:
+        """A TPU slice (``TpuFabric``) rather than a GPU fat-tree (``GpuFabric``)."""
+        return isinstance(self.fabric, TpuFabric)
+
+    @property
     def nodes(self) -> int:
         """DGX nodes (GPU clusters) or TPU hosts."""
-        return int(self.facts["nodes"])
+        return self.fabric.nodes
+
+    @property
+    def pods(self) -> int:
+        """TPU slices (pods) joined over the data-center network; 1 for a GPU cluster."""
+        return self.fabric.pods if isinstance(self.fabric, TpuFabric) else 1
+
+    @property
+    def background_load(self) -> float:
+        """Share of every inter-node link's bandwidth taken by other jobs (already applied to the
+        graph's ``bandwidth_GBps``)."""
+        return self.cluster.background_load
+
+    @property
+    def facts(self) -> Mapping[str, Any]:
+        """The fabric as the read-only dict of keys earlier versions stored (``nodes``, ``tiers``,
+        ``shape``, ``pods``, ...), for callers outside ``sim``; ``sim`` reads the typed fields."""
+        f = self.fabric
+        out: dict[str, Any]
+        if isinstance(f, TpuFabric):
+            out = {"nodes": f.hosts, "tiers": 0, "shape": f.shape, "pods": f.pods, "wraps": f.wraps,
+                   "twisted": f.twisted}
+        else:
+            out = {"nodes": f.nodes, "tiers": f.tiers, "scalable_units": f.scalable_units,
+                   "oversubscription": f.oversubscription, "sharp": f.sharp, "shape": None, "pods": 1}
+        if self.background_load > 0:
+            out["background_load"] = self.background_load
+        if self.edited:
+            out["edited"] = True
+        return types.MappingProxyType(out)
 
     def with_graph(self, graph: nx.Graph) -> "Topology":
         """The same topology over an edited graph (see ``sim.topology.edits``)."""
-        return Topology(self.spec, self.cluster, graph, self.devices, {**self.facts, "edited": True})
+        return replace(self, graph=graph, edited=True)
 
 
 # Edge kinds that join nodes (and so carry other jobs' traffic too).
@@ -52,11 +94,12 @@ INTER_NODE_KINDS = frozenset({"ib", "dcn"})
 
 
 def build_topology(cluster: ClusterConfig) -> Topology:
+    fabric: Fabric
     if isinstance(cluster.topology, GpuClusterSpec):
-        graph, facts = build_gpu_cluster(cluster)
+        graph, fabric = build_gpu_cluster(cluster)
     else:
         assert isinstance(cluster.topology, TpuPodSpec)
-        graph, facts = build_tpu_pod(cluster)
+        graph, fabric = build_tpu_pod(cluster)
     devices = tuple(range(cluster.chips))
     assert all(graph.nodes[d]["kind"] in ("gpu", "tpu") for d in devices)
     if cluster.background_load > 0:
@@ -66,8 +109,7 @@ def build_topology(cluster: ClusterConfig) -> Topology:
         for _, _, d in graph.edges(data=True):
             if d.get("kind") in INTER_NODE_KINDS:
                 d["bandwidth_GBps"] *= 1.0 - cluster.background_load
-        facts = {**facts, "background_load": cluster.background_load}
-    topo = Topology(cluster.topology, cluster, graph, devices, facts)
+    topo = Topology(cluster.topology, cluster, graph, devices, fabric)
     if cluster.degraded_links:
         from .edits import apply_link_edits
 

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import maximum_flow
 
-from . import Topology
+from . import Topology, TpuFabric
 
 __all__ = ["bisection_GBps", "diameter_hops", "halvings", "summarize"]
 
@@ -41,16 +41,16 @@ def summarize(topo: Topology) -> dict[str, Any]:
         "bisection_GBps": round(bisection_GBps(topo), 3),
         "diameter_hops": diameter_hops(topo),
     }
-    f = topo.facts
-    if f.get("shape") is not None:
-        out["slice"] = "x".join(map(str, f["shape"]))
-        out["pods"] = f["pods"]
-        out["wraparound"] = list(f["wraps"])
-        out["twisted"] = f["twisted"]
+    f = topo.fabric
+    if isinstance(f, TpuFabric):
+        out["slice"] = "x".join(map(str, f.shape))
+        out["pods"] = f.pods
+        out["wraparound"] = list(f.wraps)
+        out["twisted"] = f.twisted
     else:
-        out["fabric_tiers"] = f["tiers"]
-        out["scalable_units"] = f["scalable_units"]
-        out["oversubscription"] = f["oversubscription"]
+        out["fabric_tiers"] = f.tiers
+        out["scalable_units"] = f.scalable_units
+        out["oversubscription"] = f.oversubscription
     return out
 
 
@@ -62,8 +62,7 @@ def halvings(topo: Topology) -> list[tuple[list[int], list[int]]]:
     """The natural balanced halvings of the devices (each a pair of device lists)."""
     g, devs = topo.graph, topo.devices
     out: list[tuple[list[int], list[int]]] = []
-    shape = topo.facts.get("shape")
-    if shape is None:                                    # GPU cluster: halves of whole nodes
+    if not isinstance(topo.fabric, TpuFabric):           # GPU cluster: halves of whole nodes
         n = topo.nodes
         if n > 1:
             half = n // 2
@@ -72,7 +71,7 @@ def halvings(topo: Topology) -> list[tuple[list[int], list[int]]]:
         else:                                            # one node: half of its GPUs
             out.append((list(devs[: len(devs) // 2]), list(devs[len(devs) // 2:])))
         return out
-    pods = topo.facts["pods"]
+    pods, shape = topo.fabric.pods, topo.fabric.shape
     if pods > 1:
         out.append(([d for d in devs if g.nodes[d]["pod"] < pods // 2],
                     [d for d in devs if g.nodes[d]["pod"] >= pods // 2]))
@@ -125,7 +124,7 @@ def diameter_hops(topo: Topology) -> int:
     g = topo.graph
     if len(topo.devices) < 2:
         return 0
-    if topo.facts.get("shape") is None:
+    if not topo.is_tpu:
         sources = {topo.devices[0], topo.devices[-1]}
         sub: nx.Graph = g
     else:
@@ -138,7 +137,7 @@ def diameter_hops(topo: Topology) -> int:
             dist = nx.single_source_shortest_path_length(sub, s)
             reach = [dist[d] for d in devset if d in dist]
             best = max(best, max(reach, default=0))
-    if topo.facts.get("pods", 1) > 1:
+    if topo.pods > 1:
         dcn = g.edge_subgraph((u, v) for u, v, k in g.edges(data="kind") if k in ("pcie", "dcn"))
         other = next(d for d in topo.devices if g.nodes[d]["pod"] != g.nodes[topo.devices[0]]["pod"])
         best = max(best, nx.shortest_path_length(dcn, topo.devices[0], other))

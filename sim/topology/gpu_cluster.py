@@ -17,12 +17,13 @@ import networkx as nx
 
 from ..config import ClusterConfig
 from ..errors import TopologyError
-from ..units import Bps_to_GBps, s_to_us
 from ..topology_spec import GpuClusterSpec
+from ..units import Bps_to_GBps, s_to_us
+from .fabric import GpuFabric
 
 
-def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, object]]:
-    """Graph of ``cluster.chips`` GPUs; returns (graph, facts for the Topology record)."""
+def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
+    """Graph of ``cluster.chips`` GPUs and the fabric facts of the Topology record."""
     spec = cluster.topology
     assert isinstance(spec, GpuClusterSpec)
     g = nx.Graph()
@@ -96,10 +97,9 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, objec
                 for sp in group:
                     link(f"leaf/s{su}/r{r}", sp, up_ports * port / per_rail, ib_lat, "ib",
                          up_ports / per_rail)
-    facts: dict[str, object] = {"nodes": nodes, "tiers": tiers, "scalable_units": sus, "oversubscription": over,
-             "sharp": sharp,
-             "shape": None, "pods": 1}
-    return g, facts
+    nvls = spec.chip.in_network_reduction and spec.nvswitches_per_node > 0
+    return g, GpuFabric(nodes=nodes, tiers=tiers, scalable_units=sus, oversubscription=over,
+                        sharp=sharp, nvls=nvls)
 
 
 def _spread(i: int, ports: int, targets: int) -> dict[int, float]:

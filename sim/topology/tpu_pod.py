@@ -16,11 +16,13 @@ import math
 import networkx as nx
 
 from ..config import ClusterConfig
-from ..units import Bps_to_GBps, s_to_us
 from ..topology_spec import SliceShape, TpuPodSpec
+from ..units import Bps_to_GBps, s_to_us
+from .fabric import TpuFabric
 
 
-def build_tpu_pod(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, object]]:
+def build_tpu_pod(cluster: ClusterConfig) -> tuple[nx.Graph, TpuFabric]:
+    """Graph of the slice(s) of ``cluster`` and the fabric facts of the Topology record."""
     spec = cluster.topology
     assert isinstance(spec, TpuPodSpec) and cluster.shape is not None
     shape = cluster.shape
@@ -83,9 +85,8 @@ def build_tpu_pod(cluster: ClusterConfig) -> tuple[nx.Graph, dict[str, object]]:
             chips_on_host = sum(1 for nb in g[h] if g.nodes[nb]["kind"] == "tpu")
             g.add_edge(h, "dcn", bandwidth_GBps=Bps_to_GBps(chips_on_host * spec.chip.dcn_Bps),
                        latency_us=dcn_us, kind="dcn", cables=1)
-    facts = {"nodes": hosts_per_pod * cluster.pods, "tiers": 0, "shape": shape, "pods": cluster.pods,
-             "wraps": wraps, "twisted": cluster.twisted}
-    return g, facts
+    return g, TpuFabric(shape=shape, wraps=wraps, pods=cluster.pods, hosts=hosts_per_pod * cluster.pods,
+                        twisted=cluster.twisted)
 
 
 def _host_block(shape: SliceShape, chips_per_host: int) -> SliceShape:
