@@ -63,11 +63,15 @@ def replica_draws(scn: Scenario, slow: np.ndarray) -> list[ReplicaDraws]:
 
 def jitter_for(draws: ReplicaDraws, sigma: float, group: int,
                rng: np.random.Generator) -> Callable[[int, int], float]:
-    """The engine's jitter(rank, k) for one replica (rank = stage in replica mode)."""
+    """The engine's jitter(rank, k) for one replica (rank = stage in replica mode). Each stage
+    draws from its own stream, in the order of its compute segments, so the factors do not depend
+    on how the engine interleaves stages (or batches a stage's segments)."""
+    streams = rng.spawn(len(draws.stage_slowdown))
+
     def jitter(stage: int, k: int) -> float:
         f = draws.stage_slowdown[stage]
         if sigma > 0:
-            u = rng.random()
+            u = streams[stage].random()
             z = ndtri(u ** (1.0 / group)) if group > 1 else ndtri(u)
             f *= float(np.exp(sigma * z))
         return f

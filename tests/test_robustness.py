@@ -71,8 +71,10 @@ def _topo(name: str):
 
 
 def test_work_limit_refuses_before_running() -> None:
+    # 500,000 micro-batches per rank: ~3 M events, over the limit of 1 M (the engine plays a pass
+    # whose transfers share no link as one timeout, so a batch needs this many to be too big)
     scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 8}, "model": "llama3-8b",
-                              "training": {"global_batch": 1_000_000}}, "big.yaml")
+                              "training": {"global_batch": 4_000_000}}, "big.yaml")
     with pytest.raises(ConfigError, match=r"would process ~[\d,]+ simulation events .* pass --max-events"):
         run_step(scn, max_events=1_000_000)
 
@@ -101,3 +103,36 @@ def test_internal_errors_are_one_line_unless_debug(monkeypatch, capsys) -> None:
     assert err.count("\n") == 1 and "please report" in err and "Traceback" not in err
     assert main(["--debug", "topo", "show", "dgx-h100"]) == 1
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_the_work_estimate_is_within_a_factor_two_of_the_events_played() -> None:
+    """``estimate_events`` (what the work limit refuses on) against the events the engine plays,
+    for every bundled scenario that runs one engine per step, and per-rank."""
+    from sim.collectives import CollectiveModel
+    from sim.config import load_scenario
+    from sim.engine import estimate_events, private_loads
+    from sim.topology import build_topology
+    from sim.training import plan_stages, run_step
+    from sim.workload.transformer import build_workload
+
+    scenarios = [load_scenario(f) for f in sorted((REPO / "scenarios").glob("*.yaml"))]
+    small = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 16},
+                                "model": {"preset": "llama3-8b", "layers": 4},
+                                "training": {"seq_len": 2048, "global_batch": 16},
+                                "parallelism": {"tp": 2, "pp": 2}})
+    checked = 0
+    for scn, per_rank in [(s, False) for s in scenarios if s.stragglers is None
+                          and not s.cluster.shared_with] + [(small, True)]:
+        wl = build_workload(scn)
+        topo = build_topology(scn.cluster)
+        net = CollectiveModel(topo)
+        plans = plan_stages(wl, topo, net)
+        p = scn.parallelism
+        vs = p.virtual_stages if p.schedule == "interleaved" else 1
+        ranks = p.tp * p.cp * p.dp if per_rank else 1
+        est = estimate_events(plans, vs=vs, micro=wl.microbatches, ranks_per_stage=ranks,
+                              delays=private_loads(plans, net.links.capacity_Bps, wl.microbatches * vs))
+        played = run_step(scn, topo=topo, net=net, per_rank=per_rank)[1].events
+        assert played / 2 <= est <= 2 * played or max(est, played) < 1000, (scn.name, est, played)
+        checked += 1
+    assert checked >= 8

@@ -176,5 +176,5 @@ def test_step_on_a_fabric_with_nothing_shared_equals_isolated_times() -> None:
     kw = dict(pp=1, vs=1, micro=wl.microbatches, schedule_kind="1f1b")
     shared = simulate(plans, capacity_Bps=net.links.capacity_Bps, **kw)
     alone = simulate(plans, **kw)
-    assert shared.step_time_s == alone.step_time_s
+    assert shared.step_time_s == pytest.approx(alone.step_time_s, rel=1e-12)   # up to rounding
     assert shared.network_solves == 0

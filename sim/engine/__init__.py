@@ -4,7 +4,7 @@ outputs)."""
 
 from .fast import estimate_events, fast_step
 from .records import EngineResult, Interval, Segment, StagePlan
-from .step import StepEngine, simulate, simulate_together
+from .step import StepEngine, private_loads, simulate, simulate_together
 
 __all__ = ["Segment", "StagePlan", "Interval", "EngineResult", "StepEngine", "simulate", "simulate_together",
-           "estimate_events", "fast_step"]
+           "estimate_events", "fast_step", "private_loads"]

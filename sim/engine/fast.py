@@ -10,15 +10,26 @@ __all__ = ["estimate_events", "fast_step"]
 
 
 def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_stage: int = 1,
-                    simulations: int = 1) -> int:
+                    simulations: int = 1, delays: set[int] | None = None) -> int:
     """About how many simpy events ``simulate`` will process (within a factor of ~2; the
     benchmark's events/s turns it into seconds), so that a plan too big to play can be refused
-    before it runs: every rank plays micro x vs forward and backward steps, each its layers'
-    segments (a timeout and a resume each) plus its dependency and hand-over events."""
+    before it runs. Every rank plays micro x vs forward and backward passes, each with its
+    dependency and hand-over events. A representative rank (``ranks_per_stage`` 1, no trace)
+    whose layer's transfers are all plain delays (ids in *delays*: ``private_loads``) plays a
+    pass as one timeout, and the last backward of each chunk layer by layer with a gradient
+    reduction each; otherwise every segment of every layer is a timeout and a resume."""
     per_rank = 0
     for sp in plan:
         segs = len(sp.layer_fwd) + len(sp.layer_bwd)
-        per_rank += micro * vs * (sp.layers_per_chunk * (segs + 1) + 4)
+        fused = delays is not None and ranks_per_stage == 1 and all(
+            s.traffic is None or id(s.traffic) in delays
+            for s in sp.layer_fwd + sp.layer_bwd if s.kind != "compute")
+        handed = ((not sp.dp_per_microbatch and sp.dp_layer_s + sp.replica_layer_s > 0)
+                  or (sp.dp_per_microbatch and sp.replica_layer_s > 0))
+        if fused:
+            per_rank += micro * vs * 6 + (vs * sp.layers_per_chunk * 4 if handed else 0)
+        else:
+            per_rank += micro * vs * (sp.layers_per_chunk * (segs + 1) + 4)
     return simulations * ranks_per_stage * per_rank
 
 

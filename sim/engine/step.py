@@ -103,6 +103,8 @@ class StepEngine:
         self._finish: dict[int, float] = {}
         self._wait_caused: dict[int, float] = defaultdict(float)
         self._ranks: list[_Rank] = []
+        self._comm_cache: dict[int, float | None] = {}
+        self._expo_cache: dict[tuple[int, str], tuple[float, Traffic | None]] = {}
 
     # ------------------------------------------------------------------ running
 
@@ -224,34 +226,76 @@ class StepEngine:
         embed_first = kind == "F" and g == 0
         if extra and embed_first:
             yield from self.segments(r, (Segment("compute", extra),), "embed", (n_step, -1))
-        for li in range(sp.layers_per_chunk):
-            if sp.fsdp_layer_gather_s:
-                yield from self.fsdp_exposure(r, kind, layer)
-            yield from self.segments(r, layer, f"{kind}{m}.{g}", (n_step, li))
-            if kind == "B" and reduce_into is not None:
-                if not sp.dp_per_microbatch and sp.dp_layer_s + sp.replica_layer_s > 0:
-                    reduce_into.put((sp.dp_layer_s + sp.replica_layer_s, sp.dp_traffic))
-                elif sp.dp_per_microbatch and sp.replica_layer_s:
-                    reduce_into.put((sp.replica_layer_s, sp.replica_traffic))
+        item = None
+        if kind == "B" and reduce_into is not None:
+            if not sp.dp_per_microbatch and sp.dp_layer_s + sp.replica_layer_s > 0:
+                item = (sp.dp_layer_s + sp.replica_layer_s, sp.dp_traffic)
+            elif sp.dp_per_microbatch and sp.replica_layer_s:
+                item = (sp.replica_layer_s, sp.replica_traffic)
+        expo, expo_load = self._exposure(r, kind, layer)
+        comm = self._comm_of(layer) if not self.trace and self.groups is None else None
+        if comm is not None and self._delay(expo_load):
+            # PERF: a layer whose transfers are all plain delays is one timeout (its compute
+            # segments keep their own jitter draws); layers whose gradients are handed over one by
+            # one still end one by one. Exact: nothing else waits on a point inside a layer.
+            runs = [1] * sp.layers_per_chunk if item is not None else [sp.layers_per_chunk]
+            for n in runs:
+                comp = 0.0
+                for _ in range(n):
+                    for seg in layer:
+                        if seg.kind == "compute":
+                            comp += seg.seconds * (self.jitter(r.rank, r.computed) if self.jitter
+                                                   else 1.0)
+                            r.computed += 1
+                yield self.env.timeout(comp + n * (comm + expo))
+                r.busy["compute"] += comp
+                r.busy["comm"] += n * (comm + expo)
+                if item is not None:
+                    reduce_into.put(item)                 # type: ignore[union-attr]
+        else:
+            for li in range(sp.layers_per_chunk):
+                if expo > 0:
+                    t0 = self.env.now
+                    yield self._send(expo, expo_load, self._share(expo_load, per_group=False))
+                    self._note_sharing(r, expo, t0)
+                    self._record(r, "comm", "fsdp-gather", t0)
+                yield from self.segments(r, layer, f"{kind}{m}.{g}", (n_step, li))
+                if item is not None:
+                    reduce_into.put(item)                 # type: ignore[union-attr]
         if extra and not embed_first:
             yield from self.segments(r, (Segment("compute", extra),), "head" if last else "embed",
                                      (n_step, -2))
 
-    def fsdp_exposure(self, r: _Rank, kind: str, layer: tuple[Segment, ...]) -> ProcGen:
+    def _comm_of(self, layer: tuple[Segment, ...]) -> float | None:
+        """Seconds of a layer's transfers when every one is a plain delay, else None."""
+        key = id(layer)
+        if key not in self._comm_cache:
+            delays = all(self._delay(s.traffic) for s in layer if s.kind != "compute")
+            self._comm_cache[key] = (sum(s.seconds for s in layer if s.kind != "compute")
+                                     if delays else None)
+        return self._comm_cache[key]
+
+    def _exposure(self, r: _Rank, kind: str, layer: tuple[Segment, ...]) -> tuple[float, Traffic | None]:
         """ZeRO-3: the weight all-gather is prefetched during the previous layer; in the backward
         the gradient reduce-scatter shares the same links. Only what the layer's traffic takes
-        beyond its compute is exposed, and it is played on the links."""
-        sp = r.plan
-        comp = sum(s.seconds for s in layer if s.kind == "compute")
-        traffic = sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0)
-        expo = max(0.0, traffic - comp)
-        if expo > 0:
-            t0 = self.env.now
-            load = sp.fsdp_fwd if kind == "F" else sp.fsdp_bwd
-            tr = load.with_seconds(expo) if load is not None else None
-            yield self._send(expo, tr, self._share(tr, per_group=False))
-            self._note_sharing(r, expo, t0)
-            self._record(r, "comm", "fsdp-gather", t0)
+        beyond its compute is exposed, and it is played on the links: (seconds, load) per layer,
+        the same for every layer of a stage and pass."""
+        key = (r.stage, kind)
+        hit = self._expo_cache.get(key)
+        if hit is None:
+            sp = r.plan
+            expo = 0.0
+            load = None
+            if sp.fsdp_layer_gather_s:
+                comp = sum(s.seconds for s in layer if s.kind == "compute")
+                expo = max(0.0, sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0) - comp)
+                base = sp.fsdp_fwd if kind == "F" else sp.fsdp_bwd
+                if base is not None and expo > 0:
+                    load = base.with_seconds(expo)
+                    if id(base) in self._private:
+                        self._private.add(id(load))
+            hit = self._expo_cache[key] = (expo, load)
+        return hit
 
     def segments(self, r: _Rank, segs: tuple[Segment, ...], label: str, seq: Any) -> ProcGen:
         env = self.env

@@ -71,7 +71,7 @@ class SharedLinks:
         if self._fits(f):
             # Its links carry no more than their capacity even with every flow at full speed:
             # it runs at its speed alone and constrains nobody (rates are at most those loads).
-            self._arm(f, split=bool(self.slowed))
+            self._arm(f, split=f.tail_s > 0)
         else:
             self._reshare()
         return done
@@ -82,9 +82,8 @@ class SharedLinks:
     # ------------------------------------------------------------------ internals
 
     def _arm(self, f: _Flow, split: bool) -> None:
-        """Schedule *f*'s end at its current speed: in one timer (transfer + latency) while
-        nothing is slowed, else the transfer's end first (it frees its links then) and the
-        latency after it."""
+        """Schedule *f*'s end at its current speed: the transfer's end first (it frees its links
+        then, whatever else is in flight) and its latency after it; one timer when it has none."""
         f.version += 1
         if split:
             t = self.env.timeout(f.left_s / f.speed)
