@@ -178,3 +178,19 @@ def test_step_on_a_fabric_with_nothing_shared_equals_isolated_times() -> None:
     alone = simulate(plans, **kw)
     assert shared.step_time_s == pytest.approx(alone.step_time_s, rel=1e-12)   # up to rounding
     assert shared.network_solves == 0
+
+
+def test_per_rank_equals_one_rank_per_stage_where_transfers_meet() -> None:
+    """GPipe over 4 stages of 4 GPUs: pipeline sends meet the data-parallel reductions on the
+    NICs (the engine solves the sharing). Every rank admitting its own group's share of the load
+    gives the step the representative ranks give with the loads of all groups."""
+    from sim.training import run_step
+
+    scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 16},
+                              "model": {"preset": "llama3-8b", "layers": 8},
+                              "training": {"seq_len": 2048, "global_batch": 16},
+                              "parallelism": {"tp": 1, "pp": 4, "schedule": "gpipe"}})
+    one, e1 = run_step(scn)
+    every, e2 = run_step(scn, per_rank=True)
+    assert e1.network_solves > 0 and e2.network_solves > 0
+    assert every.step_time_s == pytest.approx(one.step_time_s, rel=1e-12)

@@ -3,8 +3,10 @@ links; ``fast``: the closed-form screen and the work estimate; ``records``: its 
 outputs)."""
 
 from .fast import estimate_events, fast_step
+from .loads import private_loads
 from .records import EngineResult, Interval, Segment, StagePlan
-from .step import StepEngine, private_loads, simulate, simulate_together
+from .step import StepEngine, simulate
+from .together import simulate_together
 
 __all__ = ["Segment", "StagePlan", "Interval", "EngineResult", "StepEngine", "simulate", "simulate_together",
            "estimate_events", "fast_step", "private_loads"]

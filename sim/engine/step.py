@@ -27,9 +27,10 @@ import simpy
 from ..network.shared import SharedLinks
 from ..network.traffic import Traffic
 from ..workload.schedules import schedule
+from .loads import private_loads
 from .records import EngineResult, Interval, Segment, StagePlan
 
-__all__ = ["StepEngine", "simulate", "simulate_together", "private_loads"]
+__all__ = ["StepEngine", "simulate"]
 
 ProcGen = Generator[simpy.Event, Any, Any]
 Groups = Callable[[str, int], tuple[Any, int]]
@@ -389,64 +390,6 @@ def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_ki
     return StepEngine(plan, pp=pp, vs=vs, micro=micro, schedule_kind=schedule_kind,
                       ranks_per_stage=ranks_per_stage, groups=groups, jitter=jitter, trace=trace,
                       capacity_Bps=capacity_Bps).run()
-
-
-def simulate_together(plan: list[StagePlan], other: list[StagePlan], capacity_Bps: np.ndarray, *,
-                      job: dict[str, Any], other_job: dict[str, Any],
-                      trace: bool = False) -> tuple[EngineResult, list[float]]:
-    """One step of a job while a second job on the same fabric runs step after step; both play
-    their transfers on one set of links. *job* / *other_job*: ``pp``, ``vs``, ``micro``,
-    ``schedule_kind`` of each. Returns the job's step and the other's completed step times."""
-    env = simpy.Environment()
-    links = SharedLinks(env, capacity_Bps)
-    sends = max(job["micro"] * job["vs"], other_job["micro"] * other_job["vs"])
-    private = private_loads(plan + other, capacity_Bps, sends)
-    eng = StepEngine(plan, trace=trace, env=env, links=links, private=private, **job)
-    done = eng.start()
-    other_steps: list[float] = []
-
-    def neighbour() -> ProcGen:
-        while not done.triggered:
-            t0 = env.now
-            yield StepEngine(other, env=env, links=links, private=private, **other_job).start()
-            other_steps.append(env.now - t0)
-
-    env.process(neighbour())
-    env.run(until=done)
-    return eng.result(), other_steps
-
-
-def _streams(sp: StagePlan, sends: int) -> list[tuple[list[Traffic], int]]:
-    """A stage's link loads by the stream that plays them, with how many of that stream's loads
-    can be in flight at once: the compute stream (blocking collectives, ZeRO-3 exposure, the
-    final parameter gather) and the data-parallel stream one at a time; pipeline sends are
-    handed over without waiting, so up to *sends* (its passes) of one direction may overlap."""
-    compute = [seg.traffic for seg in sp.layer_fwd + sp.layer_bwd if seg.traffic is not None]
-    compute += [t for t in (sp.fsdp_fwd, sp.fsdp_bwd, sp.param_traffic) if t is not None]
-    dp = [t for t in (sp.dp_traffic, sp.replica_traffic) if t is not None]
-    out = [(compute, 1), (dp, 1)]
-    out += [([t], sends) for t in (sp.p2p_fwd, sp.p2p_bwd) if t is not None]
-    return [(loads, n) for loads, n in out if loads]
-
-
-def private_loads(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int = 1) -> set[int]:
-    """Ids of the loads that can never be slowed nor slow anyone: on each of their links, the
-    most every stream of the step could put there at once (per stream, its largest load on that
-    link times how many of its loads can be in flight) fits in the capacity, e.g. tensor-parallel
-    traffic on a node's NVLink while data parallelism is rail-aligned. They are played as plain
-    delays (PERF: no load bookkeeping for most transfers; exact, since no link they use can
-    ever be over capacity)."""
-    streams = [st for sp in plan for st in _streams(sp, sends)]
-    if not streams:
-        return set()
-    worst = np.zeros(len(capacity_Bps))
-    for loads, n in streams:
-        most = np.zeros(len(capacity_Bps))
-        for t in loads:
-            np.maximum.at(most, t.link_ids, t.link_Bps)
-        worst += n * most
-    ok = worst <= capacity_Bps * (1 + 1e-9)
-    return {id(t) for loads, _ in streams for t in loads if np.all(ok[t.link_ids])}
 
 
 def _succeed(event: simpy.Event) -> None:

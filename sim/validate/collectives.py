@@ -55,7 +55,9 @@ _OP_ALIASES = types.MappingProxyType({
     **{op: op for op in OPS},
     "all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
 })
-_FAMILY = types.MappingProxyType({"dgx-a100": "A100", "dgx-h100": "H100", "dgx-h200": "H200"})
+# The GPU's name as runs' hardware column writes it and the report labels a system ("H200 1 node"):
+# a name, not the catalogue's chip family (an H200 is family H100 there: sim.hardware).
+_GPU_NAME = types.MappingProxyType({"dgx-a100": "A100", "dgx-h100": "H100", "dgx-h200": "H200"})
 # nccl-tests prints float unless told otherwise, and the torch.distributed benchmark in the data
 # (all_reduce_bench.py) all-reduces fp32 tensors; both leave the dtype column blank only there.
 _DEFAULT_DTYPE = "float"
@@ -117,7 +119,7 @@ class _RunMeta:
     @property
     def system(self) -> str:
         """Hardware family and scale, e.g. "H100 1 node" or "A100 multi-node"."""
-        return f"{_FAMILY[self.topology]} {'1 node' if self.nodes == 1 else 'multi-node'}"
+        return f"{_GPU_NAME[self.topology]} {'1 node' if self.nodes == 1 else 'multi-node'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +184,7 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
             if per_node != GPUS_PER_NODE or gpus != nodes * per_node:
                 raise ConfigError(f"{sys_where}: supported runs need whole nodes of {GPUS_PER_NODE} GPUs; "
                                   f"{where} has gpus={gpus}, nodes={nodes}, gpus_per_node={per_node}")
-            if _FAMILY[topology] not in row["hardware"]:
+            if _GPU_NAME[topology] not in row["hardware"]:
                 raise ConfigError(f"{sys_where}: topology {topology} does not match hardware "
                                   f"{row['hardware']!r} ({where})")
         elif status == "unsupported":

@@ -1,0 +1,44 @@
+"""Which loads of a step can never meet another on a link over capacity (so the engine plays them
+as plain delays): a bound per stream of each stage on what it can put on each link at once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..network.traffic import Traffic
+from .records import StagePlan
+
+__all__ = ["private_loads"]
+
+
+def _streams(sp: StagePlan, sends: int) -> list[tuple[list[Traffic], int]]:
+    """A stage's link loads by the stream that plays them, with how many of that stream's loads
+    can be in flight at once: the compute stream (blocking collectives, ZeRO-3 exposure, the
+    final parameter gather) and the data-parallel stream one at a time; pipeline sends are
+    handed over without waiting, so up to *sends* (its passes) of one direction may overlap."""
+    compute = [seg.traffic for seg in sp.layer_fwd + sp.layer_bwd if seg.traffic is not None]
+    compute += [t for t in (sp.fsdp_fwd, sp.fsdp_bwd, sp.param_traffic) if t is not None]
+    dp = [t for t in (sp.dp_traffic, sp.replica_traffic) if t is not None]
+    out = [(compute, 1), (dp, 1)]
+    out += [([t], sends) for t in (sp.p2p_fwd, sp.p2p_bwd) if t is not None]
+    return [(loads, n) for loads, n in out if loads]
+
+
+def private_loads(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int = 1) -> set[int]:
+    """Ids of the loads that can never be slowed nor slow anyone: on each of their links, the
+    most every stream of the step could put there at once (per stream, its largest load on that
+    link times how many of its loads can be in flight) fits in the capacity, e.g. tensor-parallel
+    traffic on a node's NVLink while data parallelism is rail-aligned. They are played as plain
+    delays (PERF: no load bookkeeping for most transfers; exact, since no link they use can
+    ever be over capacity)."""
+    streams = [st for sp in plan for st in _streams(sp, sends)]
+    if not streams:
+        return set()
+    worst = np.zeros(len(capacity_Bps))
+    for loads, n in streams:
+        most = np.zeros(len(capacity_Bps))
+        for t in loads:
+            np.maximum.at(most, t.link_ids, t.link_Bps)
+        worst += n * most
+    ok = worst <= capacity_Bps * (1 + 1e-9)
+    return {id(t) for loads, _ in streams for t in loads if np.all(ok[t.link_ids])}
