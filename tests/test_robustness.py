@@ -71,10 +71,8 @@ def _topo(name: str):
 
 
 def test_work_limit_refuses_before_running() -> None:
-    # 500,000 micro-batches per rank: ~3 M events, over the limit of 1 M (the engine plays a pass
-    # whose transfers share no link as one timeout, so a batch needs this many to be too big)
     scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 8}, "model": "llama3-8b",
-                              "training": {"global_batch": 4_000_000}}, "big.yaml")
+                              "training": {"global_batch": 1_000_000}}, "big.yaml")
     with pytest.raises(ConfigError, match=r"would process ~[\d,]+ simulation events .* pass --max-events"):
         run_step(scn, max_events=1_000_000)
 

@@ -16,8 +16,8 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
     before it runs. Every rank plays micro x vs forward and backward passes, each with its
     dependency and hand-over events. A representative rank (``ranks_per_stage`` 1, no trace)
     whose layer's transfers are all plain delays (ids in *delays*: ``private_loads``) plays a
-    pass as one timeout, and the last backward of each chunk layer by layer with a gradient
-    reduction each; otherwise every segment of every layer is a timeout and a resume."""
+    layer as one timeout (the last backward of each chunk with a gradient reduction each);
+    otherwise every segment of every layer is a timeout and a resume."""
     per_rank = 0
     for sp in plan:
         segs = len(sp.layer_fwd) + len(sp.layer_bwd)
@@ -27,7 +27,8 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
         handed = ((not sp.dp_per_microbatch and sp.dp_layer_s + sp.replica_layer_s > 0)
                   or (sp.dp_per_microbatch and sp.replica_layer_s > 0))
         if fused:
-            per_rank += micro * vs * 6 + (vs * sp.layers_per_chunk * 4 if handed else 0)
+            per_rank += micro * vs * (2 * sp.layers_per_chunk + 6) + (
+                vs * sp.layers_per_chunk * 3 if handed else 0)
         else:
             per_rank += micro * vs * (sp.layers_per_chunk * (segs + 1) + 4)
     return simulations * ranks_per_stage * per_rank

@@ -237,20 +237,18 @@ class StepEngine:
         comm = self._comm_of(layer) if not self.trace and self.groups is None else None
         if comm is not None and self._delay(expo_load):
             # PERF: a layer whose transfers are all plain delays is one timeout (its compute
-            # segments keep their own jitter draws); layers whose gradients are handed over one by
-            # one still end one by one. Exact: nothing else waits on a point inside a layer.
-            runs = [1] * sp.layers_per_chunk if item is not None else [sp.layers_per_chunk]
-            for n in runs:
+            # segments keep their own jitter draws), the same sum for every layer and every
+            # plan. Exact: nothing else waits on a point inside a layer.
+            for _ in range(sp.layers_per_chunk):
                 comp = 0.0
-                for _ in range(n):
-                    for seg in layer:
-                        if seg.kind == "compute":
-                            comp += seg.seconds * (self.jitter(r.rank, r.computed) if self.jitter
-                                                   else 1.0)
-                            r.computed += 1
-                yield self.env.timeout(comp + n * (comm + expo))
+                for seg in layer:
+                    if seg.kind == "compute":
+                        comp += seg.seconds * (self.jitter(r.rank, r.computed) if self.jitter
+                                               else 1.0)
+                        r.computed += 1
+                yield self.env.timeout(comp + (comm + expo))
                 r.busy["compute"] += comp
-                r.busy["comm"] += n * (comm + expo)
+                r.busy["comm"] += comm + expo
                 if item is not None:
                     reduce_into.put(item)                 # type: ignore[union-attr]
         else:
