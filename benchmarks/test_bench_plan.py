@@ -62,7 +62,7 @@ def test_plan_speed_and_screening_rate() -> None:
             n += 1
             continue
         vs = lay["virtual_stages"] if lay["schedule"] == "interleaved" else 1
-        fast_step(plan_stages(wl, topo, net), pp=lay["pp"], vs=vs, micro=wl.microbatches,
+        fast_step(plan_stages(wl, topo, net, traffic=False), pp=lay["pp"], vs=vs, micro=wl.microbatches,
                   schedule_kind=lay["schedule"])
         n += 1
     rate = n / (time.perf_counter() - t0)

@@ -1,5 +1,6 @@
-"""Speed of one simulated training step (issue targets: Llama 3 405B on 16,384 H100 <= 5 s; a
-4,096-chip TPU v4 step <= 2 s), with the engine's event rate next to bare simpy's on this machine.
+"""Speed of one simulated training step, every transfer played on the shared links (issue 13
+targets: Llama 3 405B on 16,384 H100 <= 2 s; a 4,096-chip TPU v4 step <= 0.5 s), with the
+engine's event rate next to bare simpy's on this machine.
 
 Run on demand: ``python -m pytest benchmarks -m benchmark -s``.
 """
@@ -32,8 +33,8 @@ def bare_simpy_events_per_s(n: int = 200_000) -> float:
 
 
 @pytest.mark.benchmark
-@pytest.mark.parametrize("name, limit_s", [("llama3-405b-16384xh100", 5.0),
-                                           ("llama3-70b-tpu-v4-4096", 2.0)])
+@pytest.mark.parametrize("name, limit_s", [("llama3-405b-16384xh100", 2.0),
+                                           ("llama3-70b-tpu-v4-4096", 0.5)])
 def test_step_speed(name: str, limit_s: float) -> None:
     scn = load_scenario(SCENARIOS / f"{name}.yaml")
     t0 = time.perf_counter()
@@ -48,11 +49,13 @@ def test_step_speed(name: str, limit_s: float) -> None:
 
     wl = build_workload(scn)
     topo = build_topology(scn.cluster)
-    plans = plan_stages(wl, topo, CollectiveModel(topo))
+    net = CollectiveModel(topo)
+    plans = plan_stages(wl, topo, net)
     par = scn.parallelism
     vs = par.virtual_stages if par.schedule == "interleaved" else 1
     t1 = time.perf_counter()
-    e2 = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule)
+    e2 = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
+                  capacity_Bps=net.links.capacity_Bps)
     engine_s = time.perf_counter() - t1
     bare = bare_simpy_events_per_s()
     print(f"\n{name}: {wall:.2f} s wall in all (graph, network, workload, engine); engine alone "

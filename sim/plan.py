@@ -196,7 +196,7 @@ def plan(req: PlanRequest,
                     topo = build_topology(scn.cluster)
                     net = CollectiveModel(topo)
                 assert net is not None
-                plans = plan_stages(wl, topo, net)
+                plans = plan_stages(wl, topo, net, traffic=False)
                 par = scn.parallelism
                 eng = fast_step(plans, pp=par.pp, vs=par.virtual_stages, micro=par.microbatches,
                                 schedule_kind=par.schedule)
