@@ -296,17 +296,8 @@ def load_cluster(topology: str, chips: int | None = None, slice_: str | None = N
                  sharp: bool | None = None, where: str = "cluster",
                  slices: int | None = None, background_load: float | None = None) -> ClusterConfig:
     """A sized cluster from command-line style options (``topo show``, ``collective``)."""
-    raw: dict[str, Any] = {"topology": topology, "twisted": twisted}
-    if chips is not None:
-        raw["chips"] = chips
-    if slice_ is not None:
-        raw["slice"] = slice_
-    if oversubscription is not None:
-        raw["oversubscription"] = oversubscription
-    if sharp is not None:
-        raw["sharp"] = sharp
-    if slices is not None:
-        raw["slices"] = slices
-    if background_load is not None:
-        raw["background_load"] = background_load
+    given = {"chips": chips, "slice": slice_, "oversubscription": oversubscription, "sharp": sharp,
+             "slices": slices, "background_load": background_load}
+    raw: dict[str, Any] = {"topology": topology, "twisted": twisted,
+                           **{k: v for k, v in given.items() if v is not None}}
     return _cluster(Section(raw, where, CLUSTER_KEYS))
