@@ -72,3 +72,22 @@ def test_activation_peak_weighs_each_chunk_by_its_layers() -> None:
     assert peak == max((4 - s) * n for s, n in enumerate(layers))        # stage 1: 3 x 5 = 15
     # The head's logits count on the last stage only, once per micro-batch in flight there (1).
     assert stage_activation_peak_B(scn.parallelism, 1.0, head_B=100.0) == 3 + 100  # type: ignore[attr-defined]
+
+
+def test_bounded_walk_reaches_the_full_walks_peak() -> None:
+    # stage_peak walks a few rounds only (10^9 micro-batches must not build a schedule); it must
+    # find the peak of the whole schedule for any chunk weights.
+    import itertools
+
+    from sim.workload.schedules import stage_peak
+
+    for kind, pp, vs, group in [("1f1b", 4, 1, 0), ("1f1b", 8, 1, 0), ("interleaved", 4, 2, 0),
+                                ("interleaved", 4, 3, 6), ("interleaved", 8, 4, 0),
+                                ("interleaved", 2, 4, 4), ("gpipe", 4, 1, 0)]:
+        n = group or pp
+        for micro, stage in itertools.product([n, 2 * n, 5 * n, 12 * n], range(pp)):
+            for weights in ([1.0] * vs, [0.0] + [1.0] * (vs - 1), [float(c + 1) for c in range(vs)],
+                            [float(vs - c) for c in range(vs)]):
+                full = peak_in_flight(schedule(kind, stage, pp, micro, vs, group), weights)
+                assert stage_peak(kind, stage, pp, micro, vs, weights, group) == full, (
+                    kind, pp, vs, group, micro, stage, weights)

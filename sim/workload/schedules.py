@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..config import ParallelismConfig
 
-__all__ = ["peak_in_flight", "schedule", "stage_activation_peak_B"]
+__all__ = ["peak_in_flight", "schedule", "stage_activation_peak_B", "stage_peak"]
 
 Step = tuple[str, int, int]          # ("F" | "B", micro-batch, chunk on this stage)
 
@@ -96,6 +96,23 @@ def peak_in_flight(steps: Sequence[Step], weights: Sequence[float] | None = None
     return peak
 
 
+def stage_peak(kind: str, stage: int, pp: int, micro: int, vs: int,
+               weights: Sequence[float], group: int = 0) -> float:
+    """``peak_in_flight`` of the stage's schedule with chunk *weights*, without walking more than
+    a few rounds: after the warm-up the steady phase repeats every round of group x vs forwards
+    (one backward each) and the cool-down only frees, so a schedule of enough micro-batches to
+    hold the warm-up and two rounds reaches the same peak. GPipe holds every forward."""
+    if kind == "gpipe":
+        return micro * weights[0]
+    n = group or pp
+    if len(set(weights)) == 1:                  # equal chunks: Megatron's warm-up depth + 1
+        warm = (pp - stage - 1) * 2 + (vs - 1) * n if vs > 1 else pp - stage - 1
+        return min(warm + 1, micro * vs) * weights[0]
+    rounds = -(-(2 * pp + (vs - 1) * n) // (n * vs)) + 2
+    # PERF: bounded walk (a scenario may ask for 10^9 micro-batches; the refusal comes later)
+    return peak_in_flight(schedule(kind, stage, pp, min(micro, rounds * n), vs, group), weights)
+
+
 def stage_activation_peak_B(par: ParallelismConfig, layer_B: float, head_B: float = 0.0) -> float:
     """Activation bytes of the busiest pipeline stage at its schedule's peak: every chunk in flight
     holds its own layers x *layer_B* (one micro-batch's activations of one layer), and the chunk
@@ -105,9 +122,14 @@ def stage_activation_peak_B(par: ParallelismConfig, layer_B: float, head_B: floa
     vs = par.virtual_stages if kind == "interleaved" else 1
     micro, pp = par.microbatches, par.pp
     peak = 0.0
+    seen: set[tuple[float, ...]] = set()
     for stage in range(pp):
         weights = [par.stage_chunk_layers(stage)[c] * layer_B for c in range(vs)]
         if stage == pp - 1:
             weights[vs - 1] += head_B
-        peak = max(peak, peak_in_flight(schedule(kind, stage, pp, micro, vs), weights))
+        # An earlier stage with the same chunks holds at least as much (a deeper warm-up of the
+        # same forwards and backwards): only the first of each kind is walked.
+        if tuple(weights) not in seen:
+            seen.add(tuple(weights))
+            peak = max(peak, stage_peak(kind, stage, pp, micro, vs, weights))
     return peak
