@@ -139,7 +139,8 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
                    if lay.replicas > 1 else 0.0)
         fsdp = par.zero >= 3 and shard > 1
         gather = net.time("allgather", grad_bytes, dpg).time_s if fsdp else 0.0
-        layers = wl.layers_per_chunk * (wl.chunks // par.pp)
+        chunk_layers = par.stage_chunk_layers(stage)       # this stage's real layers
+        layers = sum(chunk_layers)
         params = layers * wl.layer.params + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
         opt_params = params / (shard if par.zero >= 1 else 1)
         optimizer = cm.optimizer_s(OPTIMIZER_BYTES_PER_PARAM * opt_params)
@@ -164,6 +165,7 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
             return cm.stream_time_s(i for i in items if isinstance(i, Op))
         plans.append(StagePlan(
             layer_fwd=fwd, layer_bwd=bwd, layers_per_chunk=wl.layers_per_chunk,
+            chunk_layers=chunk_layers if par.uneven else (),
             first_fwd=t(wl.first_forward), first_bwd=t(wl.first_backward),
             last_fwd=t(wl.last_forward), last_bwd=t(wl.last_backward), p2p_s=p2p,
             dp_layer_s=dp_layer, dp_per_microbatch=fsdp, fsdp_layer_gather_s=gather,

@@ -464,3 +464,14 @@ def test_cli_training_suite(data: Path, monkeypatch: pytest.MonkeyPatch, capsys:
     assert run_cli(_parser().parse_args(["validate", "--suite", "training", "--data", str(data)])) == code
     out = capsys.readouterr().out
     assert "by split and family" in out and ("BUDGET EXCEEDED" in out) == bool(code)
+
+
+def test_uneven_interleaved_runs_count_embedding_and_loss_as_layers(real: dict[str, MappedRun]) -> None:
+    # Megatron-Bridge's 405B recipe (account_for_embedding/loss_in_pipeline_split): 126 + 2 layers
+    # over pp 8 x 8 chunks of 2, the end stages one layer fewer.
+    scn = real["mbridge-25.11-H100-LLAMA3.1_405B-1024"].scenario
+    assert scn is not None
+    par = scn["parallelism"]
+    assert (par["virtual_stages"], par["first_stage_layers"], par["last_stage_layers"]) == (8, 15, 15)
+    assert scenario_from_dict(scn).parallelism.stage_chunk_layers(0) == (1,) + (2,) * 7
+    assert "expert_tensor_parallel" in real["mbridge-25.11-H100-Qwen3_235B_a22B-256"].reason

@@ -6,8 +6,25 @@ it alone or with the cluster (dp, the schedule, the ZeRO shard group): those are
 ``resolve_plan`` then checks the plan against the model and the training section (heads, kv heads
 and the FFN split over tp; layers over pp x virtual stages; the sequence over cp; experts and dp
 over ep; the global batch over micro_batch x dp; whole micro-batch groups per stage for the
-interleaved schedule) and fills in the sizes: micro-batches, the global batch, layers per chunk,
-tokens per context-parallel rank. A plan that breaks one of those rules is a valid scenario that
+interleaved schedule) and fills in the sizes: micro-batches, the global batch, the layers of every
+model chunk, tokens per context-parallel rank.
+
+Uneven pipelines. ``stage_layers`` lists the layers explicitly: one entry per stage (pp entries),
+or one per model chunk in model order (pp x virtual_stages entries; entry c x pp + s is stage s's
+chunk c, the order in which Megatron-LM assigns layer ranges to virtual stages). The shorthand
+``first_stage_layers`` / ``last_stage_layers`` follows Megatron-LM's
+``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
+(``get_num_layers_to_build`` in megatron/core/transformer/transformer_block.py): the first (last)
+stage holds that many layers, and the rest are spread evenly over the other stages, which must
+divide them. A stage's layers are split over its chunks as evenly as they go; where Megatron asserts
+that they divide by virtual_stages, the short chunks here are the first stage's first ones and
+every other stage's last ones, so that the chunk with the embedding (the first stage's first) and
+the one with the output head and loss (the last stage's last) are the light ones, as Llama 3 lays
+out 126 layers on 16 x 8 chunks (Dubey et al. 2024, section 3.3.2: those two chunks hold only the
+embedding and only the output projection and loss). Zero layers are allowed only where the
+embedding or the head sits (the first and the last entry of ``stage_layers``, the first and last
+stage of the shorthand). Without any of the three keys the layers split evenly and must divide by
+pp x virtual_stages. A plan that breaks one of those rules is a valid scenario that
 cannot run: it loads with the rule in ``plan_error`` (the validation suites count it as a
 refusal, not as an unmappable row) and ``build_workload`` refuses it with that ConfigError.
 ``sim.workload`` reads the sizes and re-checks nothing.
@@ -19,7 +36,7 @@ from dataclasses import replace
 
 from ..errors import ConfigError
 from ..models import ModelSpec
-from .fields import Section
+from .fields import Section, show
 from .schema import ClusterConfig, ParallelismConfig, PlanSizes, TrainingConfig
 
 __all__ = ["plan_problem", "read_parallelism", "resolve_plan"]
@@ -48,9 +65,43 @@ def read_parallelism(s: Section, cluster: ClusterConfig) -> ParallelismConfig:
         if zero == 0 and group != dp:
             raise ConfigError(f"{s.at('zero_group')}: {group} shards nothing with zero: 0; "
                               "set parallelism.zero to 1, 2 or 3, or leave zero_group out")
+    stage_layers = _stage_layers(s, pp, vs)
+    first, last = s.opt_int("first_stage_layers", minimum=0), s.opt_int("last_stage_layers", minimum=0)
+    if stage_layers and (first is not None or last is not None):
+        given = "first_stage_layers" if first is not None else "last_stage_layers"
+        raise ConfigError(f"parallelism: stage_layers and {given} are both given; valid: either "
+                          "the explicit stage_layers list or the first/last shorthand")
+    if pp == 1 and (first is not None or last is not None):
+        key = "first_stage_layers" if first is not None else "last_stage_layers"
+        raise ConfigError(f"{s.at(key)}: needs a pipeline (pp >= 2), got pp = 1; leave it out")
     return ParallelismConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, zero=zero, schedule=schedule,
                              virtual_stages=vs, sequence_parallel=s.flag("sequence_parallel", True),
-                             zero_group=0 if group is None or group == dp else group)
+                             zero_group=0 if group is None or group == dp else group,
+                             stage_layers=stage_layers, first_stage_layers=first,
+                             last_stage_layers=last)
+
+
+def _stage_layers(s: Section, pp: int, vs: int) -> tuple[int, ...]:
+    """``stage_layers`` as given (checked for its shape alone), or () when absent."""
+    if not s.has("stage_layers"):
+        return ()
+    v = s.raw["stage_layers"]
+    where = s.at("stage_layers")
+    if (not isinstance(v, list) or not v
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in v)):
+        raise ConfigError(f"{where}: expected a list of layer counts (integers), got {show(v)}")
+    lengths = [pp] if vs == 1 else [pp, pp * vs]
+    if len(v) not in lengths:
+        valid = (f"{pp} (one per stage)" if vs == 1 else
+                 f"{pp} (one per stage) or {pp * vs} (one per model chunk, pp x virtual_stages)")
+        raise ConfigError(f"{where}: {len(v)} entries {v} for pp = {pp}"
+                          + (f" x virtual_stages = {vs}" if vs > 1 else "") + f"; valid: {valid}")
+    inner = v[1:-1]
+    if any(x < 0 for x in v) or any(x == 0 for x in inner):
+        raise ConfigError(f"{where}: {v} has a negative entry or an empty stage/chunk between the "
+                          "first and the last; valid: counts >= 1 (0 only first or last, where "
+                          "the embedding and the output head sit)")
+    return tuple(v)
 
 
 def resolve_plan(par: ParallelismConfig, model: ModelSpec, tr: TrainingConfig,
@@ -62,9 +113,60 @@ def resolve_plan(par: ParallelismConfig, model: ModelSpec, tr: TrainingConfig,
         return replace(par, sizes=None, plan_error=f"{source}: {problem}")
     per_step = tr.micro_batch * par.dp
     batch = tr.global_batch if tr.global_batch is not None else _default_batch(par, tr)
+    chunks = _chunk_layers(par, model.layers)
+    assert not isinstance(chunks, str), chunks          # plan_problem refused it
+    uneven = len(set(chunks)) > 1
     return replace(par, sizes=PlanSizes(microbatches=batch // per_step, sequences_per_step=batch,
-                                        layers_per_chunk=model.layers // par.chunks,
-                                        local_seq_len=tr.seq_len // par.cp), plan_error="")
+                                        layers_per_chunk=max(chunks),
+                                        local_seq_len=tr.seq_len // par.cp,
+                                        chunk_layers=chunks if uneven else ()), plan_error="")
+
+
+def _split(layers: int, vs: int, short_first: bool) -> list[int]:
+    """*layers* over *vs* chunks as evenly as they go; the short chunks first or last."""
+    base, extra = divmod(layers, vs)
+    short, long = [base] * (vs - extra), [base + 1] * extra
+    return short + long if short_first else long + short
+
+
+def _chunk_layers(par: ParallelismConfig, layers: int) -> tuple[int, ...] | str:
+    """Layers of every model chunk in model order (module docstring), or what is wrong."""
+    pp, vs = par.pp, par.virtual_stages
+    if par.stage_layers:
+        given = list(par.stage_layers)
+        if sum(given) != layers:
+            return (f"parallelism.stage_layers: {given} sums to {sum(given)} but model.layers is "
+                    f"{layers}; valid: {len(given)} counts that sum to {layers}")
+        if len(given) == pp * vs:
+            return tuple(given)
+        per_stage = given
+    elif par.first_stage_layers is not None or par.last_stage_layers is not None:
+        ends = [x for x in (par.first_stage_layers, par.last_stage_layers) if x is not None]
+        rest, middle = layers - sum(ends), pp - len(ends)
+        keys = " + ".join(k for k, x in (("first_stage_layers", par.first_stage_layers),
+                                         ("last_stage_layers", par.last_stage_layers))
+                          if x is not None)
+        if rest < middle or (middle == 0 and rest != 0) or (middle and rest % middle):
+            valid = (f"values summing to {layers}" if middle == 0 else
+                     f"values that leave a multiple of {middle} (at least {middle})")
+            return (f"parallelism.{keys}: {sum(ends)} leave {rest} of model.layers = {layers} for "
+                    f"the other {middle} stage(s), which must split them evenly; valid: {valid}")
+        mid = rest // middle if middle else 0
+        per_stage = [mid] * pp
+        if par.first_stage_layers is not None:
+            per_stage[0] = par.first_stage_layers
+        if par.last_stage_layers is not None:
+            per_stage[-1] = par.last_stage_layers
+    else:
+        if layers % par.chunks:
+            return (f"model.layers: {layers} is not divisible by pp x virtual_stages "
+                    f"= {pp} x {vs}; valid: a layer count that is a multiple of {par.chunks}")
+        return (layers // par.chunks,) * par.chunks
+    if any(n < vs for n in per_stage[1:-1]):
+        return (f"parallelism: stages of {per_stage} layers leave a middle stage with fewer "
+                f"layers than its virtual_stages = {vs} chunks; valid: at least {vs} per stage")
+    by_stage = [_split(n, vs, short_first=(s == 0)) for s, n in enumerate(per_stage)]
+    return tuple(by_stage[g % pp][g // pp] for g in range(pp * vs))
 
 
 def _default_batch(par: ParallelismConfig, tr: TrainingConfig) -> int:
@@ -84,10 +186,9 @@ def plan_problem(par: ParallelismConfig, model: ModelSpec, tr: TrainingConfig) -
                 "must divide one another")
     if m.ffn_hidden % par.tp:
         return f"parallelism.tp: {par.tp} does not divide model.ffn_hidden = {m.ffn_hidden}"
-    if m.layers % par.chunks:
-        return (f"model.layers: {m.layers} is not divisible by pp x virtual_stages "
-                f"= {par.pp} x {par.virtual_stages}; valid: a layer count that is a "
-                f"multiple of {par.chunks}")
+    chunks = _chunk_layers(par, m.layers)
+    if isinstance(chunks, str):
+        return chunks
     if tr.seq_len % par.cp:
         return f"training.seq_len: {tr.seq_len} is not divisible by cp = {par.cp}"
     if par.ep > 1:

@@ -58,8 +58,11 @@ class PlanSizes:
     microbatches: int                     # micro-batches per pipeline per step
     sequences_per_step: int               # the global batch: training.global_batch, or
                                           # dp x micro_batch x max(1, 4 x pp) when not given
-    layers_per_chunk: int                 # model.layers / (pp x virtual_stages)
+    layers_per_chunk: int                 # model.layers / (pp x virtual_stages); uneven stages:
+                                          # the most layers one chunk holds
     local_seq_len: int                    # tokens of a sequence per context-parallel rank
+    chunk_layers: tuple[int, ...] = ()    # layers of each model chunk in model order (chunk
+                                          # c x pp + s is stage s's chunk c); () = all equal
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,9 @@ class ParallelismConfig:
     virtual_stages: int = 1               # model chunks per pipeline rank (interleaved schedule)
     sequence_parallel: bool = True
     zero_group: int = 0                   # dp ranks one ZeRO/FSDP shard group spans; 0: all of dp
+    stage_layers: tuple[int, ...] = ()    # as given: one per stage or one per model chunk; ()
+    first_stage_layers: int | None = None # as given (Megatron --decoder-first-pipeline-num-layers)
+    last_stage_layers: int | None = None  # as given (Megatron --decoder-last-pipeline-num-layers)
     sizes: PlanSizes | None = None        # derived; None: the plan breaks a rule (plan_error)
     plan_error: str = ""                  # "FILE: FIELD: what is wrong" of the first rule broken
 
@@ -113,8 +119,30 @@ class ParallelismConfig:
 
     @property
     def layers_per_stage(self) -> int:
-        """Transformer layers one pipeline stage holds (all of its chunks)."""
-        return self.checked().layers_per_chunk * self.virtual_stages
+        """Transformer layers one pipeline stage holds (all of its chunks); uneven stages: the
+        most any stage holds."""
+        return max(self.layers_of_stages)
+
+    @property
+    def model_chunk_layers(self) -> tuple[int, ...]:
+        """Layers of every model chunk in model order (chunk c x pp + s is stage s's chunk c)."""
+        sizes = self.checked()
+        return sizes.chunk_layers or (sizes.layers_per_chunk,) * self.chunks
+
+    def stage_chunk_layers(self, stage: int) -> tuple[int, ...]:
+        """Layers of each of *stage*'s chunks (its virtual stages 0 .. virtual_stages - 1)."""
+        per = self.model_chunk_layers
+        return tuple(per[c * self.pp + stage] for c in range(self.virtual_stages))
+
+    @property
+    def layers_of_stages(self) -> tuple[int, ...]:
+        """Layers each pipeline stage holds, all of its chunks together."""
+        return tuple(sum(self.stage_chunk_layers(s)) for s in range(self.pp))
+
+    @property
+    def uneven(self) -> bool:
+        """Whether the stages or chunks hold different numbers of layers."""
+        return len(set(self.model_chunk_layers)) > 1
 
     @property
     def local_seq_len(self) -> int:
@@ -200,7 +228,8 @@ SECTION_KEYS: dict[str, frozenset[str]] = {
     "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "recompute",
                            "tokens"}),
     "parallelism": frozenset({"tp", "pp", "cp", "ep", "zero", "zero_group", "schedule",
-                              "virtual_stages", "sequence_parallel"}),
+                              "virtual_stages", "sequence_parallel", "stage_layers",
+                              "first_stage_layers", "last_stage_layers"}),
     "software": frozenset({"framework", "attention"}),
     "cost": frozenset({"usd_per_chip_hour"}),
     "stragglers": frozenset(StragglersConfig.__slots__),

@@ -26,11 +26,11 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
             for s in sp.layer_fwd + sp.layer_bwd if s.kind != "compute")
         handed = ((not sp.dp_per_microbatch and sp.dp_layer_s + sp.replica_layer_s > 0)
                   or (sp.dp_per_microbatch and sp.replica_layer_s > 0))
+        layers = sp.total_layers(vs)                # all of the stage's chunks
         if fused:
-            per_rank += micro * vs * (2 * sp.layers_per_chunk + 6) + (
-                vs * sp.layers_per_chunk * 3 if handed else 0)
+            per_rank += micro * (2 * layers + 6 * vs) + (layers * 3 if handed else 0)
         else:
-            per_rank += micro * vs * (sp.layers_per_chunk * (segs + 1) + 4)
+            per_rank += micro * (layers * (segs + 1) + 4 * vs)
     return simulations * ranks_per_stage * per_rank
 
 
@@ -99,15 +99,16 @@ def fast_step(plan: list[StagePlan], *, pp: int, vs: int, micro: int,
                 if extra and kind == "F" and g == 0:
                     t += extra
                 start_layers = t
+                n_layers = sp.layers_of(c)
                 if item:
-                    for li in range(sp.layers_per_chunk):
+                    for li in range(n_layers):
                         end = start_layers + (li + 1) * layer
                         dp_free[st] = max(dp_free[st], end) + item
-                t = start_layers + sp.layers_per_chunk * layer
+                t = start_layers + n_layers * layer
                 if extra and not (kind == "F" and g == 0):
                     t += extra
-                busy[st]["compute"] += sp.layers_per_chunk * comp + extra
-                busy[st]["comm"] += sp.layers_per_chunk * (comm + expo)
+                busy[st]["compute"] += n_layers * comp + extra
+                busy[st]["comm"] += n_layers * (comm + expo)
                 crosses = (kind == "F" and g < n_chunks - 1) or (kind == "B" and g > 0)
                 done[(kind, m, g)] = t + (sp.p2p_s if crosses and pp > 1 else 0.0)
                 now[st] = t

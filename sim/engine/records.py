@@ -47,6 +47,16 @@ class StagePlan:
     fsdp_fwd: Traffic | None = None           # ZeRO-3 weight gather of one layer (forward)
     fsdp_bwd: Traffic | None = None           # ... gather + gradient reduce-scatter (backward)
     param_traffic: Traffic | None = None      # ZeRO-1/2 updated-weight gather
+    chunk_layers: tuple[int, ...] = ()        # layers of each of the stage's chunks (uneven
+                                              # stages); () = layers_per_chunk in every chunk
+
+    def layers_of(self, chunk: int) -> int:
+        """Layers of the stage's *chunk* (0 .. virtual_stages - 1)."""
+        return self.chunk_layers[chunk] if self.chunk_layers else self.layers_per_chunk
+
+    def total_layers(self, vs: int) -> int:
+        """Layers of all the stage's *vs* chunks."""
+        return sum(self.chunk_layers) if self.chunk_layers else self.layers_per_chunk * vs
 
 
 @dataclass(frozen=True, slots=True)

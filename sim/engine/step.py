@@ -239,7 +239,7 @@ class StepEngine:
             # PERF: a layer whose transfers are all plain delays is one timeout (its compute
             # segments keep their own jitter draws), the same sum for every layer and every
             # plan. Exact: nothing else waits on a point inside a layer.
-            for _ in range(sp.layers_per_chunk):
+            for _ in range(sp.layers_of(g // self.pp)):
                 comp = 0.0
                 for seg in layer:
                     if seg.kind == "compute":
@@ -252,7 +252,7 @@ class StepEngine:
                 if item is not None:
                     reduce_into.put(item)                 # type: ignore[union-attr]
         else:
-            for li in range(sp.layers_per_chunk):
+            for li in range(sp.layers_of(g // self.pp)):
                 if expo > 0:
                     t0 = self.env.now
                     yield self._send(expo, expo_load, self._share(expo_load, per_group=False))

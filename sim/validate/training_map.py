@@ -261,6 +261,10 @@ class _RowMapper:
         if blank:
             self.assumptions.append(f"{', '.join(blank)} not published: 1 (consistent with dp = "
                                     f"chips / (tp*pp*cp) = {chips // model_par})")
+        if moe and ep and (chips // model_par) % ep:
+            raise _Unsupported(f"ep = {ep} does not divide dp = {chips // model_par}: the experts "
+                               "also span tensor-parallel ranks (Megatron expert_tensor_parallel"
+                               "_size 1); the schema carves ep out of dp only")
         return {"tp": tp_, "pp": pp_, "cp": cp_, "ep": ep or 1}
 
     def schedule(self, layers: int, pp: int) -> dict[str, Any]:
@@ -284,11 +288,23 @@ class _RowMapper:
         else:
             self.assumptions.append("pipeline schedule not stated: 1f1b (non-interleaved)")
         if vs is not None and vs > 1:
-            if layers % (pp * vs):
-                raise _Unsupported(f"uneven interleaved stages: {layers} layers on pp {pp} x "
-                                   f"{vs} virtual stages (the schema has equal stages only)")
-            return {"schedule": "interleaved", "virtual_stages": vs}
+            out: dict[str, Any] = {"schedule": "interleaved", "virtual_stages": vs}
+            if layers % (pp * vs) == 0:
+                return out
+            return {**out, **self._uneven_stages(layers, pp, vs)}
         return {"schedule": "1f1b"}
+
+    def _uneven_stages(self, layers: int, pp: int, vs: int) -> dict[str, Any]:
+        """Layers that do not split over pp x vs chunks: the embedding and the loss count as a
+        layer each (Megatron-Bridge recipes: account_for_embedding/loss_in_pipeline_split), so the
+        end stages hold one layer fewer."""
+        if (layers + 2) % (pp * vs):
+            raise _Unsupported(f"uneven interleaved stages: {layers} (+ 2 for embedding and loss) "
+                               f"layers do not split over pp {pp} x {vs} virtual stages")
+        ends = (layers + 2) // pp - 1
+        self.assumptions.append(f"{layers} layers on pp {pp} x {vs} virtual stages: embedding and "
+                                f"loss count as a layer each: first/last_stage_layers = {ends}")
+        return {"first_stage_layers": ends, "last_stage_layers": ends}
 
     def sequence_parallel(self, tp: int) -> bool | None:
         if tp == 1:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..config import Scenario
 from ..errors import InfeasibleError
 from ..units import GiB
+from .schedules import stage_activation_peak_B
 from .transformer import Workload
 
 __all__ = ["MemoryBreakdown", "memory_per_chip"]
@@ -67,13 +68,9 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
         layer_act = sbh * (whole + (attn + mlp) / t)
     else:
         layer_act = sbh * (whole + attn + mlp) / t
-    micro = par.microbatches
-    in_flight: float = min(pp, micro) if pp > 1 else 1
-    if par.virtual_stages > 1:                          # interleaved (the loader allows no other)
-        in_flight = min(micro, pp) * (1 + (pp - 1) / (pp * par.virtual_stages))
-    if par.schedule == "gpipe":
-        in_flight = micro
-    acts = layer_act * layers * in_flight
+    # The schedule's own peak per stage, each in-flight chunk with its real layers, the last stage
+    # with its logits (pp == 1: added below): sim/workload/schedules.py.
+    acts = stage_activation_peak_B(par, layer_act, 4.0 * b * s * m.vocab / t if pp > 1 else 0.0)
     if pp == 1:                                         # the output head's fp32 logits
         acts += 4.0 * b * s * m.vocab / t
     return MemoryBreakdown(weights, grads, optim, acts, RUNTIME_RESERVED_B)
