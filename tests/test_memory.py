@@ -112,6 +112,11 @@ def test_a_custom_policy_names_tensors_and_the_fused_aliases_expand() -> None:
                                "key_proj": "offload", "value_proj": "device", "mlpwo": "offload"}
 
 
+def test_a_remat_policy_decides_instead_of_recompute() -> None:
+    both = scn({"remat_policy": "minimal", "recompute": "full"})
+    assert kept_tensors(both) == kept_tensors(scn({"remat_policy": "minimal"}))
+
+
 def test_offload_costs_step_time_where_the_stack_does_not_overlap_it() -> None:
     def step(policy, software):
         return run_step(scn({"remat_policy": policy}, {"tp": 1, "zero": 3}, software))[0].step_time_s
@@ -158,7 +163,6 @@ def test_offloaded_bytes_beyond_host_memory_are_refused() -> None:
      r"training\.remat_policy\.mlpwo: expected one of device, offload, remat, got 'disk'"),
     ({"remat_policy": "minimal_gpu"}, None, r"unknown remat policy 'minimal_gpu'; valid: full, minimal"),
     ({"remat_policy": {"decoder_layer_input": "remat"}}, None, r"cannot be rematerialized"),
-    ({"remat_policy": "minimal", "recompute": "full"}, None, r"not both"),
     ({"optimizer_state": "fp16"}, None, r"training\.optimizer_state: got 'fp16'; valid: fp32, bf16"),
     ({"master_weights": "yes"}, None, r"training\.master_weights: expected true or false"),
     ({"vocab_tiling": 0}, None, r"training\.vocab_tiling: must be >= 1"),

@@ -258,11 +258,7 @@ def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
     )
     if t.precision == "fp8" and cluster.chip.fp8_flops is None:
         raise ConfigError(f"training.precision: fp8 is not supported on {cluster.chip.name}; use bf16")
-    if s.has("remat_policy"):
-        if s.has("recompute"):
-            raise ConfigError(f"{s.at('remat_policy')}: give training.recompute or "
-                              "training.remat_policy, not both (the policy says what each "
-                              "tensor does)")
+    if s.has("remat_policy"):           # the per-tensor policy decides; `recompute` then does not
         name, policy = parse_remat_policy(s.raw["remat_policy"], s.at("remat_policy"))
         t = replace(t, remat_policy_name=name, remat_policy=policy)
         chip = cluster.chip

@@ -51,7 +51,8 @@ class TrainingConfig:
     tokens: float | None = None           # token budget to train (time, chip-hours, cost, energy)
     # Per-tensor activation policy in MaxText's names (sim/config/remat.py): "" / () = none given,
     # the stack's enumeration for `recompute` applies; else the recipe name (or "custom") and the
-    # location (device | offload | remat) of every tensor a layer can keep.
+    # location (device | offload | remat) of every tensor a layer can keep, which then decide
+    # instead of `recompute` (so --set training.remat_policy=... overrides a file's recompute).
     remat_policy_name: str = ""
     remat_policy: tuple[tuple[str, str], ...] = ()
     optimizer_state: str = "fp32"         # Adam moments: fp32 | bf16 (2 x 4 or 2 x 2 bytes/param)
