@@ -255,12 +255,13 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
                                      net.links.capacity_Bps)
     else:
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
+                       group=par.microbatch_group,
                        ranks_per_stage=per_stage, groups=lay.local_group if per_rank else None,
                        trace=trace, capacity_Bps=net.links.capacity_Bps)
         if eng.network_solves and not per_rank:
             # What sharing links cost: the same step with every transfer at its time alone.
             alone = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches,
-                             schedule_kind=par.schedule).step_time_s
+                             schedule_kind=par.schedule, group=par.microbatch_group).step_time_s
             extra["link_sharing_s"] = max(0.0, eng.step_time_s - alone)
     if not (0 < eng.step_time_s <= MAX_STEP_S):
         worst = max(eng.breakdown_s, key=lambda k: eng.breakdown_s[k])
@@ -307,7 +308,7 @@ def _shared_step(scn: Scenario, other: Scenario, plans: list[StagePlan], wl: Wor
     def kw(s: Scenario, w: Workload) -> dict[str, Any]:
         p = s.parallelism
         return {"pp": p.pp, "vs": p.virtual_stages if p.schedule == "interleaved" else 1,
-                "micro": w.microbatches, "schedule_kind": p.schedule}
+                "micro": w.microbatches, "schedule_kind": p.schedule, "group": p.microbatch_group}
 
     cap = net.links.capacity_Bps
     eng, other_steps = simulate_together(plans, oplans, cap, job=kw(scn, wl),
@@ -338,6 +339,7 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
         jit = jitter_for(draws, cfg.compute_jitter_sigma, par.tp * par.cp,
                          np.random.default_rng([seed, 2, draws.replica]))
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
+                       group=par.microbatch_group,
                        jitter=jit, capacity_Bps=capacity_Bps)
         results.append((eng.step_time_s, draws, eng))
     step = max(r[0] for r in results)
@@ -350,6 +352,7 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
         # own draws (the same generator seeds give the same times).
         d = median[1]
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
+                       group=par.microbatch_group,
                        jitter=jitter_for(d, cfg.compute_jitter_sigma, par.tp * par.cp,
                                          np.random.default_rng([seed, 2, d.replica])), trace=True,
                        capacity_Bps=capacity_Bps)

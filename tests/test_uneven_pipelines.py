@@ -189,3 +189,35 @@ def test_llama3_405b_scenario_is_the_papers_layout_and_fits() -> None:
     r, _ = run_step(scn)
     assert r.memory_per_chip_GiB <= scn.cluster.chip.hbm_bytes / 2**30
     assert 0.38 * 0.9 <= r.mfu <= 0.43 * 1.1
+
+
+def test_llama3_micro_batches_per_round() -> None:
+    """``parallelism.microbatch_group`` (Llama 3's N, Megatron's microbatch_group_size_per_vp_stage):
+    N = pp is the default schedule; a larger N runs more micro-batches through a chunk before the
+    next, so the warm-up holds more of them (Megatron's depth (pp - s - 1) 2 + (v - 1) N) while
+    the step plays the same work; it must divide the micro-batches and be >= pp, interleaved."""
+    from sim.errors import ConfigError
+    from sim.training import run_step
+    from sim.workload.memory import memory_per_chip
+    from sim.workload.transformer import build_workload
+
+    def scn(**par: object):  # type: ignore[no-untyped-def]
+        return scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 32},
+                                   "model": {"preset": "llama3-8b", "layers": 16},
+                                   "training": {"seq_len": 2048, "global_batch": 32},
+                                   "parallelism": {"tp": 8, "pp": 4, "schedule": "interleaved",
+                                                   "virtual_stages": 2, **par}})
+    base, same, wide = scn(), scn(microbatch_group=4), scn(microbatch_group=8)
+    assert run_step(same)[0].step_time_s == run_step(base)[0].step_time_s
+    mem = [memory_per_chip(build_workload(s)).activations_B for s in (base, wide)]
+    # stage 0's peak: Megatron's warm-up depth + 1 chunks of 2 layers in flight
+    assert mem[1] / mem[0] == pytest.approx(((4 - 1) * 2 + (2 - 1) * 8 + 1)
+                                            / ((4 - 1) * 2 + (2 - 1) * 4 + 1))
+    r = run_step(wide)[0]
+    assert r.breakdown_s["compute"] == pytest.approx(run_step(base)[0].breakdown_s["compute"])
+    for bad, msg in [({"microbatch_group": 2}, "at least pp = 4"),
+                     ({"microbatch_group": 3}, "at least pp = 4")]:
+        with pytest.raises(ConfigError, match=msg):
+            scn(**bad)
+    with pytest.raises(ConfigError, match="microbatch_group: 6 does not divide the 32"):
+        run_step(scn(microbatch_group=6))

@@ -74,11 +74,19 @@ def read_parallelism(s: Section, cluster: ClusterConfig) -> ParallelismConfig:
     if pp == 1 and (first is not None or last is not None):
         key = "first_stage_layers" if first is not None else "last_stage_layers"
         raise ConfigError(f"{s.at(key)}: needs a pipeline (pp >= 2), got pp = 1; leave it out")
+    # Llama 3's tunable micro-batches per round N (Dubey et al. 2024, section 3.3.2; Megatron-LM's
+    # microbatch_group_size_per_vp_stage): at least pp, so that every stage's warm-up covers a round.
+    mgroup = s.opt_int("microbatch_group")
+    if mgroup is not None and (schedule != "interleaved" or mgroup < pp):
+        raise ConfigError(f"{s.at('microbatch_group')}: {mgroup} micro-batches per round need "
+                          f"schedule: interleaved and at least pp = {pp}; got schedule "
+                          f"{schedule!r}; valid: an integer >= {pp} with the interleaved schedule")
     return ParallelismConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, zero=zero, schedule=schedule,
                              virtual_stages=vs, sequence_parallel=s.flag("sequence_parallel", True),
                              zero_group=0 if group is None or group == dp else group,
                              stage_layers=stage_layers, first_stage_layers=first,
-                             last_stage_layers=last)
+                             last_stage_layers=last,
+                             microbatch_group=0 if mgroup is None or mgroup == pp else mgroup)
 
 
 def _stage_layers(s: Section, pp: int, vs: int) -> tuple[int, ...]:
@@ -206,4 +214,7 @@ def plan_problem(par: ParallelismConfig, model: ModelSpec, tr: TrainingConfig) -
     if par.virtual_stages > 1 and par.pp > 1 and (batch // per_step) % par.pp:
         return (f"training.global_batch: interleaved pipelines need a number of "
                 f"micro-batches divisible by pp = {par.pp}")
+    if par.microbatch_group and (batch // per_step) % par.microbatch_group:
+        return (f"parallelism.microbatch_group: {par.microbatch_group} does not divide the "
+                f"{batch // per_step} micro-batches per step; valid: a divisor of them, >= pp")
     return None

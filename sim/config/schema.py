@@ -92,6 +92,7 @@ class ParallelismConfig:
     stage_layers: tuple[int, ...] = ()    # as given: one per stage or one per model chunk; ()
     first_stage_layers: int | None = None # as given (Megatron --decoder-first-pipeline-num-layers)
     last_stage_layers: int | None = None  # as given (Megatron --decoder-last-pipeline-num-layers)
+    microbatch_group: int = 0             # interleaved: micro-batches per round (Llama 3's N); 0: pp
     sizes: PlanSizes | None = None        # derived; None: the plan breaks a rule (plan_error)
     plan_error: str = ""                  # "FILE: FIELD: what is wrong" of the first rule broken
 
@@ -229,7 +230,7 @@ SECTION_KEYS: dict[str, frozenset[str]] = {
                            "tokens"}),
     "parallelism": frozenset({"tp", "pp", "cp", "ep", "zero", "zero_group", "schedule",
                               "virtual_stages", "sequence_parallel", "stage_layers",
-                              "first_stage_layers", "last_stage_layers"}),
+                              "first_stage_layers", "last_stage_layers", "microbatch_group"}),
     "software": frozenset({"framework", "attention"}),
     "cost": frozenset({"usd_per_chip_hour"}),
     "stragglers": frozenset(StragglersConfig.__slots__),

@@ -35,7 +35,7 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
 
 
 def fast_step(plan: list[StagePlan], *, pp: int, vs: int, micro: int,
-              schedule_kind: str) -> EngineResult:
+              schedule_kind: str, group: int = 0) -> EngineResult:
     """The step ``simulate`` plays in representative mode (no jitter, no per-rank barriers), as a
     longest-path computation over the schedule's dependency graph instead of simpy events.
 
@@ -54,7 +54,7 @@ def fast_step(plan: list[StagePlan], *, pp: int, vs: int, micro: int,
     """
     n_chunks = pp * vs
     done: dict[tuple[str, int, int], float] = {}
-    steps = [schedule(schedule_kind, st, pp, micro, vs) for st in range(pp)]
+    steps = [schedule(schedule_kind, st, pp, micro, vs, group) for st in range(pp)]
     pos = [0] * pp
     now = [0.0] * pp
     busy = [{"compute": 0.0, "comm": 0.0, "pipeline_bubble": 0.0} for _ in range(pp)]

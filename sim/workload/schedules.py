@@ -131,5 +131,6 @@ def stage_activation_peak_B(par: ParallelismConfig, layer_B: float, head_B: floa
         # same forwards and backwards): only the first of each kind is walked.
         if tuple(weights) not in seen:
             seen.add(tuple(weights))
-            peak = max(peak, stage_peak(kind, stage, pp, micro, vs, weights))
+            peak = max(peak, stage_peak(kind, stage, pp, micro, vs, weights,
+                                        par.microbatch_group))
     return peak
