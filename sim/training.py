@@ -235,7 +235,7 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
     net = net or CollectiveModel(topo)
     plans = plan_stages(wl, topo, net, stack_efficiency)
     par = scn.parallelism
-    vs = par.virtual_stages if par.schedule == "interleaved" else 1
+    vs = par.virtual_stages             # 1 unless interleaved (the config's rule)
     lay = Layout.of(par)
     per_stage = par.tp * par.cp * par.dp if per_rank else 1
     step_seed = scn.seed if seed is None else seed
@@ -307,7 +307,7 @@ def _shared_step(scn: Scenario, other: Scenario, plans: list[StagePlan], wl: Wor
 
     def kw(s: Scenario, w: Workload) -> dict[str, Any]:
         p = s.parallelism
-        return {"pp": p.pp, "vs": p.virtual_stages if p.schedule == "interleaved" else 1,
+        return {"pp": p.pp, "vs": p.virtual_stages,
                 "micro": w.microbatches, "schedule_kind": p.schedule, "group": p.microbatch_group}
 
     cap = net.links.capacity_Bps

@@ -152,3 +152,12 @@ def test_shared_with_errors_name_the_field(tmp_path: Path) -> None:
     big = _pair(tmp_path, 1, job_chips=16384)
     with pytest.raises(ConfigError, match="the two jobs need 16640 chips together"):
         load_scenario(big)
+
+
+def test_a_neighbour_with_stragglers_is_refused_not_ignored(tmp_path: Path) -> None:
+    job = _pair(tmp_path, 1)
+    other = yaml.safe_load((tmp_path / "other.yaml").read_text())
+    other["stragglers"] = {"compute_jitter_sigma": 0.05}
+    _write(tmp_path / "other.yaml", other)
+    with pytest.raises(ConfigError, match="cluster.shared_with: .* has a stragglers section"):
+        load_scenario(job)

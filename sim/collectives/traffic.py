@@ -52,8 +52,8 @@ def p2p_traffic(net: CollectiveModel, pairs: Sequence[tuple[int, int]], nbytes: 
     if hit is None:
         src = np.fromiter((a for a, _ in pairs), np.int64, len(pairs))
         dst = np.fromiter((b for _, b in pairs), np.int64, len(pairs))
-        rows, cols, vals = net.router.routes_coo(src, dst)
-        hit = _per_link(rows, vals, np.ones(len(pairs))[cols] if len(cols) else vals, len(net.links))
+        rows, _, vals = net.router.routes_coo(src, dst)
+        hit = _per_link(rows, vals, len(net.links))
         net.link_bytes_cache[key] = hit
     ids, per_byte = hit
     return Traffic.of(seconds, ids, per_byte * max(1, int(nbytes)), seconds, latency_s, len(pairs),
@@ -88,9 +88,8 @@ def _link_bytes(net: CollectiveModel, op: str, algo: str,
     return hit
 
 
-def _per_link(rows: np.ndarray, vals: np.ndarray, weights: np.ndarray,
-              n_links: int) -> tuple[np.ndarray, np.ndarray]:
-    total = np.bincount(rows, weights=vals * weights, minlength=n_links) if len(rows) else \
-        np.zeros(n_links)
+def _per_link(rows: np.ndarray, vals: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
+    """(links used, the fraction of one byte each carries) of routes given as COO rows."""
+    total = np.bincount(rows, weights=vals, minlength=n_links) if len(rows) else np.zeros(n_links)
     ids = np.flatnonzero(total > 0)
     return ids, total[ids]

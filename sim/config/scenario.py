@@ -190,6 +190,9 @@ def _shared_with(value: object, source: str, cluster: ClusterConfig) -> str:
         raise ConfigError(f"{where}: {other_source} shares with a third job itself; one neighbour "
                           "at a time")
     other = scenario_from_dict(other_raw, other_source, other_name)
+    if other.stragglers is not None:
+        raise ConfigError(f"{where}: {other_source} has a stragglers section; the shared step plays "
+                          "both jobs with one rank per stage and no stragglers; remove it there")
     if not isinstance(cluster.topology, GpuClusterSpec):
         raise ConfigError(f"{where}: TPU slices do not share their ICI with other jobs; for traffic "
                           "on the data-center network use cluster.background_load")

@@ -80,7 +80,4 @@ class EngineResult:
     intervals: list[Interval] = field(default_factory=list)
     events: int = 0
     straggler_ranks: dict[int, float] = field(default_factory=dict)
-    # Shared links: max-min solves, and the seconds the critical rank's transfers took beyond
-    # their times alone because other transfers used the same links.
-    network_solves: int = 0
-    sharing_s: float = 0.0
+    network_solves: int = 0               # max-min solves of the shared links (0: nothing met)

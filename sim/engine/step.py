@@ -60,7 +60,7 @@ class _Barrier:
 class _Rank:
     """One simulated rank: where it sits and what it has spent its time on."""
 
-    __slots__ = ("rank", "local", "stage", "plan", "busy", "computed", "sharing_s")
+    __slots__ = ("rank", "local", "stage", "plan", "busy", "computed")
 
     def __init__(self, rank: int, local: int, stage: int, plan: StagePlan) -> None:
         self.rank = rank
@@ -69,7 +69,6 @@ class _Rank:
         self.plan = plan
         self.busy: dict[str, float] = defaultdict(float)
         self.computed = 0                 # compute segments so far (the jitter's index)
-        self.sharing_s = 0.0
 
 
 class StepEngine:
@@ -145,8 +144,7 @@ class StepEngine:
         events = next(self.env._eid)      # noqa: SLF001 - simpy's event counter, for the benchmark
         return EngineResult(step, breakdown, crit.stage, self.intervals, events=events,
                             straggler_ranks=dict(self._wait_caused),
-                            network_solves=self.links.solves if self.links else 0,
-                            sharing_s=crit.sharing_s)
+                            network_solves=self.links.solves if self.links else 0)
 
     # ------------------------------------------------------------------ helpers
 
@@ -258,7 +256,6 @@ class StepEngine:
                 if expo > 0:
                     t0 = self.env.now
                     yield self._send(expo, expo_load, self._share(expo_load, per_group=False))
-                    self._note_sharing(r, expo, t0)
                     self._record(r, "comm", "fsdp-gather", t0)
                 yield from self.segments(r, layer, f"{kind}{m}.{g}", (n_step, li))
                 if item is not None:
@@ -291,10 +288,9 @@ class StepEngine:
                 comp = sum(s.seconds for s in layer if s.kind == "compute")
                 expo = max(0.0, sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0) - comp)
                 base = sp.fsdp_fwd if kind == "F" else sp.fsdp_bwd
-                if base is not None and expo > 0:
+                # a load that can never meet another stays a plain delay (None) at any length
+                if base is not None and expo > 0 and not self._delay(base):
                     load = base.with_seconds(expo)
-                    if id(base) in self._private:
-                        self._private.add(id(load))
             hit = self._expo_cache[key] = (expo, load)
         return hit
 
@@ -342,8 +338,6 @@ class StepEngine:
             yield barrier.transfer
         else:
             yield self._send(seconds, traffic, self._share(traffic, True))
-        if kind == "comm" and not self._delay(traffic):
-            self._note_sharing(r, seconds, t0)
         self._record(r, kind, label, t0, suffix)
 
     def dp_stream(self, r: _Rank, queue: simpy.Store) -> ProcGen:
@@ -371,8 +365,6 @@ class StepEngine:
         sent = self._send(sp.p2p_s, tr, self._share(tr, per_group=False))
         sent.callbacks.append(lambda _e: _succeed(target))
 
-    def _note_sharing(self, r: _Rank, alone_s: float, t0: float) -> None:
-        r.sharing_s += max(0.0, self.env.now - t0 - alone_s)
 
 
 def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_kind: str,

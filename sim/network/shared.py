@@ -53,7 +53,8 @@ class SharedLinks:
         self.flows: set[_Flow] = set()
         self.slowed = 0                                   # flows now below their speed alone
         self.solves = 0
-        self._caps: dict[int, np.ndarray] = {}            # per traffic: its links' capacities
+        # per traffic: (the traffic, its links' capacities); the value keeps the key's object alive
+        self._caps: dict[int, tuple[Traffic, np.ndarray]] = {}
 
     def transfer(self, traffic: Traffic, share: float = 1.0) -> simpy.Event:
         """The event of *traffic* delivered (*share* of its load: one group of several)."""
@@ -61,9 +62,10 @@ class SharedLinks:
         if traffic.work_s <= 0 or len(traffic.link_ids) == 0:
             return env.timeout(max(0.0, traffic.seconds))
         done = env.event()
-        cap = self._caps.get(id(traffic))
-        if cap is None:
-            cap = self._caps[id(traffic)] = self.capacity[traffic.link_ids] * (1 + _TOL)
+        hit = self._caps.get(id(traffic))
+        if hit is None:
+            hit = self._caps[id(traffic)] = (traffic, self.capacity[traffic.link_ids] * (1 + _TOL))
+        cap = hit[1]
         rate = traffic.link_Bps if share == 1.0 else traffic.link_Bps * share
         f = _Flow(traffic.link_ids, rate, cap, traffic.work_s, traffic.latency_s, done, env.now)
         self.flows.add(f)

@@ -119,7 +119,7 @@ def stage_activation_peak_B(par: ParallelismConfig, layer_B: float, head_B: floa
     with the output head (the last stage's last chunk) also *head_B* (its logits). The embedding
     stores no activation of its own beyond the first layer's input, which *layer_B* counts."""
     kind = par.schedule
-    vs = par.virtual_stages if kind == "interleaved" else 1
+    vs = par.virtual_stages                     # 1 unless interleaved (the config's rule)
     micro, pp = par.microbatches, par.pp
     peak = 0.0
     seen: set[tuple[float, ...]] = set()
