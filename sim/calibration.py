@@ -126,5 +126,5 @@ STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
     ("maxtext", "tpu-v5p", "bf16"): 0.883,
     ("megatron", "A100", "bf16"): 0.947,
     ("megatron-te", "H100", "fp8"): 0.785,
-    ("pytorch-fsdp", "A100", "bf16"): 0.773,
+    ("pytorch-fsdp", "A100", "bf16"): 0.755,
 }

@@ -42,6 +42,9 @@ class Chip:
     in_network_reduction: bool = False   # NVSwitch SHARP (NVLS) on Hopper and later
     sms: int | None = None               # streaming multiprocessors (GPUs): one GEMM tile each per wave
     price_source: str = ""               # where usd_per_chip_hour comes from (printed by run)
+    # Host DRAM per accelerator in its standard system (the host's memory / its accelerators):
+    # what activation offload may fill. None: no source in the catalogue (offload is refused).
+    host_memory_bytes: float | None = None
 
     @property
     def scaleup_Bps(self) -> float:
@@ -71,6 +74,7 @@ _CHIPS = (
         usd_per_chip_hour=27.44705 / 8,     # AWS p4de.24xlarge $27.44705/h for 8 GPUs (AWSGPU)
         sms=108,                           # NVIDIA A100 whitepaper: 108 SMs
         price_source="AWS p4de.24xlarge on-demand, $27.45/h for 8 GPUs",
+        host_memory_bytes=2000 * GB / 8,    # NVIDIA DGX A100 640GB datasheet: 2 TB system memory
     ),
     Chip(
         name="A100-SXM-40GB", vendor="nvidia", family="A100", arch="ampere",
@@ -83,6 +87,7 @@ _CHIPS = (
         usd_per_chip_hour=21.957642 / 8,    # AWS p4d.24xlarge $21.957642/h for 8 GPUs (AWSGPU)
         sms=108,                           # NVIDIA A100 whitepaper: 108 SMs
         price_source="AWS p4d.24xlarge on-demand, $21.96/h for 8 GPUs",
+        host_memory_bytes=1000 * GB / 8,    # NVIDIA DGX A100 320GB datasheet: 1 TB system memory
     ),
     Chip(
         name="H100-SXM", vendor="nvidia", family="H100", arch="hopper",
@@ -96,6 +101,7 @@ _CHIPS = (
         in_network_reduction=True,          # NVSwitch gen3 SHARP (NV-NVS3; SB-GPU)
         sms=132,                           # GK-H100; validation/compute/h100-sxm-80gb/env.json: 132
         price_source="AWS p5.48xlarge on-demand, $55.04/h for 8 GPUs (2026-01)",
+        host_memory_bytes=2000 * GB / 8,    # NVIDIA DGX H100 datasheet: 2 TB system memory
     ),
     Chip(
         name="H200", vendor="nvidia", family="H100", arch="hopper",
@@ -109,6 +115,7 @@ _CHIPS = (
         in_network_reduction=True,
         sms=132,                           # validation/compute/h200-sxm-141gb/env.json: 132
         price_source="AWS p5en.48xlarge on-demand, $63.30/h for 8 GPUs",
+        host_memory_bytes=2000 * GB / 8,    # NVIDIA DGX H200 datasheet: 2 TB system memory
     ),
     Chip(
         name="B200", vendor="nvidia", family="B200", arch="blackwell",
@@ -148,6 +155,7 @@ _CHIPS = (
         usd_per_chip_hour=1.20,             # GPUHUNT us-central1 on-demand
         dcn_Bps=Gbps_to_Bps(25),            # SB-TPU-site 3.125e9 B/s per chip (2 x 100 Gb/s per 8-chip host)
         price_source="Google Cloud on-demand, us-central1 (gpuhunt)",
+        host_memory_bytes=384 * GB / 8,     # GCP v5e VM types: ct5lp-hightpu-8t, 384 GB for 8 chips
     ),
     Chip(
         name="TPU-v5p", vendor="google", family="TPU", arch="tpu-v5p",
@@ -162,6 +170,7 @@ _CHIPS = (
         usd_per_chip_hour=4.20,             # GPUHUNT us-east1/us-east5 on-demand
         dcn_Bps=Gbps_to_Bps(50),            # GCP-v5p: 50 Gb/s per chip
         price_source="Google Cloud on-demand, us-east1/us-east5 (gpuhunt)",
+        host_memory_bytes=448 * GB / 4,     # GCP v5p docs, VM properties: 448 GB RAM for 4 chips
     ),
     Chip(
         name="TPU-v6e", vendor="google", family="TPU", arch="tpu-v6e",

@@ -20,6 +20,7 @@ from .results import StepResult
 from .software import resolve_software
 from .topology import Topology, build_topology
 from .units import GiB
+from .workload.activations import offload_exposed_s
 from .workload.layout import Layout
 from .workload.memory import check_fits, memory_per_chip
 from .workload.transformer import Comm, Item, Op, Workload, build_workload
@@ -94,6 +95,13 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
     return tuple(out)
 
 
+def _offload_segment(scn: Scenario, segs: tuple[Segment, ...]) -> tuple[Segment, ...]:
+    """A compute-stream segment for what a layer's activation offload leaves exposed in a pass."""
+    busy_s = sum(x.seconds for x in segs if x.kind == "compute")
+    exposed = offload_exposed_s(scn, busy_s)
+    return (Segment("compute", exposed),) if exposed > 0 else ()
+
+
 def compute_model(scn: Scenario,
                   stack_efficiency: dict[tuple[str, str, str], float] | None = None) -> ComputeModel:
     """The compute model of *scn*: its chip, precision and software profile."""
@@ -116,6 +124,9 @@ def plan_stages(wl: Workload, topo: Topology, net: CollectiveModel,
         groups = lay.groups(stage) if traffic else None
         fwd = _segments(wl.layer.forward, cm, net, groups, lay, stage)
         bwd = _segments(wl.layer.recompute + wl.layer.backward, cm, net, groups, lay, stage)
+        if scn.training.offloads:           # activation offload: the exposed host-link time
+            fwd += _offload_segment(scn, fwd)
+            bwd += _offload_segment(scn, bwd)
         if par.cp > 1:
             ring = lay.cp_group(stage)
             kv = net.time("sendrecv", wl.layer.cp_kv_bytes, ring).time_s * (par.cp - 1)
@@ -274,10 +285,7 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
         step_time_s=eng.step_time_s, tokens_per_step=wl.tokens_per_step,
         model_flops_per_step=wl.model_flops_per_step, peak_flops_per_chip=chip.bf16_flops,
         memory_per_chip_GiB=mem.total_B / GiB,
-        memory_breakdown_GiB={"weights": mem.weights_B / GiB, "gradients": mem.gradients_B / GiB,
-                              "optimizer": mem.optimizer_B / GiB,
-                              "activations": mem.activations_B / GiB,
-                              "reserved": mem.reserved_B / GiB},
+        memory_breakdown_GiB=mem.as_GiB(),
         breakdown_s=eng.breakdown_s, usd_per_chip_hour=scn.cost.usd_per_chip_hour,
         parallelism={"tp": par.tp, "pp": par.pp, "cp": par.cp, "ep": par.ep, "dp": par.dp,
                      "zero": par.zero, "zero_group": par.shard_dp, "slices": scn.cluster.pods,

@@ -21,6 +21,7 @@ from .fields import Section, parse_tokens, show
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan
 from .paths import scenario_dir
+from .remat import OPTIMIZER_STATES, parse_remat_policy
 from .schema import (
     CLUSTER_KEYS,
     MODEL_KEYS,
@@ -254,9 +255,20 @@ def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
         precision=s.text("precision", "bf16", ("bf16", "fp8")),
         recompute=s.text("recompute", "selective", ("none", "selective", "full")),
         tokens=parse_tokens(s.raw["tokens"], s.at("tokens")) if s.has("tokens") else None,
+        optimizer_state=s.text("optimizer_state", "fp32", OPTIMIZER_STATES),
+        master_weights=s.flag("master_weights", True),
+        vocab_tiling=s.integer("vocab_tiling", 1),
     )
     if t.precision == "fp8" and cluster.chip.fp8_flops is None:
         raise ConfigError(f"training.precision: fp8 is not supported on {cluster.chip.name}; use bf16")
+    if s.has("remat_policy"):           # the per-tensor policy decides; `recompute` then does not
+        name, policy = parse_remat_policy(s.raw["remat_policy"], s.at("remat_policy"))
+        t = replace(t, remat_policy_name=name, remat_policy=policy)
+        chip = cluster.chip
+        if t.offloads and chip.host_memory_bytes is None:
+            raise ConfigError(f"{s.at('remat_policy')}: {name!r} offloads activations to host "
+                              f"memory, but the catalogue has no host memory for {chip.name}; "
+                              "valid here: device or remat for every tensor")
     return t
 
 

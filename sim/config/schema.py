@@ -49,6 +49,20 @@ class TrainingConfig:
     precision: str = "bf16"
     recompute: str = "selective"
     tokens: float | None = None           # token budget to train (time, chip-hours, cost, energy)
+    # Per-tensor activation policy in MaxText's names (sim/config/remat.py): "" / () = none given,
+    # the stack's enumeration for `recompute` applies; else the recipe name (or "custom") and the
+    # location (device | offload | remat) of every tensor a layer can keep, which then decide
+    # instead of `recompute` (so --set training.remat_policy=... overrides a file's recompute).
+    remat_policy_name: str = ""
+    remat_policy: tuple[tuple[str, str], ...] = ()
+    optimizer_state: str = "fp32"         # Adam moments: fp32 | bf16 (2 x 4 or 2 x 2 bytes/param)
+    master_weights: bool = True           # an fp32 copy of the weights in the optimizer state
+    vocab_tiling: int = 1                 # logits computed in this many chunks (MaxText num_vocab_tiling)
+
+    @property
+    def offloads(self) -> bool:
+        """Whether the remat policy moves any activation to host memory."""
+        return any(loc == "offload" for _, loc in self.remat_policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +241,8 @@ MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "hea
 # Keys of each scenario section (for the readers in scenario.py and for --set / --over).
 SECTION_KEYS: dict[str, frozenset[str]] = {
     "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "recompute",
-                           "tokens"}),
+                           "tokens", "remat_policy", "optimizer_state", "master_weights",
+                           "vocab_tiling"}),
     "parallelism": frozenset({"tp", "pp", "cp", "ep", "zero", "zero_group", "schedule",
                               "virtual_stages", "sequence_parallel", "stage_layers",
                               "first_stage_layers", "last_stage_layers", "microbatch_group"}),

@@ -37,9 +37,12 @@ from .training_rules import (
     _MOE_UNSUPPORTED_NOTES,
     _MULTISLICE,
     _NO_SEQUENCE_PARALLEL_SOURCES,
+    _OFFLOAD_POLICY,
     _PRECISION_RULES,
+    _RECIPE_FACTS,
     _RECOMPUTE_IN_NOTES,
     _RECOMPUTE_RULES,
+    _REMAT_POLICY,
     _SLICES_IN_ROW,
     _UNKNOWN_PRECISION,
     _UNSUPPORTED_MODEL_FEATURES,
@@ -188,8 +191,22 @@ class _RowMapper:
                                     "(same tensor-core peak)")
         return value
 
-    def recompute(self) -> str:
+    def recompute(self) -> dict[str, Any]:
+        """``{"recompute": ...}`` or, for a MaxText policy name, ``{"remat_policy": ...}``; the
+        recipe facts (_RECIPE_FACTS) of the row joined in."""
         text = self.cell("recompute")
+        m = re.search(_REMAT_POLICY, text)
+        if m and not _first(_RECOMPUTE_RULES, text)[1]:    # a recipe recompute does not name
+            out: dict[str, Any] = {"remat_policy": m.group(1)}
+        else:
+            out = {"recompute": self._recompute(text)}
+        for col, pattern, keys, why in _RECIPE_FACTS:
+            if re.search(pattern, self.cell(col), re.IGNORECASE):
+                out.update(keys)
+                self.assumptions.append(why)
+        return out
+
+    def _recompute(self, text: str) -> str:
         if not text:
             if m := re.search(_RECOMPUTE_IN_NOTES, self.notes, re.IGNORECASE):
                 raise _Unsupported(f"recompute column blank but the notes describe one "
@@ -334,7 +351,7 @@ class _RowMapper:
             micro = 1
             self.assumptions.append("micro_batch not published: 1")
         training = {"seq_len": seq_len, "global_batch": batch, "micro_batch": micro,
-                    "precision": self.precision(topo), "recompute": self.recompute()}
+                    "precision": self.precision(topo), **self.recompute()}
         zero_text = self.cell("zero_or_fsdp")
         par: dict[str, Any] = {**self.layout(chips, zero_text, "moe" in model), "zero": self.zero()}
         slices = self.slices()
@@ -348,6 +365,10 @@ class _RowMapper:
         if slices > 1:
             if CATALOGUE[TOPOLOGY_CHIPS[topo]].vendor == "nvidia":
                 raise _Unsupported(f"{slices} slices/pods on GPUs: GPU topologies are one fabric")
+            if re.search(_OFFLOAD_POLICY, training.get("remat_policy", "")):
+                raise _Unsupported(f"host offload ({training['remat_policy']}) on {slices} slices: "
+                                   "offload copies and DCN traffic share each host's PCIe link, "
+                                   "which the model does not share (DCN modelled by bandwidth only)")
             cluster["slices"] = slices
         raw = {"name": self.cell("id"), "cluster": cluster,
                "model": model, "training": training, "parallelism": par}

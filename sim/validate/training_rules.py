@@ -99,15 +99,29 @@ _PRECISION_RULES: tuple[tuple[str, str], ...] = (
 _UNKNOWN_PRECISION = r"^$|not stated"
 
 # recompute column -> scenario recompute; None: not representable (the reason is the rule's text).
+# MaxText's other named remat policies become training.remat_policy (_REMAT_POLICY).
 _RECOMPUTE_RULES: tuple[tuple[str, str | None], ...] = (
     (r"^remat_policy=full$", "full"),
-    (r"^remat_policy=(minimal|minimal_flash)$", "selective"),   # MaxText: saves matmul outputs
-    (r"^remat_policy=", None),                                  # host offload etc.
+    # MaxText "selective" = minimal_flash's set (sim/workload/activations.py): every projection
+    # output and the attention output (minimal alone recomputes the attention output: 2ad/token less)
+    (r"^remat_policy=(minimal|minimal_flash)$", "selective"),
+    (r"^remat_policy=", None),                                  # unknown MaxText policy names
     (r"^full\b", "full"),
     (r"^selective\b", "selective"),
     (r"^none\b", "none"),
 )
 _RECOMPUTE_IN_NOTES = r"remat|recomput|activation checkpoint"
+_REMAT_POLICY = r"^remat_policy=(\w+)$"
+_OFFLOAD_POLICY = r"offload"           # MaxText policy names that move activations to the host
+
+# Training settings a run's recipe states that runs.csv has no column for: (column, pattern
+# (any case), training keys, the recipe that says so). Each applied one is an assumption of the run.
+_RECIPE_FACTS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
+    ("model", r"^Nemotron-340B$", {"optimizer_state": "bf16"},
+     "Nemotron-340B recipe (NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/nemotron/"
+     "nemotron_340b.yaml @3be81fc): optim mcore_distributed_optim with dtype: bf16, Adam moments "
+     "in bf16 (fp32 master weights kept)"),
+)
 
 # zero_or_fsdp column -> ZeRO stage. Checked in order; blank -> 1 (Megatron's distributed optimizer,
 # recorded as an assumption).

@@ -1,17 +1,19 @@
-"""Memory per device: weights, gradients, optimizer state, activations, with the source of each term.
+"""Memory per device: weights, gradients, optimizer state, activations, logits, with the source of
+each term. Every figure is a model estimate, and refusals say so.
 
 Mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO", section 3.1): 2 bytes of bf16 weights and 2
-of gradients per parameter, plus 12 bytes of fp32 master weights, momentum and variance; ZeRO-1
-shards the 12, ZeRO-2 also the gradients, ZeRO-3 / FSDP also the weights, over the data-parallel
-ranks. Activations per layer and micro-batch follow the enumeration of Korthikanti et al. 2022
-(section 4.1) for a layer without dropout and with flash attention (no stored scores), in units of
-s b h bytes (bf16): attention block: norm input 2, QKV input 2, Q/K/V 2 (1 + 2 g / a), output 2;
-MLP block: norm input 2, input 2, up-projection output 2 f/h (4 f/h for SwiGLU's two matrices),
-activation output 2 f/h. For GPT-3 (a = g, f = 4h, GELU) this gives 32, the paper's 34 less its
-two dropout masks. Sequence parallelism divides everything by t (without it the norm inputs and
-block inputs stay whole); full recomputation keeps only the layer input (2 s b h). A pipeline
-stage under 1F1B holds up to pp micro-batches in flight (Narayanan et al. 2021); interleaving adds
-(pp - 1) / (pp v) of that.
+of gradients per parameter, plus the optimizer state: 4 bytes of fp32 master weights
+(``training.master_weights``, default true) and two Adam moments of 4 bytes each
+(``training.optimizer_state: fp32``) or 2 (``bf16``: e.g. NeMo's ``optim.dtype: bf16``,
+Megatron's precision-aware optimizer); the default is ZeRO's 12. ZeRO-1 shards the optimizer
+state, ZeRO-2 also the gradients, ZeRO-3 / FSDP also the weights, over the data-parallel ranks.
+Activations per layer and micro-batch depend on the software stack and the recompute policy
+(sim/workload/activations.py); tensors a remat policy offloads live in host memory (checked
+against the catalogue's host memory per chip), not HBM. How many micro-batches' activations a
+stage holds at once is its schedule's own peak (``schedules.stage_activation_peak_B``: 1F1B stage
+s holds pp - s, interleaving Megatron's warm-up depth, each chunk with its real layers).
+The output head's fp32 logits (4 b s V / t bytes) are divided by ``training.vocab_tiling``
+(MaxText ``num_vocab_tiling``: the loss computed in that many chunks of the logits).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from dataclasses import dataclass
 from ..config import Scenario
 from ..errors import InfeasibleError
 from ..units import GiB
+from .activations import layer_activation_bytes
 from .schedules import stage_activation_peak_B
 from .transformer import Workload
 
-__all__ = ["MemoryBreakdown", "memory_per_chip"]
+__all__ = ["MemoryBreakdown", "memory_per_chip", "optimizer_bytes_per_param"]
 
 # CUDA/XLA context (~0.5 GiB), library workspaces and communication buffers: assumed, not measured.
 RUNTIME_RESERVED_B = 2 * GiB
@@ -32,15 +35,41 @@ RUNTIME_RESERVED_B = 2 * GiB
 
 @dataclass(frozen=True, slots=True)
 class MemoryBreakdown:
+    """The busiest stage's memory per chip, by term (bytes). ``activations_B`` is every layer's
+    activations over the micro-batches in flight (``activations_per_microbatch_B`` each);
+    ``offloaded_B`` lives in host memory and is not part of ``total_B``."""
+
     weights_B: float
     gradients_B: float
     optimizer_B: float
     activations_B: float
     reserved_B: float
+    logits_B: float = 0.0
+    activations_per_microbatch_B: float = 0.0
+    in_flight: float = 1.0
+    offloaded_B: float = 0.0
 
     @property
     def total_B(self) -> float:
-        return self.weights_B + self.gradients_B + self.optimizer_B + self.activations_B + self.reserved_B
+        """HBM per chip: every term but the offloaded activations."""
+        return (self.weights_B + self.gradients_B + self.optimizer_B + self.activations_B
+                + self.logits_B + self.reserved_B)
+
+    def as_GiB(self) -> dict[str, float]:
+        """Every term in GiB, named for ``memory_breakdown_GiB`` (``run --json``); ``total`` is the
+        HBM estimate (offloaded_host excluded), activations = activations_per_microbatch x the
+        micro-batches in flight."""
+        return {"weights": self.weights_B / GiB, "gradients": self.gradients_B / GiB,
+                "optimizer": self.optimizer_B / GiB, "activations": self.activations_B / GiB,
+                "activations_per_microbatch": self.activations_per_microbatch_B / GiB,
+                "logits": self.logits_B / GiB, "reserved": self.reserved_B / GiB,
+                "offloaded_host": self.offloaded_B / GiB, "total": self.total_B / GiB}
+
+
+def optimizer_bytes_per_param(optimizer_state: str, master_weights: bool) -> float:
+    """Adam's state per parameter: two moments (4 or 2 bytes each) and the fp32 master weights."""
+    moment = {"fp32": 4.0, "bf16": 2.0}[optimizer_state]
+    return 2 * moment + (4.0 if master_weights else 0.0)
 
 
 def memory_per_chip(wl: Workload) -> MemoryBreakdown:
@@ -53,47 +82,57 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     params = layers * wl.layer.params + wl.embed_params * (2 if pp == 1 else 1)
     weights = 2.0 * params / (shard if par.zero >= 3 else 1)
     grads = 2.0 * params / (shard if par.zero >= 2 else 1)
-    optim = 12.0 * params / (shard if par.zero >= 1 else 1)
-    b, s, h, a, g = tr.micro_batch, par.local_seq_len, m.hidden, m.heads, m.kv_heads
-    whole = 8.0                                         # norm and block inputs (2 each, 4 of them)
-    q = a * m.head_dim / h                              # attention width (heads x head_dim) / hidden
-    attn = 2 * q * (1 + 2 * g / a) + 2 * q              # Q, K, V and the attention output
-    mlp = (6.0 if m.mlp == "swiglu" else 4.0) * m.ffn_hidden / h
-    if m.moe is not None:
-        mlp *= m.moe.top_k * m.moe.capacity_factor
-    sbh = s * b * h
-    if tr.recompute == "full":
-        layer_act = 2.0 * sbh / (t if par.sequence_parallel and t > 1 else 1)
-    elif t > 1 and not par.sequence_parallel:
-        layer_act = sbh * (whole + (attn + mlp) / t)
-    else:
-        layer_act = sbh * (whole + attn + mlp) / t
+    per_param = optimizer_bytes_per_param(tr.optimizer_state, tr.master_weights)
+    optim = per_param * params / (shard if par.zero >= 1 else 1)
+    b, s = tr.micro_batch, par.local_seq_len
+    per_layer = layer_activation_bytes(scn)
+    layer_act = per_layer.device_B
+    head = 4.0 * b * s * m.vocab / t / tr.vocab_tiling   # the output head's fp32 logits
     # The schedule's own peak per stage, each in-flight chunk with its real layers, the last stage
-    # with its logits (pp == 1: added below): sim/workload/schedules.py.
-    acts = stage_activation_peak_B(par, layer_act, 4.0 * b * s * m.vocab / t if pp > 1 else 0.0)
-    if pp == 1:                                         # the output head's fp32 logits
-        acts += 4.0 * b * s * m.vocab / t
-    return MemoryBreakdown(weights, grads, optim, acts, RUNTIME_RESERVED_B)
+    # with its logits (pp == 1: counted apart below): sim/workload/schedules.py.
+    acts = stage_activation_peak_B(par, layer_act, head if pp > 1 else 0.0)
+    held = stage_activation_peak_B(par, 1.0)            # layer-activations held at that peak
+    in_flight = held / layers if layers else 1.0
+    host = per_layer.host_B * held
+    logits = head if pp == 1 else 0.0
+    return MemoryBreakdown(weights, grads, optim, acts, RUNTIME_RESERVED_B, logits_B=logits,
+                           activations_per_microbatch_B=layer_act * layers, in_flight=in_flight,
+                           offloaded_B=host)
 
 
 def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
-    cap = wl.scenario.cluster.chip.hbm_bytes
+    """InfeasibleError when the estimate exceeds the chip's HBM, or the offloaded activations the
+    host memory per chip; the message names every term of the estimate and what would help."""
+    scn = wl.scenario
+    chip = scn.cluster.chip
+    host_cap = chip.host_memory_bytes
+    if mem.offloaded_B and host_cap is not None and mem.offloaded_B > host_cap:
+        raise InfeasibleError(
+            f"{scn.source}: the offloaded activations need an estimated {mem.offloaded_B / GiB:.1f} "
+            f"GiB of host memory per chip (model estimate) but a {chip.name} host has "
+            f"{host_cap / GiB:.1f} GiB per chip; try: keep fewer tensors offloaded in "
+            "training.remat_policy; lower training.micro_batch")
+    cap = chip.hbm_bytes
     if mem.total_B <= cap:
         return
-    par, tr = wl.scenario.parallelism, wl.scenario.training
+    par, tr = scn.parallelism, scn.training
     hints = []
     if par.zero < 3:
         hints.append(f"raise parallelism.zero (now {par.zero})")
     if par.zero_group and par.zero >= 1:
         hints.append(f"raise parallelism.zero_group (now {par.zero_group}, up to dp = {par.dp})")
-    if tr.recompute != "full":
+    if tr.recompute != "full" and not tr.remat_policy:
         hints.append("use training.recompute: full")
     if tr.micro_batch > 1:
         hints.append("lower training.micro_batch")
+    if mem.logits_B > 0.1 * cap:
+        hints.append(f"raise training.vocab_tiling (now {tr.vocab_tiling})")
     hints.append("raise parallelism.tp or pp")
+    offl = f", offloaded to host {mem.offloaded_B / GiB:.1f}" if mem.offloaded_B else ""
     raise InfeasibleError(
-        f"{wl.scenario.source}: needs {mem.total_B / GiB:.1f} GiB per chip (weights "
+        f"{scn.source}: needs {mem.total_B / GiB:.1f} GiB per chip (model estimate: weights "
         f"{mem.weights_B / GiB:.1f}, gradients {mem.gradients_B / GiB:.1f}, optimizer "
-        f"{mem.optimizer_B / GiB:.1f}, activations {mem.activations_B / GiB:.1f}, reserved "
-        f"{mem.reserved_B / GiB:.1f}) but a {wl.scenario.cluster.chip.name} has "
-        f"{cap / GiB:.1f} GiB; try: {'; '.join(hints)}")
+        f"{mem.optimizer_B / GiB:.1f}, activations {mem.activations_B / GiB:.1f} = "
+        f"{mem.activations_per_microbatch_B / GiB:.2f} x {mem.in_flight:g} micro-batches in "
+        f"flight, logits {mem.logits_B / GiB:.1f}, reserved {mem.reserved_B / GiB:.1f}{offl}) "
+        f"but a {chip.name} has {cap / GiB:.1f} GiB; try: {'; '.join(hints)}")

@@ -117,6 +117,43 @@ def _attention(name: str, shape: AttentionShape, passname: str) -> Op:
 _BWD_BYTES = {"norm": 1.5, "rope": 1.0, "residual": 1.0, "embedding": 1.0}
 
 
+# Forward GEMMs -> the tensors (sim/config/remat.py names) their outputs are.
+_GEMM_OUTPUTS = {"qkv": ("query_proj", "key_proj", "value_proj"), "attn-out": ("out_proj",),
+                 "mlp-up": ("mlpwi_0", "mlpwi_1"), "expert-up": ("mlpwi_0", "mlpwi_1"),
+                 "mlp-down": ("mlpwo",), "expert-down": ("mlpwo",)}
+
+
+def _policy_recompute(fwd: list[Item], scn: Scenario) -> tuple[Item, ...]:
+    """The forward work a backward repeats under a per-tensor remat policy: the GEMMs whose outputs
+    the policy rematerializes (with the collective that feeds each), the attention core when
+    ``context`` is not kept (charged as Megatron's selective recomputation is: nothing for a flash
+    kernel, whose backward recomputes its scores itself) and, on stacks that do not fuse them,
+    the memory-bound ops (XLA and Inductor fuse them into the recomputed work)."""
+    m = scn.model
+    kept = {t for t, loc in scn.training.remat_policy if loc != "remat"}
+    fused = scn.software is None or scn.software.elementwise == "fused"
+    out: list[Item] = []
+    feeding: list[Item] = []                 # collectives since the last op
+    for it in fwd:
+        if not isinstance(it, Op):
+            feeding.append(it)
+            continue
+        if it.kind == "gemm" and it.name in _GEMM_OUTPUTS:
+            names = _GEMM_OUTPUTS[it.name]
+            if m.mlp != "swiglu" and "up" in it.name:
+                names = ("mlpwi_0",)
+            if not all(x in kept for x in names):
+                out += feeding + [it]
+        elif it.kind == "attention":
+            if "context" not in kept:
+                assert it.attn is not None
+                out.append(_attention("attention-recompute", it.attn, "recompute"))
+        elif it.kind == "memory" and not fused:
+            out.append(it)
+        feeding = []
+    return tuple(out)
+
+
 def build_workload(scn: Scenario) -> Workload:
     """Per-rank work of one training step of *scn*.
 
@@ -206,7 +243,12 @@ def build_workload(scn: Scenario) -> Workload:
             swap = {"allgather": "reducescatter", "reducescatter": "allgather"}
             bwd.append(Comm(item.name + "-bwd", swap.get(item.op, item.op), item.group, item.size_bytes))
 
-    if tr.recompute == "full":
+    # torchtitan's op-level selective AC (sim/workload/activations.py) changes what is kept, not the
+    # time charged: like Megatron's selective recompute, no extra pass (its calibration runs,
+    # torchtitan docs/performance.md, step within 3% of the selective-layer runs).
+    if tr.remat_policy:
+        recompute = _policy_recompute(fwd, scn)
+    elif tr.recompute == "full":
         recompute = tuple(fwd)
     elif tr.recompute == "selective":
         # Korthikanti et al.: recompute the attention core only. A flash kernel's backward already
