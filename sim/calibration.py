@@ -116,8 +116,11 @@ OPTIMIZER_FRACTION: dict[str, float] = {"adamw_fused": 0.748, "adamw_foreach": 0
 # kernels take), per (software profile, GPU family or TPU generation, precision), as a factor on
 # kernel time: fitted on that group's calibration runs only by
 # sim.validate.fit_stack_efficiency (median predicted / measured step -> 1, three
-# rounds). A group with fewer than 3 calibration runs has no entry and runs at 1.0.
-# TPU v4 and v6e have no calibration group of 3 runs (MaxText: 0 and 1), so they run at 1.0.
+# rounds). A group with fewer than 3 calibration runs has no entry and borrows
+# (sim.compute.model.stack_efficiency_of): its framework's groups on the same hardware, else the
+# median of every group on that hardware (MaxText on H100 has one calibration run, behind a fabric
+# #16 adds, and runs at the H100 median). TPU v4 and v6e have no group at all (MaxText: 0 and 1
+# calibration runs), so they run at 1.0.
 STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
     ("deepspeed", "A100", "bf16"): 0.899,
     ("llm-foundry", "A100", "bf16"): 1.041,

@@ -10,6 +10,7 @@ import pytest
 
 from sim import calibration as cal
 from sim.compute.kernels import AttentionShape, attention_flops, gemm_time_s
+from sim.compute.model import stack_efficiency_of
 from sim.config import scenario_from_dict
 from sim.hardware import CATALOGUE
 from sim.training import compute_model, run_step
@@ -127,8 +128,19 @@ def test_defaults_are_megatron_te_on_gpus_and_maxtext_on_tpus() -> None:
 def test_stack_efficiency_applies_only_to_its_group() -> None:
     fp8 = compute_model(scn(precision="fp8"))
     assert fp8.stack_efficiency == cal.STACK_EFFICIENCY[("megatron-te", "H100", "fp8")]
-    assert compute_model(scn(precision="bf16")).stack_efficiency == 1.0   # no calibration group
+    bf16 = compute_model(scn(precision="bf16")).stack_efficiency   # no group: borrows its stack's
+    assert bf16 == cal.STACK_EFFICIENCY[("megatron-te", "H100", "fp8")]
     assert math.isfinite(fp8.stack_efficiency)
+
+
+def test_an_uncalibrated_group_borrows_its_stack_then_its_chip() -> None:
+    table = {("a", "H100", "fp8"): 0.8, ("b", "H100", "bf16"): 0.9, ("c", "H100", "bf16"): 1.0,
+             ("a", "A100", "bf16"): 0.7}
+    assert stack_efficiency_of(table, ("b", "H100", "bf16")) == 0.9          # its own fit
+    assert stack_efficiency_of(table, ("a", "H100", "bf16")) == 0.8          # same stack, same chip
+    assert stack_efficiency_of(table, ("d", "H100", "bf16")) == pytest.approx(0.9)   # chip median
+    assert stack_efficiency_of(table, ("d", "A100", "fp8")) == 0.7
+    assert stack_efficiency_of(table, ("a", "tpu-v4", "bf16")) == 1.0        # nothing on that chip
 
 
 def test_compute_suite_within_budget_on_the_h200_tables() -> None:

@@ -60,6 +60,26 @@ def stack_key(profile: SoftwareProfile, chip: Chip, precision: str) -> tuple[str
     return profile.framework, (chip.family if chip.vendor == "nvidia" else chip.arch), precision
 
 
+def stack_efficiency_of(table: dict[tuple[str, str, str], float],
+                        key: tuple[str, str, str]) -> float:
+    """The factor of *key*'s (framework, hardware, precision) group in *table*.
+
+    A group with no calibration fit borrows, in order: the same framework's groups on the same
+    hardware (another precision of one stack), else every group fitted on that hardware. Every
+    stack loses something against the kernel tables' best case, and the typical loss on that chip
+    is a better estimate of an unmeasured stack's than none. The median of those groups; 1.0 on
+    hardware with no fitted group at all.
+    """
+    if key in table:
+        return table[key]
+    for same in (lambda k: k[:2] == key[:2], lambda k: k[1] == key[1]):
+        values = sorted(v for k, v in table.items() if same(k))
+        if values:
+            n = len(values)
+            return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+    return 1.0
+
+
 class ComputeModel:
     """Kernel times of one chip under one precision and software profile."""
 
@@ -73,7 +93,7 @@ class ComputeModel:
         self.fp8 = precision == "fp8" and profile.fp8_linear and fp8_faster
         self.hbm_Bps = chip.hbm_Bps
         table = cal.STACK_EFFICIENCY if stack_efficiency is None else stack_efficiency
-        self.stack_efficiency = table.get(stack_key(profile, chip, precision), 1.0)
+        self.stack_efficiency = stack_efficiency_of(table, stack_key(profile, chip, precision))
         self._memo: dict[Op, float] = {}
         self.sms = chip.sms or 1
         if self.gpu:
