@@ -121,7 +121,8 @@ def _fake(data_dir: Path, factor: float = 1.0,
         assert m.measured is not None
         f = factor if only(m) else 1.0
         return types.SimpleNamespace(step_time_s=m.measured.step_time_s * f, mfu=m.measured.mfu / f,
-                                     model_flops_per_step=m.measured.model_flops_per_step)
+                                     model_flops_per_step=m.measured.model_flops_per_step,
+                                     memory_per_chip_GiB=40.0)
     return predict
 
 
@@ -206,6 +207,30 @@ def test_ten_percent_slow_predictor(data: Path) -> None:
         assert s.step_median_abs_pct == pytest.approx(10.0) and s.step_p90_abs_pct == pytest.approx(10.0)
     text = format_training_report(report)
     assert "by split and family" in text and "V100" in text and "10.0" in text
+
+
+def test_peak_memory_is_scored_where_a_source_publishes_it(tmp_path: Path) -> None:
+    global HEADER
+    rows = [{**ROWS[0], "peak_memory_GiB": "50"}, {**ROWS[3], "peak_memory_GiB": "32"}, *ROWS[1:3]]
+    saved, HEADER = HEADER, [*HEADER, "peak_memory_GiB"]
+    try:
+        root = _write(tmp_path / "v", rows, overrides=[])
+    finally:
+        HEADER = saved
+    report = validate_training(root / "training", _fake(root / "training"))    # predicts 40 GiB
+    by = {r.id: r for r in report.runs}
+    assert by["a100-step"].measured_memory_GiB == 50 and by["a100-step"].predicted_memory_GiB == 40
+    assert by["a100-step"].memory_abs_err_pct == pytest.approx(20.0)          # |40 - 50| / 50
+    assert by["h100-fp8-tokens"].memory_abs_err_pct == pytest.approx(25.0)    # |40 - 32| / 32
+    assert by["a100-40-tokens"].memory_abs_err_pct is None                    # not published
+    test, cal = report.summary("test"), report.summary("calibration")
+    assert (test.memory_runs, cal.memory_runs) == (2, 0)                     # both are test runs
+    assert test.memory_median_abs_pct == pytest.approx(22.5)
+    assert cal.memory_median_abs_pct is None
+    assert "2 runs, median |error| 22.5%" in format_training_report(report)
+    w = _write(tmp_path / "w", overrides=[]) / "training"
+    plain = validate_training(w, _fake(w))
+    assert "no run publishes its peak memory" in format_training_report(plain)
 
 
 def test_budgets_per_family(data: Path) -> None:

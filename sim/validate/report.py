@@ -131,6 +131,10 @@ def format_training_report(report: TrainingReport) -> str:
         lines.append(f"{s.split:<12}{s.family:<8}{s.framework:<14}{s.runs:>5}"
                      f"{_f(s.step_median_abs_pct, '.1f'):>11}"
                      f"{_f(s.step_p90_abs_pct, '.1f'):>11}{_f(s.mfu_median_abs_pp, '.1f'):>12}")
+    mem = [s for s in report.splits if s.memory_runs]
+    lines += ["", "peak memory per chip (runs whose source publishes it, column peak_memory_GiB):"]
+    lines += ([f"{s.split:<12}{s.memory_runs:>5} runs, median |error| {s.memory_median_abs_pct:.1f}%"
+               for s in mem] or ["  no run publishes its peak memory"])
     lines += ["", f"unsupported ({len(report.unsupported)} runs, not predicted):"]
     for u in report.unsupported:
         lines.append(f"{u.id:<{width}}  {u.split:<12}{_f(u.chips, 'd'):>6}  {u.reason}")

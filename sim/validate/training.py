@@ -52,6 +52,8 @@ class TrainingPrediction(Protocol):
     def mfu(self) -> float: ...
     @property
     def model_flops_per_step(self) -> float: ...
+    @property
+    def memory_per_chip_GiB(self) -> float: ...
 
 
 StepPredictor = Callable[[Mapping[str, Any]], TrainingPrediction]
@@ -83,6 +85,9 @@ class TrainingRunResult:
     mfu_abs_err_pp: float | None = None
     predicted_model_flops_per_step: float | None = None
     error: str | None = None                       # the predictor refused the run: its message
+    measured_memory_GiB: float | None = None       # the source's peak per chip, where published
+    predicted_memory_GiB: float | None = None
+    memory_abs_err_pct: float | None = None        # only where both exist
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,8 @@ class TrainingSummary:
     step_p90_abs_pct: float | None
     mfu_median_abs_pp: float | None
     framework: str = "all"
+    memory_runs: int = 0                           # runs whose source published peak memory
+    memory_median_abs_pct: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +150,7 @@ def _score(run: MappedRun, predict: StepPredictor) -> TrainingRunResult:
         framework=run.framework, time_from=m.time_from, flops_convention=m.flops_convention,
         measured_step_s=m.step_time_s, measured_mfu=m.mfu, published_mfu=m.published_mfu,
         model_flops_per_step=m.model_flops_per_step,
-        assumptions=run.assumptions, scenario=run.scenario)
+        assumptions=run.assumptions, scenario=run.scenario, measured_memory_GiB=m.peak_memory_GiB)
     try:
         pred = predict(run.scenario)
     except SimError as e:              # ConfigError, InfeasibleError, TopologyError: listed, not scored
@@ -156,10 +163,14 @@ def _score(run: MappedRun, predict: StepPredictor) -> TrainingRunResult:
         raise ValueError(f"predictor returned step_time_s={step_s!r}, mfu={mfu!r}, "
                          f"model_flops_per_step={flops!r} for {run.id}; expected a time > 0 s, "
                          "an MFU >= 0 and FLOPs > 0")
+    mem = float(pred.memory_per_chip_GiB)
+    mem_err = (abs(mem - m.peak_memory_GiB) / m.peak_memory_GiB * 100
+               if m.peak_memory_GiB is not None else None)
     return dataclasses.replace(unscored, predicted_step_s=step_s, predicted_mfu=mfu,
                                step_abs_err_pct=abs(step_s - m.step_time_s) / m.step_time_s * 100,
                                mfu_abs_err_pp=abs(mfu - m.mfu) * 100,
-                               predicted_model_flops_per_step=flops)
+                               predicted_model_flops_per_step=flops,
+                               predicted_memory_GiB=mem, memory_abs_err_pct=mem_err)
 
 
 def _summarize(split: str, family: str, runs: Iterable[TrainingRunResult],
@@ -167,10 +178,12 @@ def _summarize(split: str, family: str, runs: Iterable[TrainingRunResult],
     runs = [r for r in runs if r.error is None]
     step = [r.step_abs_err_pct for r in runs if r.step_abs_err_pct is not None]
     mfu = [r.mfu_abs_err_pp for r in runs if r.mfu_abs_err_pp is not None]
+    mem = [r.memory_abs_err_pct for r in runs if r.memory_abs_err_pct is not None]
     return TrainingSummary(split=split, family=family, runs=len(runs),
                            step_median_abs_pct=median(step),
                            step_p90_abs_pct=p90(step),
-                           mfu_median_abs_pp=median(mfu), framework=framework)
+                           mfu_median_abs_pp=median(mfu), framework=framework,
+                           memory_runs=len(mem), memory_median_abs_pct=median(mem))
 
 
 def validate_training(data_dir: Path, predict: StepPredictor,

@@ -74,7 +74,9 @@ class Measured:
     "tflops" (source FLOPs per step / (TFLOP/s per chip x chips)) or "mfu" (source FLOPs per step /
     (MFU x chips x the source's peak)). ``mfu`` is PaLM model FLOPs / (step x chips x dense BF16
     peak), FP8 runs included; ``published_mfu`` is the source's own figure (its own FLOP count and
-    peak), None where it published none.
+    peak), None where it published none. ``peak_memory_GiB``: the peak device memory per chip
+    the source measured (optional column ``peak_memory_GiB`` of runs.csv, GiB = 2^30 bytes), None
+    where it published none.
     """
 
     step_time_s: float
@@ -83,6 +85,7 @@ class Measured:
     model_flops_per_step: float
     mfu: float
     published_mfu: float | None
+    peak_memory_GiB: float | None = None
 
 
 def measure_step(row: Mapping[str, str], where: str, model: ModelSpec, raw: Mapping[str, Any],
@@ -115,7 +118,9 @@ def measure_step(row: Mapping[str, str], where: str, model: ModelSpec, raw: Mapp
             and re.search(_HARDWARE_FLOPS_NOTES, row["notes"])):
         raise _Unsupported(f"published {time_from} counts hardware FLOPs (notes) under a "
                            "formula we do not have")
+    peak_mem = number(row.get("peak_memory_GiB") or "", where, "peak_memory_GiB")
     return Measured(step_time_s=step_s, time_from=time_from, flops_convention=convention.name,
                     model_flops_per_step=palm_flops,
                     mfu=palm_flops / (step_s * chips * chip.bf16_flops),
-                    published_mfu=None if mfu_pct is None else mfu_pct / 100)
+                    published_mfu=None if mfu_pct is None else mfu_pct / 100,
+                    peak_memory_GiB=peak_mem)
