@@ -409,7 +409,7 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
         from .plots import plot_straggler_heatmap
 
         workers = sorted(w.by_worker_steps)
-        plot_straggler_heatmap(workers, [int(s) for s in w.steps], [w.by_worker_steps[k] for k in workers],
+        plot_straggler_heatmap(workers, [int(s) for s in w.steps], [w.by_worker_steps[k].tolist() for k in workers],
                                heatmap, f"{w.name}: attributed slowdown per worker and step")
         files.append(str(heatmap))
     print(report.dump_json(report.whatif_json(w)) if args.json else report.whatif_text(w, files))

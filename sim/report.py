@@ -332,7 +332,9 @@ def _top(d: Mapping[str, float], n: int) -> str:
 
 def whatif_text(w: WhatIf, files: Sequence[str] = ()) -> str:
     """The what-if analysis as a short report: step times, S, its attribution, who is to blame."""
-    med = (lambda a: float(np.median(a)))
+    def med(a: np.ndarray) -> float:
+        return float(np.median(a))
+
     lines = [
         f"trace {w.name}: {len(w.steps)} complete steps"
         + (f" ({len(w.skipped)} partial skipped)" if w.skipped else ""),

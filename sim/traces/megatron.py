@@ -90,8 +90,8 @@ def read_megatron_parquet(path: Path, meta: TraceMeta) -> OpTable:
     bad = ~np.isfinite(dur) | ~np.isfinite(start) | (dur < 0) | ((dur == 0) & ~zero_ok)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ConfigError(f"{path}: {_where(df, i)}: duration {dur[i]!r} s, start {start[i]!r}; every op needs "
-                          f"a finite duration > 0 (0 only for {sorted(ZERO_LENGTH_OPTYPES)}) "
+        raise ConfigError(f"{path}: {_where(df, i)}: duration {float(dur[i]):g} s, start {float(start[i]):g} s; "
+                          f"every op needs a finite duration > 0 (0 only for {sorted(ZERO_LENGTH_OPTYPES)}) "
                           f"({int(bad.sum())} such op(s))")
     _check_layout(path, meta, ints["dp_rank"], ints["stage"], ints["rank"])
     return OpTable(source=str(path), dp=ints["dp_rank"], stage=ints["stage"], rank=ints["rank"],

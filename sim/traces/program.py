@@ -212,7 +212,9 @@ def _partial(step: int, sigs: dict[tuple[int, int, int], tuple[int, ...]], expec
             if sig != expected[s]:
                 have, want = set(sig), set(expected[s])
                 miss, extra = sorted(want - have), sorted(have - want)
-                show = (lambda c: f"{names[(c // nseq) % len(names)]} #{c % nseq}")
+                def show(c: int) -> str:
+                    return f"{names[(c // nseq) % len(names)]} #{c % nseq}"
+
                 parts = []
                 if miss:
                     parts.append(f"missing {', '.join(show(c) for c in miss[:3])}"

@@ -94,8 +94,12 @@ def _compute(data_dir: Path, budgets: Budgets) -> _Outcome:
 
 
 def _stragglers(data_dir: Path, budgets: Budgets) -> _Outcome:
-    from .stragglers import (check_straggler_budgets, format_stragglers, stragglers_to_json,
-                             validate_stragglers)
+    from .stragglers import (
+        check_straggler_budgets,
+        format_stragglers,
+        stragglers_to_json,
+        validate_stragglers,
+    )
 
     cases = validate_stragglers(data_dir)
     return _Outcome(check_straggler_budgets(cases, budgets["stragglers"]), lambda: stragglers_to_json(cases),
