@@ -102,6 +102,16 @@ def step_text(r: StepResult, scn: Scenario, trace_file: str | None = None) -> st
         lines.append(f"  stragglers       slowest replica {x['straggler_replica']} finished "
                      f"{x['straggler_excess_s']:.3f} s after the median one"
                      + (f" (slow chips {x['straggler_chips']})" if x["straggler_chips"] else ""))
+    if "straggler_slowdown" in x:
+        a = x["straggler_slowdown"]
+
+        def top(d: dict[str, float], n: int = 4) -> str:
+            return ", ".join(f"{k} {v:.3f}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n])
+        lines.append(f"  slowdown         {a['slowdown']:.3f} x the straggler-free step "
+                     f"({a['straggler_free_step_s']:.3f} s); with only these stragglers kept:")
+        lines.append(f"                   by stage {top(a['by_stage'])}; by replica "
+                     f"{top(a['by_replica'], 3)}" + (f"; by cause {top(a['by_cause'])}"
+                                                     if a["by_cause"] else ""))
     if x.get("link_sharing_s"):
         lines.append(f"  shared links     +{x['link_sharing_s']:.3f} s: the step's transfers met on "
                      "links over capacity (pipeline sends, gradient reductions)")

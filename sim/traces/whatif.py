@@ -19,15 +19,18 @@ Analysis", OSDI 2025, Eq. 1-4; read from its artifact ByteDance-Seed/StragglerAn
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from .program import COMM_OPTYPES, Program
 from .replay import Replay, replay
 
-__all__ = ["PP_COMM", "WhatIf", "attribute", "typical_s", "what_if"]
+__all__ = ["PP_COMM", "WhatIf", "attribute", "slowdowns", "typical_s", "what_if"]
+
+M = TypeVar("M")
 
 PP_COMM = {"forward-send": "forward-pp-comm", "forward-recv": "forward-pp-comm",
            "backward-send": "backward-pp-comm", "backward-recv": "backward-pp-comm"}
@@ -42,6 +45,15 @@ def typical_s(prog: Program, own_s: np.ndarray | None = None) -> np.ndarray:
         vals = own[ks]
         out[ks] = float(np.median(vals)) if t in COMM_OPTYPES else float(np.mean(vals))
     return out
+
+
+def slowdowns(step_with: Callable[[M], np.ndarray | float], groups: Mapping[str, M],
+              ideal_mean_s: float) -> dict[str, float]:
+    """Eq. 2-4 for any job that can be played with a subset of its stragglers: per group label,
+    the mean step with only that group's stragglers kept (*step_with(mask)*) over the mean
+    straggler-free step. A measured trace keeps a group's ops at their measured times (``what_if``);
+    a simulated job keeps a group's draws (``sim.training``, ``run`` with ``stragglers:``)."""
+    return {label: float(np.mean(step_with(mask)) / ideal_mean_s) for label, mask in groups.items()}
 
 
 def attribute(prog: Program, measured: np.ndarray, ideal: np.ndarray,
@@ -97,11 +109,13 @@ def what_if(prog: Program, workers: bool = True) -> WhatIf:
     st = prog.stage[:, None, None]
     dpi = np.arange(D)[None, None, :]
     groups = np.array([PP_COMM.get(t, t) for t in prog.optype.tolist()])
-    by_stage = attribute(prog, measured, ideal_own,
-                         {str(s): st == s for s in range(prog.meta.pp)})
-    by_dp = attribute(prog, measured, ideal_own, {str(d): dpi == d for d in range(D)})
-    by_type = attribute(prog, measured, ideal_own,
-                        {t: (groups == t)[:, None, None] for t in sorted(set(groups.tolist()))})
+    def step_with(mask: np.ndarray) -> np.ndarray:
+        return replay(prog, np.where(mask, measured, ideal_own)).step_s()
+
+    by_stage = slowdowns(step_with, {str(s): st == s for s in range(prog.meta.pp)}, im)
+    by_dp = slowdowns(step_with, {str(d): dpi == d for d in range(D)}, im)
+    by_type = slowdowns(step_with, {t: (groups == t)[:, None, None]
+                                    for t in sorted(set(groups.tolist()))}, im)
     by_worker: dict[str, np.ndarray] = {}
     if workers:
         by_worker = attribute(prog, measured, ideal_own,
@@ -109,6 +123,6 @@ def what_if(prog: Program, workers: bool = True) -> WhatIf:
     return WhatIf(
         name=prog.meta.name, steps=prog.steps, measured_s=prog.measured_step_s(), replayed_s=rep.step_s(),
         ideal_s=ideal_s, slowdown=float(np.mean(rep.step_s()) / im),
-        by_stage=_ratios(by_stage, im), by_dp_rank=_ratios(by_dp, im), by_optype=_ratios(by_type, im),
+        by_stage=by_stage, by_dp_rank=by_dp, by_optype=by_type,
         by_worker=_ratios(by_worker, im), by_worker_steps={k: v / ideal_s for k, v in by_worker.items()},
         replay=rep, ideal=ide, skipped=prog.skipped)
