@@ -67,8 +67,19 @@ class GpuClusterSpec:
     oversubscription: float               # leaf (and spine) down:up capacity ratio, 1 = non-blocking
     default_chips: int
     source: str = ""
+    # Scale-up domains other than one 8-GPU NVSwitch node (topologies/README.md):
+    # NVLink links joining each pair of GPUs of a node that has no NVSwitch (4-GPU HGX boards:
+    # every GPU wired straight to every other); 0 = the GPUs meet in NVSwitches.
+    mesh_links: int = 0
+    # GPUs per host (a compute tray of an NVL72 rack: 4); 0 = the whole node is one host.
+    gpus_per_host: int = 0
 
     kind = "gpu_cluster"
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs per host: a node (NVLink domain) may span several hosts (MNNVL)."""
+        return self.gpus_per_host or self.gpus_per_node
 
     @property
     def ocs_spares(self) -> bool:
@@ -84,9 +95,10 @@ class GpuClusterSpec:
         """Validated GPU count: whole nodes, at most ``max_gpus``."""
         n = self.default_chips if chips is None else chips
         g = self.gpus_per_node
+        unit = f"{g}-GPU NVLink domains (node.gpus)" if self.gpus_per_host else f"{g}-GPU nodes"
         if not isinstance(n, int) or n <= 0 or n % g or n > self.max_gpus:
             raise ConfigError(
-                f"{where}: {n!r} GPUs is not a whole number of {g}-GPU nodes up to "
+                f"{where}: {n!r} GPUs is not a whole number of {unit} up to "
                 f"{self.max_gpus} for topology {self.name!r}; valid: {g}, {2 * g}, ..., {self.max_gpus}"
             )
         return n
