@@ -121,6 +121,11 @@ OPTIMIZER_FRACTION: dict[str, float] = {"adamw_fused": 0.748, "adamw_foreach": 0
 # median of every group on that hardware (MaxText on H100 has one calibration run, behind a fabric
 # #16 adds, and runs at the H100 median). TPU v4 and v6e have no group at all (MaxText: 0 and 1
 # calibration runs), so they run at 1.0.
+# Chips added by issue 16 have no training run in the data at all. Assumed: a stack loses on them
+# what it loses on the previous generation of the same maker, whose kernel tables they already
+# borrow (MAMF_RATIO_VS_HOPPER): B200 and GB200 (family B200) take H100's groups; TPU7x takes
+# v5p's (the last training TPU with a fitted group: v6e has none). Not a fit: a lookup order.
+STACK_PREDECESSOR: dict[str, str] = {"B200": "H100", "tpu7x": "tpu-v5p"}
 STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
     ("deepspeed", "A100", "bf16"): 0.899,
     ("llm-foundry", "A100", "bf16"): 1.041,
