@@ -49,6 +49,11 @@ MAMF_RATIO_VS_HOPPER: dict[str, dict[str, float]] = {
     "hopper": {"bf16": 1.0, "fp8": 1.0},
     "blackwell": {"bf16": 0.776 / 0.803, "fp8": 0.763 / 0.709},
 }
+# The GB200 (arch "blackwell" too) takes the B200's ratios: the same two-die GPU at 1,200 W instead
+# of 1,000 W (FACTS.md 1a). Assumed: it sustains the same fraction of its higher catalogue peak
+# (2.5 vs 2.25 PFLOP/s BF16); no matmul sweep on a GB200 was found. Memory-bound ops run at the
+# H100-fitted fractions of each chip's own HBM bandwidth (MEMORY_FRACTION below), attention at the
+# Hopper fit scaled by the same ratio (sim.compute.model).
 
 # TPU GEMMs (no per-shape table for v4-v6e): eff(F) = e_max (1 - exp(-F / (peak t_ramp))), least
 # squares on the TPU7x square sweep (validation/compute/gemm.csv, compute_and_tpu.md A3):

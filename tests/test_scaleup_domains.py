@@ -153,6 +153,16 @@ def test_mesh_nodes_offer_no_nvls() -> None:
     assert "nvls_tree" not in model.algorithms("allreduce", model.group_info(None))
 
 
+def test_tpu7x_cube_allgather_matches_the_scaling_book() -> None:
+    """SB-SHARD: an all-gather over 3 wrapped axes takes V / (3 W_bidi) in the bandwidth regime;
+    W_bidi = 2 x 90 GB/s per TPU7x link (SB-TPU-site). The ICI links carry no efficiency factor."""
+    model = CollectiveModel(build_topology(load_cluster("tpu7x", 64)))
+    size = 2**30
+    r = model.time("allgather", size)
+    assert r.algo == "torus"
+    assert r.transfer_s == pytest.approx(size * 63 / 64 / (3 * 2 * 90e9), rel=0.02)
+
+
 # ----------------------------------------------------------------------------- bad input
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
