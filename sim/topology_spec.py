@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import ConfigError
 from .hardware import Chip
@@ -73,6 +73,9 @@ class GpuClusterSpec:
     mesh_links: int = 0
     # GPUs per host (a compute tray of an NVL72 rack: 4); 0 = the whole node is one host.
     gpus_per_host: int = 0
+    # The file's NVLink domain when a job uses only part of each (``cluster.nvl_domain``,
+    # ``with_domain``); 0 = the job has whole domains of ``gpus_per_node``.
+    rack_gpus: int = 0
 
     kind = "gpu_cluster"
 
@@ -91,11 +94,26 @@ class GpuClusterSpec:
         ``gpus_per_node / nics_per_node`` neighbouring GPUs behind one PCIe switch."""
         return local * self.nics_per_node // self.gpus_per_node
 
+    def with_domain(self, gpus: int, where: str) -> "GpuClusterSpec":
+        """The spec a job sees when it uses *gpus* GPUs of each NVLink domain (whole hosts, with
+        their NICs): e.g. 64 of an NVL72 rack's 72. The fabric is the file's; only the GPUs (and
+        their NICs) in the job are in the graph."""
+        full = self.rack_gpus or self.gpus_per_node
+        host = self.host_gpus
+        if gpus > full or gpus % host or (self.nics_per_node * gpus) % full:
+            raise ConfigError(
+                f"{where}: {gpus} GPUs per NVLink domain of {self.name!r}; valid: a multiple of "
+                f"{host} (whole hosts) up to {full}")
+        return replace(self, gpus_per_node=gpus, nics_per_node=self.nics_per_node * gpus // full,
+                       max_gpus=self.max_gpus * gpus // full, default_chips=gpus,
+                       gpus_per_host=0 if host == gpus else host, rack_gpus=full)
+
     def resolve_chips(self, chips: int | None, where: str) -> int:
         """Validated GPU count: whole nodes, at most ``max_gpus``."""
         n = self.default_chips if chips is None else chips
         g = self.gpus_per_node
-        unit = f"{g}-GPU NVLink domains (node.gpus)" if self.gpus_per_host else f"{g}-GPU nodes"
+        field = "cluster.nvl_domain" if self.rack_gpus else "node.gpus"
+        unit = f"{g}-GPU NVLink domains ({field})" if self.gpus_per_host or self.rack_gpus else f"{g}-GPU nodes"
         if not isinstance(n, int) or n <= 0 or n % g or n > self.max_gpus:
             raise ConfigError(
                 f"{where}: {n!r} GPUs is not a whole number of {unit} up to "

@@ -86,6 +86,19 @@ def test_gb200_nvl72_rack_is_one_nvlink_domain() -> None:
     assert len(hosts) == 144 // 4
 
 
+def test_a_job_on_part_of_each_rack_sets_its_nvl_domain() -> None:
+    """cluster.nvl_domain: 128 GPUs as 64 of each of two NVL72 racks (16 of 18 compute trays)."""
+    topo = build_topology(load_cluster("gb200-nvl72", 128, nvl_domain=64))
+    g = topo.graph
+    assert topo.fabric.nodes == 2 and topo.spec.gpus_per_node == 64 and topo.spec.rack_gpus == 72
+    assert {g.nodes[d]["node"] for d in range(64)} == {0} and g.nodes[64]["node"] == 1
+    assert sum(1 for _, k in g.nodes(data="kind") if k == "nic") == 128
+    assert all(len(_edges(topo, "nvlink", d)) == 18 for d in topo.devices)
+    assert len({g.nodes[d]["host"] for d in topo.devices}) == 32
+    model = CollectiveModel(topo)
+    assert model.time("allreduce", 2**30).algo == "nvls_tree"
+
+
 def test_hgx_h100_4gpu_is_a_full_mesh_without_nvswitch() -> None:
     raw = _yaml("hgx-h100-4gpu")
     topo = build_topology(load_cluster("hgx-h100-4gpu", 8))
@@ -181,6 +194,12 @@ def test_nvl_domain_that_does_not_divide_the_gpus_is_one_line() -> None:
     r = _cli("collective", "--topology", "gb200-nvl72", "--chips", "128", "--op", "allreduce")
     _one_line_exit_2(r, "128 GPUs is not a whole number of 72-GPU NVLink domains (node.gpus)",
                      "valid: 72, 144")
+    r = _cli("topo", "show", "gb200-nvl72", "--chips", "120", "--nvl-domain", "64")
+    _one_line_exit_2(r, "120 GPUs is not a whole number of 64-GPU NVLink domains (cluster.nvl_domain)")
+    r = _cli("topo", "show", "gb200-nvl72", "--chips", "124", "--nvl-domain", "62")
+    _one_line_exit_2(r, "nvl_domain: 62 GPUs per NVLink domain", "a multiple of 4 (whole hosts) up to 72")
+    r = _cli("topo", "show", "tpu7x", "--nvl-domain", "64")
+    _one_line_exit_2(r, "only GPU topologies have NVLink domains")
 
 
 @pytest.mark.parametrize("edit, fragments", [
