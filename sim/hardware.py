@@ -203,20 +203,23 @@ _CHIPS = (
         dcn_Bps=Gbps_to_Bps(100),           # SB-TPU-site 12.5e9 B/s per chip
         price_source="Google Cloud on-demand, us-east1 (gpuhunt)",
     ),
-    # TPU7x "Ironwood". Peaks and HBM capacity from GCP-7x; HBM bandwidth, ICI link rate and DCN
-    # share from SB-TPU-site. Links per chip are not published: 6 (a 3-D torus, as v4/v5p: the
-    # pod is built of 4x4x4 cubes, GCP-7x) is assumed.
+    # TPU7x "Ironwood". GCP-7x's specification table (read in the copy at
+    # https://docs.cloud.google.com/tpu/docs/tpu7x?authuser=2, which FACTS.md's store had truncated)
+    # gives every figure but the link count: 6 links (a 3-D torus of 4x4x4 cubes, as v4/v5p) is
+    # assumed, which splits the per-chip ICI figure as on v5p.
     Chip(
         name="TPU7x", vendor="google", family="TPU", arch="tpu7x",
         bf16_flops=2307 * TFLOPS,           # GCP-7x
         fp8_flops=4614 * TFLOPS,            # GCP-7x (ironwood-performance: 4,614 TFLOP/s FP8)
         hbm_bytes=192 * GiB,                # GCP-7x: 192 GiB HBM
-        hbm_Bps=7400 * GB,                  # SB-TPU-site 7.4e12 B/s
-        scaleup_links=6, scaleup_link_Bps=90 * GB,    # SB-TPU-site 9e10 B/s per link one way; 6 assumed
+        hbm_Bps=7380 * GB,                  # GCP-7x 7,380 GB/s (SB-TPU-site rounds to 7.4e12)
+        # GCP-7x: 1,200 GB/s bidi ICI per chip (as v5p) over 6 ports -> 100 GB/s per link per
+        # direction; SB-TPU-site rounds to 90, as it does for v5p. Google's figure, as for v5p.
+        scaleup_links=6, scaleup_link_Bps=1200 * GB / 6 / 2,
         tdp_W=None,                         # not found (FACTS.md)
         usd_per_chip_hour=None,             # not in the catalogue's price sources
-        dcn_Bps=12.5 * GB,                  # SB-TPU-site 12.5e9 B/s per chip
-        host_memory_bytes=None,             # not found
+        dcn_Bps=Gbps_to_Bps(100),           # GCP-7x 100 Gb/s per chip; SB-TPU-site 12.5e9 B/s
+        host_memory_bytes=960 * GB / 4,     # GCP-7x: 960 GB RAM per 4-chip VM
     ),
 )
 

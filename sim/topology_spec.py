@@ -143,6 +143,9 @@ class TpuPodSpec:
     multi_pod: bool                       # 2-D: more chips = whole pods joined over DCN
     default_chips: int
     source: str = ""
+    # 3-D: a slice of whole cubes may take any AxBxC within max_shape of at most this many cubes
+    # (TPU7x: 144, xpk's generate_tpu_topologies); 0 = max_shape is the largest slice itself.
+    max_cubes: int = 0
 
     kind = "tpu_pod"
 
@@ -154,7 +157,12 @@ class TpuPodSpec:
 
     @property
     def max_chips(self) -> int:
+        if self.max_cubes:
+            return self.max_cubes * self.cube ** 3
         return math.prod(self.max_shape)
+
+    def _cubes_ok(self, dims: SliceShape) -> bool:
+        return not self.max_cubes or math.prod(d // self.cube for d in dims) <= self.max_cubes
 
     def resolve_shape(self, chips: int | None, slice_: str | None, where: str,
                       slices: int | None = None) -> tuple[SliceShape, int]:
@@ -229,7 +237,7 @@ class TpuPodSpec:
         c = self.cube
         best: SliceShape | None = None
         for dims in itertools.combinations_with_replacement(range(c, max(self.max_shape) + 1, c), 3):
-            if math.prod(dims) != chips or not _fits(dims, self.max_shape):
+            if math.prod(dims) != chips or not _fits(dims, self.max_shape) or not self._cubes_ok(dims):
                 continue
             if best is None or dims[-1] - dims[0] < best[-1] - best[0]:
                 best = dims
@@ -246,6 +254,10 @@ class TpuPodSpec:
                 raise ConfigError(
                     f"{where}: {shape_str(shape)} exceeds the largest {self.name} slice "
                     f"{shape_str(self.max_shape)}")
+            if not self._cubes_ok(shape):
+                raise ConfigError(
+                    f"{where}: {shape_str(shape)} is {math.prod(d // self.cube for d in shape)} "
+                    f"cubes; a {self.name} slice has at most {self.max_cubes}")
             return
         if tuple(sorted(shape)) not in {tuple(sorted(s)) for s in self.subcube_shapes}:
             raise ConfigError(
@@ -284,6 +296,11 @@ class TpuPodSpec:
             return ", ".join(str(c) for c in counts) + more
         counts = sorted({math.prod(s) for s in self.subcube_shapes})
         c3 = self.cube ** 3
+        if self.max_cubes:
+            return (", ".join(str(c) for c in counts)
+                    + f", or multiples of {c3} that form an AxBxC slice of at most "
+                      f"{self.max_cubes} whole cubes, each axis up to {max(self.max_shape)} "
+                      f"({self.max_chips} chips)")
         return (", ".join(str(c) for c in counts)
                 + f", or multiples of {c3} that form an AxBxC slice of whole cubes up to "
                   f"{shape_str(self.max_shape)} ({self.max_chips} chips)")

@@ -18,6 +18,7 @@ from sim.collectives import CollectiveModel, busbw_factor
 from sim.collectives.nccl import NVLS_EFFICIENCY
 from sim.config import load_cluster
 from sim.config.yamlio import parse_yaml
+from sim.errors import ConfigError
 from sim.hardware import get_chip
 from sim.topology import GpuFabric, build_topology
 
@@ -43,7 +44,8 @@ def test_new_chips_carry_their_cited_figures() -> None:
     assert gb200.hbm_bytes == 186e9 and gb200.scaleup_Bps == 900e9 and gb200.tdp_W == 1200
     assert gb200.arch == b200.arch == "blackwell" and gb200.in_network_reduction
     assert tpu7x.bf16_flops == 2307e12 and tpu7x.fp8_flops == 4614e12      # GCP-7x
-    assert tpu7x.hbm_bytes == 192 * 2**30 and tpu7x.scaleup_link_Bps == 90e9
+    assert tpu7x.hbm_bytes == 192 * 2**30 and tpu7x.hbm_Bps == 7380e9
+    assert tpu7x.scaleup_links * tpu7x.scaleup_link_Bps * 2 == 1200e9      # GCP-7x bidi per chip
     assert tpu7x.dcn_Bps == 12.5e9
 
 
@@ -114,12 +116,19 @@ def test_hgx_h100_4gpu_is_a_full_mesh_without_nvswitch() -> None:
 
 
 def test_tpu7x_pod_reaches_9216_chips_in_cubes() -> None:
-    cluster = load_cluster("tpu7x", 9216)
-    assert sorted(cluster.shape) == [16, 24, 24]
+    """xpk's tpu7x shapes: any AxBxC of multiples of 4 up to 256 with at most 144 cubes."""
+    raw = _yaml("tpu7x")
+    assert raw["max_cubes"] * 64 == 9216
+    assert sorted(load_cluster("tpu7x", 9216).shape) == [16, 24, 24]      # the most cubic
+    assert load_cluster("tpu7x", slice_="4x8x256").chips == 8192            # 128 cubes, long axis
+    with pytest.raises(ConfigError, match="is 160 cubes; a tpu7x slice has at most 144"):
+        load_cluster("tpu7x", slice_="8x8x160")
+    with pytest.raises(ConfigError, match="at most 144 whole cubes"):
+        load_cluster("tpu7x", 9216 + 64)
     small = build_topology(load_cluster("tpu7x", 128))
     kinds = {d["kind"] for _, _, d in small.graph.edges(data=True)}
     assert {"ici", "optical"} <= kinds
-    assert all(d["bandwidth_GBps"] == 90.0 for _, _, d in small.graph.edges(data=True)
+    assert all(d["bandwidth_GBps"] == 100.0 for _, _, d in small.graph.edges(data=True)
                if d["kind"] in ("ici", "optical"))
 
 
@@ -168,12 +177,12 @@ def test_mesh_nodes_offer_no_nvls() -> None:
 
 def test_tpu7x_cube_allgather_matches_the_scaling_book() -> None:
     """SB-SHARD: an all-gather over 3 wrapped axes takes V / (3 W_bidi) in the bandwidth regime;
-    W_bidi = 2 x 90 GB/s per TPU7x link (SB-TPU-site). The ICI links carry no efficiency factor."""
+    W_bidi = 2 x 100 GB/s per TPU7x link (GCP-7x). The ICI links carry no efficiency factor."""
     model = CollectiveModel(build_topology(load_cluster("tpu7x", 64)))
     size = 2**30
     r = model.time("allgather", size)
     assert r.algo == "torus"
-    assert r.transfer_s == pytest.approx(size * 63 / 64 / (3 * 2 * 90e9), rel=0.02)
+    assert r.transfer_s == pytest.approx(size * 63 / 64 / (3 * 2 * 100e9), rel=0.02)
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -31,7 +31,7 @@ _GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf
 _TPU_KEYS = frozenset({"name", "kind", "chip", "default_chips", "ndims", "cube", "max_shape",
                        "subcube_shapes", "pod_shapes", "wrap_len", "chips_per_host", "ici_latency_us",
                        "pcie_GBps", "pcie_latency_us", "dcn_latency_us", "twisted_allowed",
-                       "multi_pod"})
+                       "multi_pod", "max_cubes"})
 
 
 def resolve_topology_path(name_or_path: str, where: str = "cluster.topology") -> Path:
@@ -158,7 +158,10 @@ def _tpu_spec(s: Section) -> TpuPodSpec:
         dcn_latency_s=us_to_s(s.number("dcn_latency_us")),
         twisted_allowed=s.flag("twisted_allowed", False), multi_pod=s.flag("multi_pod", False),
         default_chips=s.integer("default_chips", math.prod(max_shape)),
+        max_cubes=s.integer("max_cubes", 0, minimum=0),
     )
+    if spec.max_cubes and ndims != 3:
+        raise ConfigError(f"{s.at('max_cubes')}: only 3-D slices of cubes have one, got ndims: {ndims}")
     if ndims == 2 and not spec.pod_shapes:
         raise ConfigError(f"{s.at('pod_shapes')}: a 2-D pod needs its list of slice shapes")
     if spec.chip.dcn_Bps is None and spec.multi_pod:
