@@ -213,6 +213,8 @@ def test_nvl_domain_that_does_not_divide_the_gpus_is_one_line() -> None:
 
 @pytest.mark.parametrize("edit, fragments", [
     (("nic_Gbps: 400", "nic_Gbps: -400"), ("node.nic_Gbps", "must be > 0", "-400")),
+    (("  nic_Gbps: 400\n", ""), ("node.nic_Gbps", "required")),
+    (("  ib_latency_us: 0.3\n", ""), ("fabric.ib_latency_us", "required")),
     (("  nvlink_latency_us: 0.25 ", "  nvlink_latency_us: -1 "), ("node.nvlink_latency_us", ">= 0")),
     (("  ib_port_Gbps: 400 ", "  ib_port_Gbps_typo: 400 "), ("unknown key", "ib_port_Gbps_typo")),
     (("  gpus_per_host: 4 ", "  gpus_per_host: 5 "), ("node.gpus_per_host", "must divide node.gpus (72)")),
