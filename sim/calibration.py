@@ -49,6 +49,11 @@ MAMF_RATIO_VS_HOPPER: dict[str, dict[str, float]] = {
     "hopper": {"bf16": 1.0, "fp8": 1.0},
     "blackwell": {"bf16": 0.776 / 0.803, "fp8": 0.763 / 0.709},
 }
+# The GB200 (arch "blackwell" too) takes the B200's ratios: the same two-die GPU at 1,200 W instead
+# of 1,000 W (FACTS.md 1a). Assumed: it sustains the same fraction of its higher catalogue peak
+# (2.5 vs 2.25 PFLOP/s BF16); no matmul sweep on a GB200 was found. Memory-bound ops run at the
+# H100-fitted fractions of each chip's own HBM bandwidth (MEMORY_FRACTION below), attention at the
+# Hopper fit scaled by the same ratio (sim.compute.model).
 
 # TPU GEMMs (no per-shape table for v4-v6e): eff(F) = e_max (1 - exp(-F / (peak t_ramp))), least
 # squares on the TPU7x square sweep (validation/compute/gemm.csv, compute_and_tpu.md A3):
@@ -121,6 +126,11 @@ OPTIMIZER_FRACTION: dict[str, float] = {"adamw_fused": 0.748, "adamw_foreach": 0
 # median of every group on that hardware (MaxText on H100 has one calibration run, behind a fabric
 # #16 adds, and runs at the H100 median). TPU v4 and v6e have no group at all (MaxText: 0 and 1
 # calibration runs), so they run at 1.0.
+# Chips added by issue 16 have no training run in the data at all. Assumed: a stack loses on them
+# what it loses on the previous generation of the same maker, whose kernel tables they already
+# borrow (MAMF_RATIO_VS_HOPPER): B200 and GB200 (family B200) take H100's groups; TPU7x takes
+# v5p's (the last training TPU with a fitted group: v6e has none). Not a fit: a lookup order.
+STACK_PREDECESSOR: dict[str, str] = {"B200": "H100", "tpu7x": "tpu-v5p"}
 STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
     ("deepspeed", "A100", "bf16"): 0.899,
     ("llm-foundry", "A100", "bf16"): 1.041,

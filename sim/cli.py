@@ -65,6 +65,8 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--oversubscription", type=float, help="fat-tree leaf oversubscription (>= 1)")
     p.add_argument("--background-load", type=float, metavar="F",
                    help="share 0-0.95 of every inter-node link taken by other jobs' traffic")
+    p.add_argument("--nvl-domain", type=_positive_int, metavar="G",
+                   help="GPUs of each NVLink domain the job uses (e.g. 64 of an NVL72 rack)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,7 +246,7 @@ def _cmd_topo_show(args: argparse.Namespace) -> int:
 
     cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
                            where="topo show", slices=args.slices,
-                           background_load=args.background_load)
+                           background_load=args.background_load, nvl_domain=args.nvl_domain)
     info = summarize(build_topology(cluster))
     print(report.dump_json(info) if args.json else report.topology_text(info))
     return 0
@@ -265,7 +267,8 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         raise ConfigError(f"--factor: must be >= 2, got {args.factor}")
     cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
                            sharp=True if args.sharp else None, where="collective",
-                           slices=args.slices, background_load=args.background_load)
+                           slices=args.slices, background_load=args.background_load,
+                           nvl_domain=args.nvl_domain)
     topo = build_topology(cluster)
     if args.group is not None and args.group < 2:
         raise ConfigError(f"--group: a collective needs at least 2 ranks, got {args.group}")

@@ -130,6 +130,24 @@ _CHIPS = (
         sms=148,                           # NVIDIA Blackwell: 148 SMs per B200 (two 74-SM dies)
         price_source="AWS p6-b200.48xlarge on-demand, $113.93/h for 8 GPUs",
     ),
+    # GB200 NVL72: the Blackwell GPU of a GB200 superchip, at the NVL72's 1,200 W. GK-B200 gives
+    # this configuration 2,500 / 5,000 TFLOP/s dense BF16 / FP8; VERDA prints 2,250 / 4,500 (the
+    # B200 figures). We take GK-B200's, which is the only source that names the 1,200 W part.
+    Chip(
+        name="GB200", vendor="nvidia", family="B200", arch="blackwell",
+        bf16_flops=2500 * TFLOPS,           # GK-B200 ("GB200 variant of B200 configured to 1,200 W")
+        fp8_flops=5000 * TFLOPS,            # GK-B200 (VERDA 4,500)
+        hbm_bytes=186 * GB,                 # MLPERF-GB200: 186 GB usable HBM3e per GPU
+        hbm_Bps=7700 * GB,                  # VERDA 7.7 TB/s
+        scaleup_links=18, scaleup_link_Bps=50 * GB,   # NVLink5: 18 x 50 GB/s per dir (SB-GPU; datacrunch)
+        tdp_W=1200,                         # VERDA 1.2 kW; GK-B200
+        usd_per_chip_hour=None,             # no GB200 list price in the catalogue's sources
+        in_network_reduction=True,          # NVLink Switch chips with SHARP engines (NV-NVLINK)
+        sms=148,                            # same Blackwell die pair as B200 (SB-GPU: 148 SMs)
+        # MLPERF-GB200 system: 16 hosts; a GB200 superchip pairs one Grace (480 GB LPDDR5X,
+        # NVIDIA GB200 datasheet) with two GPUs. Not in FACTS.md: left unset (offload refused).
+        host_memory_bytes=None,
+    ),
     Chip(
         name="TPU-v4", vendor="google", family="TPU", arch="tpu-v4",
         bf16_flops=275 * TFLOPS,            # GCP-v4; SB-TPU 2.75e14
@@ -184,6 +202,24 @@ _CHIPS = (
         usd_per_chip_hour=2.70,             # GPUHUNT us-east1 on-demand
         dcn_Bps=Gbps_to_Bps(100),           # SB-TPU-site 12.5e9 B/s per chip
         price_source="Google Cloud on-demand, us-east1 (gpuhunt)",
+    ),
+    # TPU7x "Ironwood". GCP-7x's specification table (read in the copy at
+    # https://docs.cloud.google.com/tpu/docs/tpu7x?authuser=2, which FACTS.md's store had truncated)
+    # gives every figure but the link count: 6 links (a 3-D torus of 4x4x4 cubes, as v4/v5p) is
+    # assumed, which splits the per-chip ICI figure as on v5p.
+    Chip(
+        name="TPU7x", vendor="google", family="TPU", arch="tpu7x",
+        bf16_flops=2307 * TFLOPS,           # GCP-7x
+        fp8_flops=4614 * TFLOPS,            # GCP-7x (ironwood-performance: 4,614 TFLOP/s FP8)
+        hbm_bytes=192 * GiB,                # GCP-7x: 192 GiB HBM
+        hbm_Bps=7380 * GB,                  # GCP-7x 7,380 GB/s (SB-TPU-site rounds to 7.4e12)
+        # GCP-7x: 1,200 GB/s bidi ICI per chip (as v5p) over 6 ports -> 100 GB/s per link per
+        # direction; SB-TPU-site rounds to 90, as it does for v5p. Google's figure, as for v5p.
+        scaleup_links=6, scaleup_link_Bps=1200 * GB / 6 / 2,
+        tdp_W=None,                         # not found (FACTS.md)
+        usd_per_chip_hour=None,             # not in the catalogue's price sources
+        dcn_Bps=Gbps_to_Bps(100),           # GCP-7x 100 Gb/s per chip; SB-TPU-site 12.5e9 B/s
+        host_memory_bytes=960 * GB / 4,     # GCP-7x: 960 GB RAM per 4-chip VM
     ),
 )
 

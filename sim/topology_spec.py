@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import ConfigError
 from .hardware import Chip
@@ -67,8 +67,22 @@ class GpuClusterSpec:
     oversubscription: float               # leaf (and spine) down:up capacity ratio, 1 = non-blocking
     default_chips: int
     source: str = ""
+    # Scale-up domains other than one 8-GPU NVSwitch node (topologies/README.md):
+    # NVLink links joining each pair of GPUs of a node that has no NVSwitch (4-GPU HGX boards:
+    # every GPU wired straight to every other); 0 = the GPUs meet in NVSwitches.
+    mesh_links: int = 0
+    # GPUs per host (a compute tray of an NVL72 rack: 4); 0 = the whole node is one host.
+    gpus_per_host: int = 0
+    # The file's NVLink domain when a job uses only part of each (``cluster.nvl_domain``,
+    # ``with_domain``); 0 = the job has whole domains of ``gpus_per_node``.
+    rack_gpus: int = 0
 
     kind = "gpu_cluster"
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs per host: a node (NVLink domain) may span several hosts (MNNVL)."""
+        return self.gpus_per_host or self.gpus_per_node
 
     @property
     def ocs_spares(self) -> bool:
@@ -80,13 +94,29 @@ class GpuClusterSpec:
         ``gpus_per_node / nics_per_node`` neighbouring GPUs behind one PCIe switch."""
         return local * self.nics_per_node // self.gpus_per_node
 
+    def with_domain(self, gpus: int, where: str) -> "GpuClusterSpec":
+        """The spec a job sees when it uses *gpus* GPUs of each NVLink domain (whole hosts, with
+        their NICs): e.g. 64 of an NVL72 rack's 72. The fabric is the file's; only the GPUs (and
+        their NICs) in the job are in the graph."""
+        full = self.rack_gpus or self.gpus_per_node
+        host = self.host_gpus
+        if gpus > full or gpus % host or (self.nics_per_node * gpus) % full:
+            raise ConfigError(
+                f"{where}: {gpus} GPUs per NVLink domain of {self.name!r}; valid: a multiple of "
+                f"{host} (whole hosts) up to {full}")
+        return replace(self, gpus_per_node=gpus, nics_per_node=self.nics_per_node * gpus // full,
+                       max_gpus=self.max_gpus * gpus // full, default_chips=gpus,
+                       gpus_per_host=0 if host == gpus else host, rack_gpus=full)
+
     def resolve_chips(self, chips: int | None, where: str) -> int:
         """Validated GPU count: whole nodes, at most ``max_gpus``."""
         n = self.default_chips if chips is None else chips
         g = self.gpus_per_node
+        field = "cluster.nvl_domain" if self.rack_gpus else "node.gpus"
+        unit = f"{g}-GPU NVLink domains ({field})" if self.gpus_per_host or self.rack_gpus else f"{g}-GPU nodes"
         if not isinstance(n, int) or n <= 0 or n % g or n > self.max_gpus:
             raise ConfigError(
-                f"{where}: {n!r} GPUs is not a whole number of {g}-GPU nodes up to "
+                f"{where}: {n!r} GPUs is not a whole number of {unit} up to "
                 f"{self.max_gpus} for topology {self.name!r}; valid: {g}, {2 * g}, ..., {self.max_gpus}"
             )
         return n
@@ -113,6 +143,9 @@ class TpuPodSpec:
     multi_pod: bool                       # 2-D: more chips = whole pods joined over DCN
     default_chips: int
     source: str = ""
+    # 3-D: a slice of whole cubes may take any AxBxC within max_shape of at most this many cubes
+    # (TPU7x: 144, xpk's generate_tpu_topologies); 0 = max_shape is the largest slice itself.
+    max_cubes: int = 0
 
     kind = "tpu_pod"
 
@@ -124,7 +157,12 @@ class TpuPodSpec:
 
     @property
     def max_chips(self) -> int:
+        if self.max_cubes:
+            return self.max_cubes * self.cube ** 3
         return math.prod(self.max_shape)
+
+    def _cubes_ok(self, dims: SliceShape) -> bool:
+        return not self.max_cubes or math.prod(d // self.cube for d in dims) <= self.max_cubes
 
     def resolve_shape(self, chips: int | None, slice_: str | None, where: str,
                       slices: int | None = None) -> tuple[SliceShape, int]:
@@ -199,7 +237,7 @@ class TpuPodSpec:
         c = self.cube
         best: SliceShape | None = None
         for dims in itertools.combinations_with_replacement(range(c, max(self.max_shape) + 1, c), 3):
-            if math.prod(dims) != chips or not _fits(dims, self.max_shape):
+            if math.prod(dims) != chips or not _fits(dims, self.max_shape) or not self._cubes_ok(dims):
                 continue
             if best is None or dims[-1] - dims[0] < best[-1] - best[0]:
                 best = dims
@@ -216,6 +254,10 @@ class TpuPodSpec:
                 raise ConfigError(
                     f"{where}: {shape_str(shape)} exceeds the largest {self.name} slice "
                     f"{shape_str(self.max_shape)}")
+            if not self._cubes_ok(shape):
+                raise ConfigError(
+                    f"{where}: {shape_str(shape)} is {math.prod(d // self.cube for d in shape)} "
+                    f"cubes; a {self.name} slice has at most {self.max_cubes}")
             return
         if tuple(sorted(shape)) not in {tuple(sorted(s)) for s in self.subcube_shapes}:
             raise ConfigError(
@@ -254,6 +296,11 @@ class TpuPodSpec:
             return ", ".join(str(c) for c in counts) + more
         counts = sorted({math.prod(s) for s in self.subcube_shapes})
         c3 = self.cube ** 3
+        if self.max_cubes:
+            return (", ".join(str(c) for c in counts)
+                    + f", or multiples of {c3} that form an AxBxC slice of at most "
+                      f"{self.max_cubes} whole cubes, each axis up to {max(self.max_shape)} "
+                      f"({self.max_chips} chips)")
         return (", ".join(str(c) for c in counts)
                 + f", or multiples of {c3} that form an AxBxC slice of whole cubes up to "
                   f"{shape_str(self.max_shape)} ({self.max_chips} chips)")

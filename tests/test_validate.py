@@ -51,7 +51,9 @@ def _true_time_s(topology: str, gpus: int, op: str, size_bytes: int) -> float:
     """The law the synthetic measurements follow: alpha + size x factor / bw (bw in bytes/s)."""
     one_node = gpus <= 8
     alpha_s = 10e-6 if one_node else 30e-6
-    bw_Bps = {"dgx-a100": 230e9, "dgx-h100": 360e9, "dgx-h200": 380e9}[topology] if one_node else 45e9
+    # topologies beyond the synthetic runs' three (the real data's B200, GB200, 4-GPU mesh): 400e9
+    bw_Bps = ({"dgx-a100": 230e9, "dgx-h100": 360e9, "dgx-h200": 380e9}.get(topology, 400e9)
+              if one_node else 45e9)
     return alpha_s + size_bytes * busbw_factor(op, gpus) / bw_Bps
 
 
@@ -394,18 +396,28 @@ def test_every_real_run_is_classified() -> None:
 
 
 def test_real_classification_follows_the_rules() -> None:
-    """Supported runs are 8-GPU NVSwitch nodes (on InfiniBand when multi-node); fabrics and nodes
-    outside the first topology set are never marked supported; SHARP only where the run used it."""
+    """Supported runs sit on a topology of their node type: 8-GPU NVSwitch nodes (dgx-*), one
+    NVL72 NVLink domain per rack (gb200-nvl72), 4-GPU NVLink-mesh H100 boards (hgx-h100-4gpu), on
+    InfiniBand when they span hosts outside one NVLink domain; fabrics not yet modelled are never
+    marked supported; SHARP only where the run used it."""
     runs, systems = _real_rows()
     for r in runs:
         s, f = systems[r["file"]], r["file"]
+        intra, inter, topo = r["interconnect_intra"], r["interconnect_inter"], s["topology"]
         if s["status"] == "supported":
-            assert r["gpus_per_node"] == "8" and "NVSwitch" in r["interconnect_intra"], f
-            assert r["nodes"] == "1" or "InfiniBand" in r["interconnect_inter"], f
-        if r["nodes"] != "1" and any(m in r["interconnect_inter"] for m in ("EFA", "TCPX", "Slingshot", "RoCE")):
+            if topo == "gb200-nvl72":
+                assert "GB200" in r["hardware"] and "NVL72" in intra, f
+            elif topo == "hgx-h100-4gpu":
+                assert r["gpus_per_node"] == "4" and "no NVSwitch" in intra and "H100" in r["hardware"], f
+            else:
+                assert r["gpus_per_node"] == "8" and "NVSwitch" in intra, f
+                assert ("B200" in r["hardware"]) == (topo == "dgx-b200"), f
+            one_domain = "within one NVL72 rack" in inter
+            assert r["nodes"] == "1" or one_domain or "InfiniBand" in inter, f
+        if r["nodes"] != "1" and any(m in inter for m in ("EFA", "TCPX", "Slingshot", "RoCE")):
             assert s["status"] == "unsupported", f
-        if "B200" in r["hardware"] or "no NVSwitch" in r["interconnect_intra"]:   # B200 and GB200
-            assert s["status"] == "unsupported", f
+        if "no NVSwitch" in intra and s["status"] == "supported":
+            assert topo == "hgx-h100-4gpu", f
     assert {f for f, s in systems.items() if s["sharp"] == "true"} == {
         "nccl_allreduce_96xH100_coreweave-sharp.csv", "nccl_allreduce_32xA100-80GB_coreweave-sharp-2023.csv"}
 

@@ -15,6 +15,7 @@ torus axis, the axes worked on at once by splitting the data (SB-SHARD).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..topology import Topology, TpuFabric
+from ..topology_spec import GpuClusterSpec
 
 __all__ = ["Phase", "Stage", "GroupInfo", "build", "ALGORITHMS"]
 
@@ -136,8 +138,28 @@ def _rings(gi: GroupInfo) -> list[list[int]]:
     return rings
 
 
-def ring(op: str, gi: GroupInfo, size: float) -> list[Stage]:
-    rings = _rings(gi)
+def _mesh_rings(devs: Sequence[int]) -> list[list[int]]:
+    """Rings inside one node whose GPUs are wired to each other (no NVSwitch): every Hamiltonian
+    cycle of the mesh, each way round, so that every NVLink of every GPU carries ring traffic in
+    both directions (on 4 GPUs: 3 cycles x 2 directions = 6 rings, each directed link in 2 of
+    them). NCCL's ring search does the same: it keeps adding channels while NVLink bandwidth is
+    left (NVIDIA/nccl ``src/graph/search.cc``), so its rings use all of a GPU's links, not the one
+    link to its ring neighbour. Groups of more than 6 ranks keep the single ring."""
+    devs = list(devs)
+    if len(devs) <= 2 or len(devs) > 6:
+        return [devs]
+    first, rest = devs[0], devs[1:]
+    out: list[list[int]] = []
+    for perm in itertools.permutations(rest):
+        if perm[0] < perm[-1]:                    # one of each cycle's two directions ...
+            out.append([first, *perm])
+            out.append([first, *reversed(perm)])  # ... and the other
+    return out
+
+
+def ring(op: str, gi: GroupInfo, size: float, mesh: bool = False) -> list[Stage]:
+    """Ring schedules (NCCL's ``_rings``; *mesh*: a single node with GPUs wired to each other)."""
+    rings = _mesh_rings(gi.devices) if mesh and gi.nodes == 1 else _rings(gi)
     n, R = gi.n, len(rings)
     pairs = [(ring[i], ring[(i + 1) % n]) for ring in rings for i in range(n)]
     if op == "allreduce":
@@ -350,7 +372,8 @@ def _inner_stage(op: str, sub: GroupInfo, size: float, topo: Topology) -> list[S
         return []
     if topo.is_tpu:
         return torus(op, sub, size, topo)
-    return ring(op, sub, size)
+    spec = topo.spec
+    return ring(op, sub, size, mesh=isinstance(spec, GpuClusterSpec) and spec.mesh_links > 0)
 
 
 def _zip_stages(per_island: list[list[Stage]]) -> list[Stage]:
@@ -365,7 +388,8 @@ ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical", "t
 def build(algo: str, op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
     """Stages of *algo* for *op* (the caller has checked that the pair is valid)."""
     if algo == "ring":
-        return ring(op, gi, size)
+        spec = topo.spec
+        return ring(op, gi, size, mesh=isinstance(spec, GpuClusterSpec) and spec.mesh_links > 0)
     if algo == "tree":
         return tree(op, gi, size)
     if algo == "nvls":

@@ -67,8 +67,9 @@ def stack_efficiency_of(table: dict[tuple[str, str, str], float],
     A group with no calibration fit borrows, in order: the same framework's groups on the same
     hardware (another precision of one stack), else every group fitted on that hardware. Every
     stack loses something against the kernel tables' best case, and the typical loss on that chip
-    is a better estimate of an unmeasured stack's than none. The median of those groups; 1.0 on
-    hardware with no fitted group at all.
+    is a better estimate of an unmeasured stack's than none. The median of those groups; on
+    hardware with no fitted group at all, its predecessor's factor where
+    ``sim.calibration.STACK_PREDECESSOR`` names one (chips new to the catalogue), else 1.0.
     """
     if key in table:
         return table[key]
@@ -77,6 +78,9 @@ def stack_efficiency_of(table: dict[tuple[str, str, str], float],
         if values:
             n = len(values)
             return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+    predecessor = cal.STACK_PREDECESSOR.get(key[1])
+    if predecessor is not None and predecessor != key[1]:
+        return stack_efficiency_of(table, (key[0], predecessor, key[2]))
     return 1.0
 
 

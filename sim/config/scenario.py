@@ -126,10 +126,14 @@ def _cluster(s: Section) -> ClusterConfig:
         if s.has("slices"):
             raise ConfigError(f"{s.at('slices')}: only TPU topologies join slices over a DCN; "
                               f"{spec.name} is sized by cluster.chips")
+        if s.has("nvl_domain"):                # the job's GPUs in each NVLink domain (rack)
+            spec = spec.with_domain(s.integer("nvl_domain"), s.at("nvl_domain"))
         return ClusterConfig(spec, spec.resolve_chips(chips, s.at("chips")), oversubscription=over,
                              sharp=sharp, background_load=load, degraded_links=edits)
     if sharp:
         raise ConfigError(f"{s.at('sharp')}: InfiniBand SHARP is for GPU fat-trees, not {spec.name}")
+    if s.has("nvl_domain"):
+        raise ConfigError(f"{s.at('nvl_domain')}: only GPU topologies have NVLink domains, not {spec.name}")
     if over is not None:
         raise ConfigError(f"{s.at('oversubscription')}: only fat-tree GPU topologies have one")
     slice_ = s.text("slice") if s.has("slice") else None
@@ -309,10 +313,11 @@ def _failures(s: Section) -> FailuresConfig:
 def load_cluster(topology: str, chips: int | None = None, slice_: str | None = None,
                  twisted: bool = False, oversubscription: float | None = None,
                  sharp: bool | None = None, where: str = "cluster",
-                 slices: int | None = None, background_load: float | None = None) -> ClusterConfig:
+                 slices: int | None = None, background_load: float | None = None,
+                 nvl_domain: int | None = None) -> ClusterConfig:
     """A sized cluster from command-line style options (``topo show``, ``collective``)."""
     given = {"chips": chips, "slice": slice_, "oversubscription": oversubscription, "sharp": sharp,
-             "slices": slices, "background_load": background_load}
+             "slices": slices, "background_load": background_load, "nvl_domain": nvl_domain}
     raw: dict[str, Any] = {"topology": topology, "twisted": twisted,
                            **{k: v for k, v in given.items() if v is not None}}
     return _cluster(Section(raw, where, CLUSTER_KEYS))

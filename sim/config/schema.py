@@ -232,7 +232,8 @@ class Scenario:
 
 
 CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "slices", "twisted", "oversubscription",
-                          "sharp", "background_load", "degraded_links", "shared_with"})
+                          "sharp", "background_load", "degraded_links", "shared_with",
+                          "nvl_domain"})
 TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
                       "failures", "cost", "seed", "software"})
 MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",

@@ -23,14 +23,15 @@ __all__ = ["load_topology_spec", "resolve_topology_path"]
 
 
 _GPU_NODE_KEYS = frozenset({"gpus", "nvswitches", "gpu_switch_links", "nvlink_latency_us", "nics",
-                            "nic_Gbps", "pcie_GBps", "pcie_latency_us"})
+                            "nic_Gbps", "pcie_GBps", "pcie_latency_us", "mesh_links",
+                            "gpus_per_host"})
 _GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf_down_ports",
                               "leaf_up_ports", "two_tier_max_sus", "max_gpus", "sharp",
                               "oversubscription"})
 _TPU_KEYS = frozenset({"name", "kind", "chip", "default_chips", "ndims", "cube", "max_shape",
                        "subcube_shapes", "pod_shapes", "wrap_len", "chips_per_host", "ici_latency_us",
                        "pcie_GBps", "pcie_latency_us", "dcn_latency_us", "twisted_allowed",
-                       "multi_pod"})
+                       "multi_pod", "max_cubes"})
 
 
 def resolve_topology_path(name_or_path: str, where: str = "cluster.topology") -> Path:
@@ -82,15 +83,11 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
     node = s.section("node", _GPU_NODE_KEYS)
     fab = s.section("fabric", _GPU_FABRIC_KEYS)
     chip = _chip(s)
-    nvswitches = node.integer("nvswitches")
-    links = node.int_list("gpu_switch_links")
-    if len(links) != nvswitches:
-        raise ConfigError(f"{node.at('gpu_switch_links')}: needs one entry per NVSwitch "
-                          f"({nvswitches}), got {len(links)}")
-    if sum(links) != chip.scaleup_links:
-        raise ConfigError(f"{node.at('gpu_switch_links')}: {sum(links)} links in all, but a "
-                          f"{chip.name} has {chip.scaleup_links} NVLink links")
     gpus = node.integer("gpus")
+    nvswitches, links, mesh = _nvlink_layout(node, chip, gpus)
+    host = node.integer("gpus_per_host", 0, minimum=0)
+    if host and gpus % host:
+        raise ConfigError(f"{node.at('gpus_per_host')}: must divide node.gpus ({gpus}), got {host}")
     spec = GpuClusterSpec(
         name=s.text("name"), chip=chip, gpus_per_node=gpus, nvswitches_per_node=nvswitches,
         gpu_switch_links=links, nvlink_latency_s=us_to_s(node.number("nvlink_latency_us")),
@@ -103,7 +100,8 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         two_tier_max_sus=fab.integer("two_tier_max_sus"), max_gpus=fab.integer("max_gpus"),
         ib_sharp=fab.flag("sharp", False),
         oversubscription=fab.number("oversubscription", 1.0, minimum=1.0),
-        default_chips=s.integer("default_chips", gpus),
+        default_chips=s.integer("default_chips", gpus), mesh_links=mesh,
+        gpus_per_host=host if host != gpus else 0,
     )
     if spec.nics_per_node <= 0 or gpus % spec.nics_per_node:
         raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need the node's {gpus} GPUs "
@@ -111,6 +109,35 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
                           f"{spec.nics_per_node}")
     spec.resolve_chips(spec.default_chips, s.at("default_chips"))
     return spec
+
+
+def _nvlink_layout(node: Section, chip: Chip, gpus: int) -> tuple[int, tuple[int, ...], int]:
+    """(NVSwitches, links from a GPU to each, links per GPU pair): a node's GPUs meet in NVSwitches
+    (``nvswitches`` > 0, ``gpu_switch_links``) or, with ``nvswitches: 0``, are wired straight to
+    each other (``mesh_links`` links per pair, 4-GPU HGX boards). Either way a GPU uses all of its
+    chip's NVLink links."""
+    nvswitches = node.integer("nvswitches", minimum=0)
+    if nvswitches == 0:
+        if node.has("gpu_switch_links"):
+            raise ConfigError(f"{node.at('gpu_switch_links')}: a node with nvswitches: 0 has no "
+                              "GPU-switch links; give mesh_links (NVLink links per GPU pair)")
+        mesh = node.integer("mesh_links")
+        if mesh * (gpus - 1) != chip.scaleup_links:
+            raise ConfigError(f"{node.at('mesh_links')}: {mesh} links to each of {gpus - 1} peers "
+                              f"is {mesh * (gpus - 1)} in all, but a {chip.name} has "
+                              f"{chip.scaleup_links} NVLink links")
+        return 0, (), mesh
+    if node.has("mesh_links"):
+        raise ConfigError(f"{node.at('mesh_links')}: only for nodes without NVSwitch "
+                          f"(nvswitches: 0), got nvswitches: {nvswitches}")
+    links = node.int_list("gpu_switch_links")
+    if len(links) != nvswitches:
+        raise ConfigError(f"{node.at('gpu_switch_links')}: needs one entry per NVSwitch "
+                          f"({nvswitches}), got {len(links)}")
+    if sum(links) != chip.scaleup_links:
+        raise ConfigError(f"{node.at('gpu_switch_links')}: {sum(links)} links in all, but a "
+                          f"{chip.name} has {chip.scaleup_links} NVLink links")
+    return nvswitches, links, 0
 
 
 def _tpu_spec(s: Section) -> TpuPodSpec:
@@ -131,7 +158,10 @@ def _tpu_spec(s: Section) -> TpuPodSpec:
         dcn_latency_s=us_to_s(s.number("dcn_latency_us")),
         twisted_allowed=s.flag("twisted_allowed", False), multi_pod=s.flag("multi_pod", False),
         default_chips=s.integer("default_chips", math.prod(max_shape)),
+        max_cubes=s.integer("max_cubes", 0, minimum=0),
     )
+    if spec.max_cubes and ndims != 3:
+        raise ConfigError(f"{s.at('max_cubes')}: only 3-D slices of cubes have one, got ndims: {ndims}")
     if ndims == 2 and not spec.pod_shapes:
         raise ConfigError(f"{s.at('pod_shapes')}: a 2-D pod needs its list of slice shapes")
     if spec.chip.dcn_Bps is None and spec.multi_pod:

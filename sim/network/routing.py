@@ -58,7 +58,10 @@ class Router:
                 if r is not None:
                     by_rail[r].append(n)
             self._spines_rail = dict(by_rail)
-        self._tables = self._gpu_tables() if self._gpu and not topo.edited else None
+        # A node without NVSwitch (GPUs wired to each other, ``mesh_links``) has no switch hops to
+        # tabulate: its routes take the general path (direct NVLink inside the node).
+        mesh = self._gpu and not self._switch_links
+        self._tables = self._gpu_tables() if self._gpu and not topo.edited and not mesh else None
 
     def _gpu_tables(self) -> tuple[Any, ...]:
         """Per-device link ids of the policy routes' fixed hops (see ``routes_coo``)."""
@@ -229,6 +232,9 @@ class Router:
         return self.g.nodes[dev]["node"]
 
     def _nvlink(self, a: int, b: int, w: float, acc: dict[int, float]) -> None:
+        if not self._switch_links:                     # NVLink mesh: the direct link
+            self._add(acc, a, b, w)
+            return
         n = self._node(a)
         total = sum(self._switch_links)
         for s, nl in enumerate(self._switch_links):

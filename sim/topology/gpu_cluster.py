@@ -1,5 +1,8 @@
 """DGX nodes on a rail-optimized InfiniBand fat-tree, as a networkx graph.
 
+A node is one NVLink domain: the GPUs of a DGX/HGX board on their NVSwitches, an NVL72 rack's 72
+GPUs on the NVLink switch trays (18 compute trays of 4 GPUs, one host each: the GPU's ``host``
+attribute), or a 4-GPU board without NVSwitch whose GPUs are wired to each other (``mesh_links``).
 Node ids: devices are ints 0..N-1 in rank order (GPU g of node n is ``n * gpus_per_node + g``);
 everything else is a string: ``n3/nvs1`` (NVSwitch), ``n3/nic5`` (NIC of rail 5; on nodes with
 fewer NICs than GPUs neighbouring GPUs share one), ``leaf/s2/r5`` (leaf of rail 5 in scalable unit
@@ -55,9 +58,14 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
         for local in range(gpn):
             dev = n * gpn + local
             rail = spec.rail_of(local)
-            g.add_node(dev, kind="gpu", node=n, local=local, rail=rail)
+            g.add_node(dev, kind="gpu", node=n, local=local, rail=rail,
+                       host=n * (gpn // spec.host_gpus) + local // spec.host_gpus)
             for s, nl in enumerate(spec.gpu_switch_links):
                 link(dev, f"n{n}/nvs{s}", nl * nvlink_Bps, nvl_lat, "nvlink", nl)
+            # No NVSwitch (4-GPU HGX boards): mesh_links NVLinks straight to every earlier GPU;
+            # one hop GPU to GPU, so each edge carries both halves of the switch path's latency.
+            for peer in range(n * gpn, dev) if spec.mesh_links else ():
+                link(peer, dev, spec.mesh_links * nvlink_Bps, 2 * nvl_lat, "nvlink", spec.mesh_links)
             nic = f"n{n}/nic{rail}"
             if nic not in g:                  # GPUs sharing a NIC reach it over their own PCIe lanes
                 g.add_node(nic, kind="nic", node=n, rail=rail)

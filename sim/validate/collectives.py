@@ -40,7 +40,8 @@ __all__ = ["BW_MIN_BYTES", "LAT_MAX_BYTES", "OPS", "TOPOLOGIES", "CaseSpec", "Co
 
 # The ops of nccl-tests runs: sim.collectives.OPS, listed in the order the data's errors name them.
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast")
-TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"})
+TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"}
+                       | {"dgx-b200", "gb200-nvl72", "hgx-h100-4gpu"})   # scale-up domains (issue 16)
 
 BW_MIN_BYTES = 64 * MiB                # bandwidth regime: size_bytes >= this
 LAT_MAX_BYTES = 64 * KiB               # latency regime: size_bytes <= this
@@ -57,7 +58,12 @@ _OP_ALIASES = types.MappingProxyType({
 })
 # The GPU's name as runs' hardware column writes it and the report labels a system ("H200 1 node"):
 # a name, not the catalogue's chip family (an H200 is family H100 there: sim.hardware).
-_GPU_NAME = types.MappingProxyType({"dgx-a100": "A100", "dgx-h100": "H100", "dgx-h200": "H200"})
+_GPU_NAME = types.MappingProxyType({"dgx-a100": "A100", "dgx-h100": "H100", "dgx-h200": "H200",
+                                    "dgx-b200": "B200", "gb200-nvl72": "GB200",
+                                    "hgx-h100-4gpu": "H100"})
+# GPUs per host as runs.csv counts nodes, where a topology's differ from GPUS_PER_NODE: an NVL72
+# rack's compute trays hold 4 GPUs each (topologies/gb200-nvl72.yaml), a 4-GPU HGX board is a host.
+_HOST_GPUS = types.MappingProxyType({"gb200-nvl72": 4, "hgx-h100-4gpu": 4})
 # nccl-tests prints float unless told otherwise, and the torch.distributed benchmark in the data
 # (all_reduce_bench.py) all-reduces fp32 tensors; both leave the dtype column blank only there.
 _DEFAULT_DTYPE = "float"
@@ -181,8 +187,10 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
             if topology not in TOPOLOGIES:
                 raise ConfigError(f"{sys_where}: topology: expected one of {sorted(TOPOLOGIES)} "
                                   f"for a supported run, got {topology!r}")
-            if per_node != GPUS_PER_NODE or gpus != nodes * per_node:
-                raise ConfigError(f"{sys_where}: supported runs need whole nodes of {GPUS_PER_NODE} GPUs; "
+            host_gpus = _HOST_GPUS.get(topology, GPUS_PER_NODE)
+            if per_node != host_gpus or gpus != nodes * per_node:
+                raise ConfigError(f"{sys_where}: supported runs on {topology} need whole nodes of "
+                                  f"{host_gpus} GPUs; "
                                   f"{where} has gpus={gpus}, nodes={nodes}, gpus_per_node={per_node}")
             if _GPU_NAME[topology] not in row["hardware"]:
                 raise ConfigError(f"{sys_where}: topology {topology} does not match hardware "
