@@ -114,7 +114,9 @@ class CollectiveModel:
         pairs = nccl.choices(op, gi, self.hw, algo)          # checks a forced algorithm
         if gi.n == 1:
             return CollectiveResult(op, "none", "none", int(size_bytes), 1, 0.0, 0.0, 0.0)
-        return nccl.fastest(self._predict(op, int(size_bytes), gi, a, proto) for a, proto in pairs)
+        tuner: dict[int, float] = {}
+        cands = [self._predict(op, int(size_bytes), gi, a, proto, tuner=tuner) for a, proto in pairs]
+        return nccl.fastest(cands, lambda r: tuner.get(id(r), r.time_s))
 
     def time_concurrent(self, op: str, size_bytes: int, groups: Sequence[Sequence[int]],
                         algo: str | None = None) -> CollectiveResult:
@@ -162,7 +164,7 @@ class CollectiveModel:
         return group_info(self.topo, members)
 
     def _predict(self, op: str, size: int, gi: GroupInfo, algo: str, proto: str,
-                 per_byte: float | None = None) -> CollectiveResult:
+                 per_byte: float | None = None, tuner: dict[int, float] | None = None) -> CollectiveResult:
         """One (algorithm, protocol) candidate: the flow model's transfer time (*per_byte* replaces
         the algorithm's own cost, see ``time_concurrent``) with ICI latency per hop on TPU slices,
         or priced by NCCL's model (``nccl.call_time_s``) on GPUs."""
@@ -173,9 +175,12 @@ class CollectiveModel:
             lat = hops * self._ici_hop_s + self._dcn_latency_s(op, gi)
             return CollectiveResult(op, algo, "ici", size, gi.n, lat + transfer, lat, transfer)
         w_intra, w_inter = self._wire_latency_s()
-        lat, transfer = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch, transfer,
-                                         busbw_factor(op, gi.n), w_intra, w_inter)
-        return CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
+        lat, transfer, tuned = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch,
+                                                transfer, busbw_factor(op, gi.n), w_intra, w_inter)
+        res = CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
+        if tuner is not None:
+            tuner[id(res)] = tuned
+        return res
 
     def _dcn_latency_s(self, op: str, gi: GroupInfo) -> float:
         """TPU Multislice: the data-center network trips of a group spread over several slices:
