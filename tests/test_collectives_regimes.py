@@ -178,3 +178,38 @@ def test_pat_wins_small_allgathers_at_scale_and_ring_large_ones() -> None:
     assert m.time("allgather", 64 * KiB, g).algo == "pat"  # log2(64) rounds against 63 ring steps
     assert m.time("allgather", 4 * GiB, g).algo == "ring"  # PAT runs at 0.75 of the bandwidth
     assert math.isfinite(m.time("reducescatter", 64 * KiB, g).time_s)
+
+
+# --------------------------------------------------------------------------- pipelines
+
+def test_nvls_tree_fills_its_pipeline_one_chunk_per_stage() -> None:
+    # 2 nodes: 3 stages (NVLS reduce, network up, network down) of one 128 KiB chunk at one
+    # channel's share of the GPU's NIC (16 NVLS channels on a 400 Gb/s NIC at 64/66)
+    m = model("dgx-h100", 16)
+    net = m._net_Bps()
+    assert net == pytest.approx(50e9 * 64 / 66, rel=1e-6)
+    fill = nccl.nvls_tree_fill_s(GiB, 16, 2, net)
+    assert fill == pytest.approx(3 * 128 * KiB / (net / 16), rel=1e-9)
+    # 8 nodes: 2 log2(8) + 1 = 7 stages of (at most) 64 KiB chunks
+    assert nccl.nvls_tree_fill_s(GiB, 64, 8, net) == pytest.approx(7 * 64 * KiB / (net / 16), rel=1e-9)
+    # it is part of the call's time: a fixed cost once the chunks are at their largest
+    a, b = (m.time("allreduce", s, algo="nvls_tree") for s in (GiB, 2 * GiB))
+    assert 2 * a.transfer_s - b.transfer_s == pytest.approx(fill, rel=1e-6)
+    assert model("dgx-h100", 8)._net_Bps() == 0.0                     # one node: no network
+
+
+def test_trees_lose_nccls_correction_at_medium_sizes() -> None:
+    # 4 MiB tree LL128 across 2 nodes: every channel is busy (640 x 8 B = 5 KiB each), so the
+    # loss is NCCL's tree correction (0.8 at log2(4 MiB / 64) = 16): 1/0.8 of the full-channel time
+    m = model("dgx-h100", 16)
+    size = 4 * MiB
+    assert nccl.channels_used("tree", "LL128", size, 16, 2) == (32, 32)
+    lat, transfer, _ = nccl.call_time_s("allreduce", "tree", "LL128", size, 16, 2, "hopper", 1e-4,
+                                        busbw_factor("allreduce", 16), 0.5e-6, 1.6e-6)
+    full = 1e-4 / (120 / 128)
+    assert transfer == pytest.approx(full / 0.8, rel=1e-9)
+    # 64 KiB tree LL: 16 of 32 channels (512 x 8 B = 4 KiB each) cost more than the correction (0.6)
+    _, t_small, _ = nccl.call_time_s("allreduce", "tree", "LL", 64 * KiB, 16, 2, "hopper", 1e-5,
+                                     busbw_factor("allreduce", 16), 0.5e-6, 1.6e-6)
+    assert t_small == pytest.approx(1e-5 * 3.8 * 2, rel=1e-9)           # below the LL ceiling
+    assert m.time("allreduce", size).time_s > 0

@@ -82,6 +82,7 @@ class CollectiveModel:
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
         self._wire: tuple[float, float] | None = None
+        self._net: float | None = None
         # (op, algo, groups) -> (link ids, bytes per byte of size): ``sim.collectives.traffic``
         self.link_bytes_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -176,7 +177,8 @@ class CollectiveModel:
             return CollectiveResult(op, algo, "ici", size, gi.n, lat + transfer, lat, transfer)
         w_intra, w_inter = self._wire_latency_s()
         lat, transfer, tuned = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch,
-                                                transfer, busbw_factor(op, gi.n), w_intra, w_inter)
+                                                transfer, busbw_factor(op, gi.n), w_intra, w_inter,
+                                                self._net_Bps())
         res = CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
         if tuner is not None:
             tuner[id(res)] = tuned
@@ -192,6 +194,19 @@ class CollectiveModel:
         a, b = gi.by_pod[pods[0]][0], gi.by_pod[pods[1]][0]
         trips = (len(pods) - 1) * (2 if op == "allreduce" else 1)
         return trips * self.router.path_latency_s(a, b)
+
+    def _net_Bps(self) -> float:
+        """One GPU's rate into the scale-out network: the bottleneck of the route from the first
+        GPU to a GPU of another node (its NIC, on the bundled GPU topologies); 0 on one node."""
+        if self._net is None:
+            g = self.topo.graph
+            devs = sorted(n for n, d in g.nodes(data=True) if d.get("kind") == "gpu")
+            other = next((d for d in devs[1:] if g.nodes[d].get("node") != g.nodes[devs[0]].get("node")), None)
+            self._net = 0.0
+            if other is not None:
+                ids, fr = self.router.route(devs[0], other)
+                self._net = float(np.min(self.links.capacity_Bps[ids] / np.maximum(fr, 1e-12)))
+        return self._net
 
     def _wire_latency_s(self) -> tuple[float, float]:
         """Path latency of one step inside a node and one between nodes (GPU topologies): the

@@ -14,7 +14,9 @@ Three size mechanisms shape the curve between the latency floor and the bandwidt
 NCCL's own: the tuner's choice of protocol (LL, LL128, Simple: latency against bandwidth) and
 algorithm; the channels a call runs on (NCCL drops channels while a call has too few bytes per
 thread, ``channels_used``; bandwidth scales with them); and NVLS's chunk size, which NCCL shrinks
-for smaller calls, each chunk paying a fixed synchronisation cost (``nvls_efficiency``). The
+for smaller calls, each chunk paying a fixed synchronisation cost (``nvls_efficiency``), and
+NVLSTree's pipeline, which fills one chunk per network stage before it streams
+(``nvls_tree_fill_s``). Trees lose bandwidth at medium sizes by NCCL's treeCorrectionFactor. The
 tuner itself prices calls on all channels, with NVLS's fixed efficiency and its tree correction,
 so it can pick what is not fastest, as NCCL does.
 
@@ -41,7 +43,7 @@ from ..topology import GpuFabric, Topology
 from .algorithms import ALGORITHMS, GroupInfo
 
 __all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "channels_used",
-           "choices", "fastest", "latency_s", "nvls_chunk_bytes", "nvls_efficiency", "offered",
+           "choices", "fastest", "latency_s", "nvls_chunk_bytes", "nvls_efficiency", "nvls_tree_fill_s", "offered",
            "platform", "protocol_factor", "protocols", "tree_correction"]
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -154,6 +156,17 @@ def nvls_efficiency(arch: str, chunk: int) -> float:
     eff = NVLS_EFFICIENCY.get(arch, 0.85)
     c0 = NVLS_CHUNK_MAX * (1 / eff - 1)
     return chunk / (chunk + c0)
+
+
+def nvls_tree_fill_s(size: int, ranks: int, nodes: int, net_Bps: float) -> float:
+    """Pipeline fill of an NVLSTree all-reduce: Simple moves whole chunks, so the first chunk of
+    each channel crosses the pipeline's stages one after another before the stream runs full:
+    NVLS reduce in the node, log2(nodes) network hops up the tree and as many down (the network
+    stages set the pace: every channel of a GPU shares its NIC, *net_Bps*), the multicast at the
+    end counted with the last hop; 2 log2(nodes) + 1 chunk times at one channel's network rate."""
+    stages = 2 * math.log2(max(nodes, 1)) + 1
+    chunk = nvls_chunk_bytes("nvls_tree", size, ranks, nodes)
+    return stages * chunk / (net_Bps / (2 * channels("nvls_tree", False)))
 
 
 def _col(nodes: int) -> int:
@@ -352,8 +365,8 @@ def _why_not(algo: str, op: str, hw: Platform, avail: list[str]) -> str:
 
 
 def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: int, arch: str,
-                line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float
-                ) -> tuple[float, float, float]:
+                line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float,
+                net_Bps: float = 0.0) -> tuple[float, float, float]:
     """(latency, transfer, tuner) seconds of one GPU call of *size* bytes.
 
     *line_s* is the transfer time at the links' rates (the flow model's); the protocol's share of
@@ -366,7 +379,9 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
     cost it picks algorithm and protocol by) differ the way they do in NCCL: the tuner prices every
     call on all channels, NVLS at its fixed nvlsEfficiency and trees with its treeCorrectionFactor
     (``ncclTopoGetAlgoTime``); the call then runs on the channels its size earns
-    (``channels_used``) and, on NVLS, with the chunks its size gets (``nvls_chunk_bytes``).
+    (``channels_used``) and, on NVLS, with the chunks its size gets (``nvls_chunk_bytes``); an
+    NVLSTree call also fills its pipeline first (``nvls_tree_fill_s``; *net_Bps*: one GPU's rate
+    into the scale-out network, 0 for none).
     """
     base = line_s / protocol_factor(algo, proto, nodes)
     tuned = transfer = base
@@ -378,10 +393,16 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
     if math.isfinite(cap) and size > 0:
         floor = busbw_factor * size / (cap * 1e9)          # NCCL's ceiling on bus bandwidth
         tuned, transfer = max(tuned, floor), max(transfer, floor)
-    if algo == "tree" and op == "allreduce":
-        tuned /= tree_correction(proto, size)
     used, full = channels_used(algo, proto, size, ranks, nodes)
-    transfer *= full / used
+    slowdown = full / used
+    if algo == "tree" and op == "allreduce":
+        # NCCL's tree correction is what its developers measured trees to lose at medium sizes,
+        # channel shortfall included: the larger of the two losses, counted once
+        tuned /= tree_correction(proto, size)
+        slowdown = max(slowdown, 1 / tree_correction(proto, size))
+    transfer *= slowdown
+    if algo == "nvls_tree" and net_Bps > 0:
+        transfer += nvls_tree_fill_s(size, ranks, nodes, net_Bps)
     if algo in ("pairwise", "p2p"):
         lat = latency_s("ring", proto, "sendrecv", 2, min(nodes, 2), size, wire_intra_s, wire_inter_s)
     else:
