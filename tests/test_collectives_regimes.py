@@ -213,3 +213,16 @@ def test_trees_lose_nccls_correction_at_medium_sizes() -> None:
                                      busbw_factor("allreduce", 16), 0.5e-6, 1.6e-6)
     assert t_small == pytest.approx(1e-5 * 3.8 * 2, rel=1e-9)           # below the LL ceiling
     assert m.time("allreduce", size).time_s > 0
+
+
+def test_pat_needs_nccl_2_23() -> None:
+    topo = build_topology(load_cluster("dgx-h100", 128))
+    g = list(range(0, 128, 8))
+    old, new = CollectiveModel(topo, nccl_version=(2, 22)), CollectiveModel(topo, nccl_version=(2, 23))
+    assert "pat" not in old.algorithms("allgather", old.group_info(g))
+    assert "pat" in new.algorithms("allgather", new.group_info(g))
+    with pytest.raises(ConfigError, match=r"from NCCL 2.23 \(this run: 2.22\)"):
+        old.time("allgather", MiB, g, algo="pat")
+    # before 2.23 a ring at one rank per node prices its network steps at the ring's own latency
+    current_ring = CollectiveModel(topo).time("allgather", 1024, g, algo="ring")
+    assert old.time("allgather", 1024, g).latency_s < current_ring.latency_s

@@ -36,6 +36,7 @@ from sim.validate import (
     format_report,
     is_anomalous,
     load_budgets,
+    nccl_version,
     report_to_json,
     run_cli,
     validate_collectives,
@@ -525,3 +526,22 @@ def test_cli_exit_code_and_json(data: Path, monkeypatch: pytest.MonkeyPatch, cap
     assert run_cli(_parser().parse_args(["validate", "--data", str(data)])) == code
     out = capsys.readouterr().out
     assert "by split and system family" in out and ("BUDGET EXCEEDED" in out) == bool(code)
+
+
+def test_nccl_version_is_read_where_a_run_states_it() -> None:
+    assert nccl_version("2.26.2+cuda12.8") == (2, 26)
+    assert nccl_version("2.29.2 (nccl-headers=22902), nccl-tests 2.17.8") == (2, 29)
+    assert nccl_version("2.18.5 (EFA installer 1.28.0, aws-ofi-nccl v1.7.3-aws)") == (2, 18)
+    assert nccl_version("not stated") is None and nccl_version("") is None
+    assert nccl_version("not stated for this table (default now NCCL v2.27.7)") is None
+
+
+def test_case_spec_carries_the_runs_nccl_release(data: Path) -> None:
+    seen: list[CaseSpec] = []
+
+    def predict(case: CaseSpec) -> float:
+        seen.append(case)
+        return exact(case)
+
+    validate_collectives(data / "collectives", predict)
+    assert {c.nccl_version for c in seen} == {(2, 26)}            # the synthetic runs.csv says 2.26

@@ -70,7 +70,8 @@ class CollectiveResult:
 class CollectiveModel:
     """Collective timings on one topology (build once, ask many times)."""
 
-    def __init__(self, topo: Topology, efficiency: dict[str, float] | None = None) -> None:
+    def __init__(self, topo: Topology, efficiency: dict[str, float] | None = None,
+                 nccl_version: tuple[int, int] | None = None) -> None:
         self.topo = topo
         self.links = LinkTable(topo, LINK_EFFICIENCY if efficiency is None else efficiency)
         self.router = Router(topo, self.links)
@@ -78,7 +79,9 @@ class CollectiveModel:
         # PERF: the plan search asks for the same (op, size, group) many times across layouts
         # (benchmarks/test_bench_plan.py); a result is a pure function of them.
         self._results: dict[tuple[Any, ...], CollectiveResult] = {}
-        self.hw = nccl.platform(topo)          # what the tuner may offer here (nccl.offered)
+        # what the tuner may offer here (nccl.offered); *nccl_version* (major, minor) where the
+        # release changes it, None for a current NCCL
+        self.hw = nccl.platform(topo, nccl_version)
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
         self._wire: tuple[float, float] | None = None
@@ -178,7 +181,7 @@ class CollectiveModel:
         w_intra, w_inter = self._wire_latency_s()
         lat, transfer, tuned = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch,
                                                 transfer, busbw_factor(op, gi.n), w_intra, w_inter,
-                                                self._net_Bps())
+                                                self._net_Bps(), self.hw.since(2, 23))
         res = CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
         if tuner is not None:
             tuner[id(res)] = tuned

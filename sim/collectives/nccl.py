@@ -175,19 +175,21 @@ def _col(nodes: int) -> int:
 
 def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: float,
               wire_intra_s: float = REFERENCE_WIRE_US["intra"] * 1e-6,
-              wire_inter_s: float = REFERENCE_WIRE_US["inter"] * 1e-6) -> float:
+              wire_inter_s: float = REFERENCE_WIRE_US["inter"] * 1e-6, exposed_net: bool = True) -> float:
     """NCCL's modelled latency of one collective call (``ncclTopoTuneModel`` + plateau), seconds,
     with the topology's own links in it: *wire_intra_s* / *wire_inter_s* are the path latencies of
     one step inside a node / between nodes on the topology graph. NCCL's hwLat constants hold for
     the reference systems the bundled DGX topologies describe (REFERENCE_WIRE_US: their path
-    latencies); a topology whose links are slower or faster moves each step by the difference."""
+    latencies); a topology whose links are slower or faster moves each step by the difference.
+    *exposed_net*: with one rank per node NCCL (2.23 on) prices rings' network steps at the tree's
+    network latency ("latencies are fully exposed")."""
     p = _P[proto]
     base = _BASE.get(algo, _BASE["ring"])[p]
     intra = max(0.0, _NVLINK.get(algo, _NVLINK["ring"])[p]
                 + wire_intra_s * 1e6 - REFERENCE_WIRE_US["intra"])
     ppn = max(1, ranks // max(nodes, 1))
     # "With ppn=1 latencies are fully exposed, use the Tree network latency" (tuning.cc, 2.23+)
-    net_algo = "tree" if ppn == 1 and algo in ("ring", "tree") else algo
+    net_algo = "tree" if exposed_net and ppn == 1 and algo in ("ring", "tree") else algo
     inter = max(0.0, _NET.get(net_algo, _NET["ring"])[p]
                 + wire_inter_s * 1e6 - REFERENCE_WIRE_US["inter"])
     if algo == "ring":
@@ -265,13 +267,20 @@ class Platform:
     tpu: bool                    # TPU slices: XLA collectives on the ICI torus, no NCCL protocols
     nvls: bool                   # NVLink SHARP in the NVSwitches (NVLS, NVLSTree)
     sharp: bool                  # InfiniBand SHARP in the fabric's switches (CollNet)
+    nccl: tuple[int, int] | None = None   # NCCL (major, minor) the calls run; None: a current one
+
+    def since(self, major: int, minor: int) -> bool:
+        """Whether the NCCL release has what (major, minor) introduced (unknown: yes)."""
+        return self.nccl is None or self.nccl >= (major, minor)
 
 
-def platform(topo: Topology) -> Platform:
-    """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction."""
+def platform(topo: Topology, nccl_version: tuple[int, int] | None = None) -> Platform:
+    """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction;
+    *nccl_version* (major, minor) where the release matters (PAT: 2.23), None for a current one."""
     fab = topo.fabric
     nvls, sharp = (fab.nvls, fab.sharp) if isinstance(fab, GpuFabric) else (False, False)
-    return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp)
+    return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp,
+                    nccl_version)
 
 
 def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
@@ -298,7 +307,7 @@ def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
         algos.append("collnet")
     if op == "allreduce" and multi and gi.ppn > 1:
         algos.append("hierarchical")
-    if op in ("allgather", "reducescatter") and multi and gi.ppn == 1:
+    if op in ("allgather", "reducescatter") and multi and gi.ppn == 1 and hw.since(2, 23):
         algos.append("pat")           # NCCL >= 2.23: one GPU per node only (ncclPatEnable)
     return algos
 
@@ -359,14 +368,15 @@ def _why_not(algo: str, op: str, hw: Platform, avail: list[str]) -> str:
         "collnet": "needs InfiniBand SHARP switches (cluster.sharp: true) and several nodes",
         "tree": "is an all-reduce across several nodes",
         "torus": "is for TPU slices",
-        "pat": "is NCCL's all-gather / reduce-scatter across nodes with one GPU per node",
+        "pat": ("is NCCL's all-gather / reduce-scatter across nodes with one GPU per node, "
+                "from NCCL 2.23" + (f" (this run: {hw.nccl[0]}.{hw.nccl[1]})" if hw.nccl else "")),
     }.get(algo, f"does not implement {op} here")
     return f"--algo {algo}: {reason}; available for {op}: {', '.join(avail)}"
 
 
 def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: int, arch: str,
                 line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float,
-                net_Bps: float = 0.0) -> tuple[float, float, float]:
+                net_Bps: float = 0.0, since_2_23: bool = True) -> tuple[float, float, float]:
     """(latency, transfer, tuner) seconds of one GPU call of *size* bytes.
 
     *line_s* is the transfer time at the links' rates (the flow model's); the protocol's share of
@@ -381,7 +391,8 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
     (``ncclTopoGetAlgoTime``); the call then runs on the channels its size earns
     (``channels_used``) and, on NVLS, with the chunks its size gets (``nvls_chunk_bytes``); an
     NVLSTree call also fills its pipeline first (``nvls_tree_fill_s``; *net_Bps*: one GPU's rate
-    into the scale-out network, 0 for none).
+    into the scale-out network, 0 for none; *since_2_23*: the NCCL release has 2.23's latency
+    rules).
     """
     base = line_s / protocol_factor(algo, proto, nodes)
     tuned = transfer = base
@@ -408,5 +419,6 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
     else:
         lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet", "pat") else "ring"
         lat_op = op if algo != "hierarchical" else "allreduce"
-        lat = latency_s(lat_algo, proto, lat_op, ranks, nodes, size, wire_intra_s, wire_inter_s)
+        lat = latency_s(lat_algo, proto, lat_op, ranks, nodes, size, wire_intra_s, wire_inter_s,
+                        exposed_net=since_2_23)
     return lat, transfer, lat + tuned

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from .stats import median, p90
 
 __all__ = ["BW_MIN_BYTES", "SYSTEM_FAMILIES", "LAT_MAX_BYTES", "OPS", "REGIMES", "TOPOLOGIES", "CaseSpec",
            "CollectivesReport", "PointResult", "Predictor", "RegimeStats", "RunResult", "Summary",
-           "UnsupportedRun", "family_of", "family_of_spec", "is_anomalous", "validate_collectives"]
+           "UnsupportedRun", "family_of", "family_of_spec", "is_anomalous", "nccl_version", "validate_collectives"]
 
 # The ops of nccl-tests runs: sim.collectives.OPS, listed in the order the data's errors name them.
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast")
@@ -91,6 +92,7 @@ class CaseSpec:
     size_bytes: int      # > 0
     dtype: str           # nccl-tests dtype name (float, double, half, bfloat16, ...)
     algo: str | None = None  # an algorithm the run forced (NCCL_ALGO=...), else the model chooses
+    nccl_version: tuple[int, int] | None = None  # (major, minor) runs.csv states, else None
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -126,6 +128,7 @@ class _RunMeta:
     algo: str | None
     reason: str
     family: str = ""                   # family_of(topology) for supported runs
+    nccl_version: tuple[int, int] | None = None
 
     @property
     def system(self) -> str:
@@ -142,6 +145,16 @@ class _Measured:
     time_s: float | None          # None where time_us is blank
     busbw_GBps: float
 
+
+
+def nccl_version(text: str) -> tuple[int, int] | None:
+    """(major, minor) of the NCCL release a runs.csv ``nccl_version`` cell names ("2.26.2+cuda12.8",
+    "2.29.2 (nccl-headers=22902), ..."), None where it names none ("not stated", "not stated for
+    this table (... default now NCCL v2.27.7)": a guess is not the run's release)."""
+    if (text or "").strip().lower().startswith("not "):
+        return None
+    m = re.search(r"(?<![\d.])(\d+)\.(\d+)(?:\.\d+)?", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _load_systems(path: Path) -> dict[str, tuple[int, dict[str, str]]]:
@@ -208,7 +221,7 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
                               split=row["split"], anomalous=is_anomalous(file, row["notes"]),
                               supported=status == "supported", topology=topology,
                               sharp=sharp == "true", algo=sys_row["algo"].strip() or None,
-                              reason=reason))
+                              reason=reason, nccl_version=nccl_version(row.get("nccl_version", ""))))
     return metas
 
 
@@ -347,7 +360,8 @@ def _stats(values: Sequence[float]) -> RegimeStats:
 def _score_point(meta: _RunMeta, m: _Measured, predict: Predictor, factor: float) -> PointResult:
     """One size of *meta*'s run; *factor* is nccl-tests' busbw / algbw of the run's op and ranks."""
     case = CaseSpec(topology=meta.topology, gpus=meta.gpus, sharp=meta.sharp, op=meta.op,
-                    size_bytes=m.size_bytes, dtype=m.dtype, algo=meta.algo)
+                    size_bytes=m.size_bytes, dtype=m.dtype, algo=meta.algo,
+                    nccl_version=meta.nccl_version)
     raw = predict(case)
     pred_s = float(raw)
     if not (math.isfinite(pred_s) and pred_s > 0):
