@@ -347,13 +347,13 @@ def test_family_follows_the_topology_spec() -> None:
 # ----------------------------------------------------------------------------- budgets
 
 def test_repository_budgets() -> None:
-    """The shipped [collectives] table budgets all three regimes, never looser than the budgets
-    before the ramp was scored (bandwidth 8 %, latency 25 %) nor than the ramp median the model
-    had then (30.2 % on the test split, budget 31 %)."""
+    """The shipped [collectives] table budgets all three regimes, at or under the issue's targets
+    where the model meets them (bandwidth 5 %, latency 15 %) and never looser than the ramp budget
+    the size mechanisms earned (19 %)."""
     table = load_budgets(REAL / "budgets.toml")["collectives"]
     assert set(table) == {"bw_median_abs_pct", "ramp_median_abs_pct", "lat_median_abs_pct"}
-    assert table["bw_median_abs_pct"] <= 8.0 and table["lat_median_abs_pct"] <= 25.0
-    assert table["ramp_median_abs_pct"] <= 31.0
+    assert table["bw_median_abs_pct"] <= 5.0 and table["lat_median_abs_pct"] <= 15.0
+    assert table["ramp_median_abs_pct"] <= 19.0
 
 
 @pytest.mark.parametrize(("text", "match"), [
