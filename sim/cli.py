@@ -148,6 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true", help="one JSON object, one entry per topology")
     pl.set_defaults(func=_cmd_plan)
 
+    wi = sub.add_parser("whatif", help="replay a measured per-op trace; the straggler-free step, "
+                                       "the slowdown S and who caused it")
+    wi.add_argument("trace", help="trace file (.parquet: the StragglerAnalysis per-op format)")
+    wi.add_argument("--meta", help="job layout YAML (dp_size, pp_size, tp_size, vpp_size, world_size); "
+                                   "default: meta-NAME.yaml beside trace-NAME.parquet")
+    wi.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    wi.add_argument("--trace-out", metavar="FILE",
+                    help="Perfetto timeline of one step: measured, replayed and straggler-free side by side")
+    wi.add_argument("--trace-step", type=int, metavar="STEP",
+                    help="the step --trace-out shows (default: the most slowed-down step)")
+    wi.add_argument("--heatmap", metavar="FILE", help="worker x step attributed slowdown: .png, .svg or .pdf")
+    wi.set_defaults(func=_cmd_whatif)
+
     from .validate import add_parser as add_validate_parser
     add_validate_parser(sub)  # type: ignore[arg-type]
 
@@ -364,6 +377,42 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     print(report.dump_json(rows) if args.json
           else report.sweep_text(rows, [a.key for a in axes], None if out is None else str(out),
                                  None if plot is None else str(plot)))
+    return 0
+
+
+def _cmd_whatif(args: argparse.Namespace) -> int:
+    from .traces import Replay, load_trace, what_if
+
+    trace_out = check_output_path(args.trace_out, "--trace-out") if args.trace_out else None
+    heatmap = check_output_path(args.heatmap, "--heatmap", PLOT_SUFFIXES) if args.heatmap else None
+    prog = load_trace(args.trace, args.meta)
+    for why in prog.skipped:
+        _err(f"clustersim: warning: {args.trace}: partial step skipped, not scored: {why}")
+    w = what_if(prog)
+    files = []
+    if trace_out is not None:
+        import numpy as np
+
+        if args.trace_step is None:
+            i = int(np.argmax(w.step_slowdown))
+        elif args.trace_step in prog.steps.tolist():
+            i = prog.steps.tolist().index(args.trace_step)
+        else:
+            raise ConfigError(f"--trace-step: step {args.trace_step} is not a complete step of {args.trace}; "
+                              f"complete steps: {prog.steps.tolist()[:10]}{' ...' if len(prog.steps) > 10 else ''}")
+        from .trace import write_whatif_trace
+
+        write_whatif_trace(trace_out, prog, {"measured": Replay(prog.start_s, prog.end_s), "replayed": w.replay,
+                                             "straggler-free": w.ideal}, i, w.name)
+        files.append(str(trace_out))
+    if heatmap is not None:
+        from .plots import plot_straggler_heatmap
+
+        workers = sorted(w.by_worker_steps)
+        plot_straggler_heatmap(workers, [int(s) for s in w.steps], [w.by_worker_steps[k].tolist() for k in workers],
+                               heatmap, f"{w.name}: attributed slowdown per worker and step")
+        files.append(str(heatmap))
+    print(report.dump_json(report.whatif_json(w)) if args.json else report.whatif_text(w, files))
     return 0
 
 

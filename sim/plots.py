@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_sweep", "plot_scaling", "plot_breakdown", "plot_plan", "plot_validation"]
+__all__ = ["plot_sweep", "plot_scaling", "plot_breakdown", "plot_plan", "plot_validation", "plot_straggler_heatmap"]
 
 _BREAKDOWN = ("compute", "exposed_comm", "pipeline_bubble", "straggler_wait", "optimizer", "other")
 
@@ -143,6 +143,30 @@ def plot_validation(points: Sequence[tuple[float, float, str]], quantity: str, u
     ax.set_ylabel(f"predicted {quantity} ({unit})")
     ax.set_title(title)
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return fig
+
+
+def plot_straggler_heatmap(workers: Sequence[str], steps: Sequence[int], slowdown: Sequence[Sequence[float]],
+                           path: Path, title: str) -> Any:
+    """Worker x step heatmap of the attributed slowdown (*slowdown*[worker][step]: the step's
+    slowdown with only that worker's ops at their measured times)."""
+    plt = _plt()
+    import numpy as np
+
+    data = np.asarray(slowdown, dtype=float)
+    fig, ax = plt.subplots(figsize=(min(4 + 0.25 * len(steps), 16), min(2 + 0.3 * len(workers), 12)))
+    im = ax.imshow(data, aspect="auto", cmap="Reds", interpolation="nearest")
+    ax.set_yticks(range(len(workers)))
+    ax.set_yticklabels(workers, fontsize=7)
+    ax.set_xticks(range(len(steps)))
+    ax.set_xticklabels([str(s) for s in steps], fontsize=6, rotation=90)
+    ax.set_xlabel("step")
+    ax.set_ylabel("worker (dp rank/stage)")
+    fig.colorbar(im, ax=ax, label="attributed slowdown")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

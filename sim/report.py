@@ -12,15 +12,18 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:                 # type names only: importing the views stays as light as json
     from .collectives import CollectiveResult
     from .config import Scenario
     from .plan import Candidate, PlanRequest, TopologyPlan
     from .results import StepResult
+    from .traces import WhatIf
 
 __all__ = ["dump_json", "step_json", "step_text", "step_time_dist", "topology_text",
            "collective_csv", "collective_table", "candidate_json", "runners_up", "plan_json",
-           "plan_text", "sweep_text"]
+           "plan_text", "sweep_text", "whatif_json", "whatif_text"]
 
 
 def dump_json(obj: Any) -> str:
@@ -99,6 +102,16 @@ def step_text(r: StepResult, scn: Scenario, trace_file: str | None = None) -> st
         lines.append(f"  stragglers       slowest replica {x['straggler_replica']} finished "
                      f"{x['straggler_excess_s']:.3f} s after the median one"
                      + (f" (slow chips {x['straggler_chips']})" if x["straggler_chips"] else ""))
+    if "straggler_slowdown" in x:
+        a = x["straggler_slowdown"]
+
+        def top(d: dict[str, float], n: int = 4) -> str:
+            return ", ".join(f"{k} {v:.3f}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n])
+        lines.append(f"  slowdown         {a['slowdown']:.3f} x the straggler-free step "
+                     f"({a['straggler_free_step_s']:.3f} s); with only these stragglers kept:")
+        lines.append(f"                   by stage {top(a['by_stage'])}; by replica "
+                     f"{top(a['by_replica'], 3)}" + (f"; by cause {top(a['by_cause'])}"
+                                                     if a["by_cause"] else ""))
     if x.get("link_sharing_s"):
         lines.append(f"  shared links     +{x['link_sharing_s']:.3f} s: the step's transfers met on "
                      "links over capacity (pipeline sends, gradient reductions)")
@@ -300,4 +313,52 @@ def sweep_text(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], table_fil
         lines.append(f"table: {table_file}")
     if plot_file is not None:
         lines.append(f"plot:  {plot_file}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- whatif
+
+def whatif_json(w: WhatIf) -> dict[str, Any]:
+    """``whatif --json``: ``slowdown``, ``by_stage``, ``by_dp_rank``, ``by_optype`` (keyed as in the
+    trace), ``steps`` (per step ``measured_s``, ``replayed_s``, ``ideal_s``) and more."""
+    return {
+        "trace": w.name,
+        "slowdown": w.slowdown,
+        "by_stage": w.by_stage,
+        "by_dp_rank": w.by_dp_rank,
+        "by_optype": w.by_optype,
+        "by_worker": w.by_worker,
+        "steps": {str(int(s)): {"measured_s": float(m), "replayed_s": float(r), "ideal_s": float(i),
+                                "slowdown": float(r / i)}
+                  for s, m, r, i in zip(w.steps, w.measured_s, w.replayed_s, w.ideal_s)},
+        "replay_error_median_pct": w.replay_error_median_pct,
+        "skipped_steps": list(w.skipped),
+    }
+
+
+def _top(d: Mapping[str, float], n: int) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n])
+
+
+def whatif_text(w: WhatIf, files: Sequence[str] = ()) -> str:
+    """The what-if analysis as a short report: step times, S, its attribution, who is to blame."""
+    def med(a: np.ndarray) -> float:
+        return float(np.median(a))
+
+    lines = [
+        f"trace {w.name}: {len(w.steps)} complete steps"
+        + (f" ({len(w.skipped)} partial skipped)" if w.skipped else ""),
+        f"step time (median): measured {med(w.measured_s):.4f} s, replayed {med(w.replayed_s):.4f} s "
+        f"(median |error| {w.replay_error_median_pct:.2f}%), straggler-free {med(w.ideal_s):.4f} s",
+        f"slowdown S = mean replayed / mean straggler-free = {w.slowdown:.4f}",
+        "attributed slowdown (only these ops at their measured times):",
+        f"  by stage:   {_top(dict(sorted(w.by_stage.items())), 99)}",
+        f"  by dp rank: {_top(dict(sorted(w.by_dp_rank.items())), 99)}",
+        f"  by op type: {_top(w.by_optype, 6)}",
+    ]
+    if w.by_worker:
+        lines.append(f"workers to blame (dp/stage): {_top(w.by_worker, 5)}")
+    worst = np.argsort(-w.step_slowdown, kind="stable")[:5]
+    lines.append("steps to blame: " + ", ".join(f"{int(w.steps[i])} {w.step_slowdown[i]:.3f}" for i in worst))
+    lines += [f"wrote {f}" for f in files]
     return "\n".join(lines)

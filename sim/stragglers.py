@@ -61,19 +61,26 @@ def replica_draws(scn: Scenario, slow: np.ndarray) -> list[ReplicaDraws]:
     return out
 
 
-def jitter_for(draws: ReplicaDraws, sigma: float, group: int,
-               rng: np.random.Generator) -> Callable[[int, int], float]:
+def jitter_for(draws: ReplicaDraws, sigma: float, group: int, rng: np.random.Generator,
+               keep: Callable[[int, str], bool] | None = None) -> Callable[[int, int], float]:
     """The engine's jitter(rank, k) for one replica (rank = stage in replica mode). Each stage
     draws from its own stream, in the order of its compute segments, so the factors do not depend
-    on how the engine interleaves stages (or batches a stage's segments)."""
+    on how the engine interleaves stages (or batches a stage's segments).
+
+    *keep(stage, cause)*, cause ``"jitter"`` or ``"slow_chips"``: which of the replica's straggler
+    sources act (all when None); the others run at 1. The draws are the same either way, so a
+    subset of the stragglers is exactly the full run's with the rest removed (attribution)."""
     streams = rng.spawn(len(draws.stage_slowdown))
 
     def jitter(stage: int, k: int) -> float:
         f = draws.stage_slowdown[stage]
+        if keep is not None and not keep(stage, "slow_chips"):
+            f = 1.0
         if sigma > 0:
             u = streams[stage].random()
-            z = ndtri(u ** (1.0 / group)) if group > 1 else ndtri(u)
-            f *= float(np.exp(sigma * z))
+            if keep is None or keep(stage, "jitter"):
+                z = ndtri(u ** (1.0 / group)) if group > 1 else ndtri(u)
+                f *= float(np.exp(sigma * z))
         return f
     return jitter
 

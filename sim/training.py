@@ -238,9 +238,11 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
                                       shared_with=None))
         net = None
     topo = topo or build_topology(scn.cluster)
+    clean: tuple[Topology, CollectiveModel] | None = None     # the links before degradation
     if scn.stragglers is not None and scn.stragglers.link_degrade_fraction > 0:
         from .stragglers import degrade_links
 
+        clean = (topo, net or CollectiveModel(topo))
         topo = degrade_links(topo, scn.stragglers, scn.seed)
         net = CollectiveModel(topo)
     net = net or CollectiveModel(topo)
@@ -262,8 +264,13 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
     if neighbour is not None:
         eng, extra = _shared_step(scn, neighbour, plans, wl, topo, net, stack_efficiency, trace)
     elif scn.stragglers is not None and not per_rank:
+        if clean is not None and clean[0] is not topo:
+            clean_plans = (plan_stages(wl, clean[0], clean[1], stack_efficiency),
+                           clean[1].links.capacity_Bps)
+        else:
+            clean_plans = (plans, net.links.capacity_Bps)
         eng, extra = _straggler_step(scn, plans, wl, vs, step_seed, trace,
-                                     net.links.capacity_Bps)
+                                     net.links.capacity_Bps, clean_plans)
     else:
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
                        group=par.microbatch_group,
@@ -331,7 +338,8 @@ def _shared_step(scn: Scenario, other: Scenario, plans: list[StagePlan], wl: Wor
 
 
 def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int, seed: int,
-                    trace: bool, capacity_Bps: Any) -> tuple[Any, dict[str, Any]]:
+                    trace: bool, capacity_Bps: Any,
+                    clean: tuple[list[StagePlan], Any]) -> tuple[Any, dict[str, Any]]:
     """Every data-parallel replica simulated with its own draws; the slowest sets the step."""
     import numpy as np
 
@@ -369,6 +377,8 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
     eng.breakdown_s["straggler_wait"] += step - median[0]
     eng.step_time_s = step
     extra = {
+        "straggler_slowdown": _straggler_attribution(scn, wl, vs, seed, slow, step, results,
+                                                     plans, capacity_Bps, *clean),
         "straggler_replica": slowest[1].replica,
         "straggler_chips": list(slowest[1].slow_chips),
         "straggler_excess_s": step - median[0],
@@ -376,3 +386,65 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
         "replica_step_s": {"min": ordered[0][0], "median": median[0], "max": step},
     }
     return eng, extra
+
+
+def _straggler_attribution(scn: Scenario, wl: Workload, vs: int, seed: int, slow: Any, step_s: float,
+                           results: list[Any], plans: list[StagePlan], capacity_Bps: Any,
+                           clean_plans: list[StagePlan], clean_capacity_Bps: Any) -> dict[str, Any]:
+    """The slowdown the stragglers caused and who caused it, with the definitions of the measured
+    what-if (``sim.traces.whatif.slowdowns``; Lin et al. OSDI 2025, Eq. 1-4): S = step / the
+    straggler-free step (no jitter, no slow chip, every link at its rate); a group's attributed
+    slowdown is the step with only that group's stragglers kept.
+
+    - ``by_stage`` / ``by_replica``: only that pipeline stage's (in every replica) / that
+      data-parallel replica's compute stragglers (jitter and slow chips), on undegraded links;
+    - ``by_cause``: only the jitter, only the slow chips, or only the degraded links.
+    The same draws as the step itself (``jitter_for(keep=...)``), so each is exact, not re-sampled.
+    """
+    import numpy as np
+
+    from .stragglers import jitter_for, replica_draws
+    from .traces.whatif import slowdowns
+
+    par, cfg = scn.parallelism, scn.stragglers
+    assert cfg is not None
+    sigma, group = cfg.compute_jitter_sigma, par.tp * par.cp
+    draws = replica_draws(scn, slow)
+    links_degraded = plans is not clean_plans
+
+    def play(plans: list[StagePlan], cap: Any, jitter: Any = None) -> float:
+        return simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
+                        group=par.microbatch_group, jitter=jitter, capacity_Bps=cap).step_time_s
+
+    ideal_s = play(clean_plans, clean_capacity_Bps)
+
+    def replica_s(d: Any, keep: Any) -> float:
+        """One replica on undegraded links with only the sources *keep(stage, cause)* acting."""
+        if sigma <= 0 and not any(f > 1 and keep(s, "slow_chips")
+                                  for s, f in enumerate(d.stage_slowdown)):
+            return ideal_s                               # nothing of this replica acts
+        jit = jitter_for(d, sigma, group, np.random.default_rng([seed, 2, d.replica]), keep)
+        return play(clean_plans, clean_capacity_Bps, jit)
+
+    def step_with(keep: Any) -> float:
+        return max(replica_s(d, keep) for d in draws)
+
+    # A replica alone: the others run straggler-free, so the step is the longer of the two.
+    alone = ({d.replica: r[0] for r, d in zip(results, draws)} if not links_degraded
+             else {d.replica: replica_s(d, lambda s, c: True) for d in draws})
+    causes: dict[str, Any] = {}
+    if sigma > 0:
+        causes["jitter"] = lambda s, c: c == "jitter"
+    if len(slow):
+        causes["slow_chips"] = lambda s, c: c == "slow_chips"
+    by_cause = slowdowns(step_with, causes, ideal_s)
+    if links_degraded:
+        by_cause["degraded_links"] = play(plans, capacity_Bps) / ideal_s
+    return {
+        "slowdown": step_s / ideal_s,
+        "straggler_free_step_s": ideal_s,
+        "by_stage": slowdowns(step_with, {str(st): (lambda s, c, st=st: s == st)
+                                          for st in range(par.pp)}, ideal_s),
+        "by_replica": {str(r): max(t, ideal_s) / ideal_s for r, t in sorted(alone.items())},
+        "by_cause": by_cause,
+    }

@@ -54,7 +54,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("calibration",),                                  # fitted constants (of compute.kernels' records)
     ("config",),                                       # YAML -> typed scenario
     ("topology",),                                     # spec + size -> graph
-    ("workload",),                                     # scenario -> per-rank ops
+    ("workload", "traces"),                            # scenario -> per-rank ops; measured trace ->
+    #                                                    per-worker program, replay, what-if
     ("compute.model",),                                # workload's ops -> seconds on a chip
     ("network",),                                      # routing, links, fluid sharing
     ("collectives", "engine", "stragglers", "faults", "cost"),

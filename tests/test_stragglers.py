@@ -89,3 +89,44 @@ def test_degraded_links_slow_the_data_parallel_reduction() -> None:
                                        "stragglers": {"link_degrade_fraction": 0.1,
                                                       "link_bandwidth_factor": 0.1}}))[0]
     assert bad.step_time_s > clean.step_time_s
+
+
+# ----------------------------------------------------------------------------- attribution (#15)
+
+def _attribution(stragglers: dict[str, float], **over: object) -> tuple[float, dict]:
+    scn = scenario_from_dict({**BASE, **over, "stragglers": stragglers})
+    r = run_step(scn)[0]
+    clean = run_step(scenario_from_dict({**BASE, **over}))[0]
+    return clean.step_time_s, {**r.extra["straggler_slowdown"], "step_s": r.step_time_s}
+
+
+def test_one_slow_chip_is_attributed_to_its_stage_replica_and_cause_alone() -> None:
+    clean_s, a = _attribution({"slow_fraction": 1 / 64, "slow_factor": 2.0})
+    assert a["straggler_free_step_s"] == pytest.approx(clean_s, rel=1e-12)   # the step without them
+    assert a["slowdown"] == pytest.approx(a["step_s"] / clean_s, rel=1e-12) and a["slowdown"] > 1.5
+    # The one slow chip holds all of the slowdown: its stage, its replica and its cause each
+    # reproduce S, and every other stage / replica alone leaves the step straggler-free.
+    for d in (a["by_stage"], a["by_replica"]):
+        top = max(d, key=d.get)
+        assert d[top] == pytest.approx(a["slowdown"], rel=1e-12)
+        assert all(v == 1.0 for k, v in d.items() if k != top)
+    assert a["by_cause"] == {"slow_chips": pytest.approx(a["slowdown"], rel=1e-12)}
+
+
+def test_jitter_attributions_are_bounded_by_the_slowdown() -> None:
+    _, a = _attribution({"compute_jitter_sigma": 0.1})
+    assert a["by_cause"]["jitter"] == pytest.approx(a["slowdown"], rel=1e-12)   # the only cause
+    # The slowest replica alone sets the step (the others finish earlier).
+    assert max(a["by_replica"].values()) == pytest.approx(a["slowdown"], rel=1e-12)
+    assert all(1.0 <= v <= a["slowdown"] + 1e-12 for v in (*a["by_stage"].values(),
+                                                            *a["by_replica"].values()))
+
+
+def test_degraded_links_are_their_own_cause() -> None:
+    par = {"tp": 1, "pp": 1, "zero": 3}
+    tr = {"seq_len": 2048, "global_batch": 64, "micro_batch": 1}
+    _, a = _attribution({"link_degrade_fraction": 0.1, "link_bandwidth_factor": 0.1},
+                        parallelism=par, training=tr)
+    assert a["slowdown"] > 1
+    assert a["by_cause"] == {"degraded_links": pytest.approx(a["slowdown"], rel=1e-12)}
+    assert set(a["by_stage"].values()) == {1.0} and set(a["by_replica"].values()) == {1.0}

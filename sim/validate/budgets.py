@@ -28,6 +28,7 @@ BUDGET_KEYS = types.MappingProxyType({
     "training": TRAINING_BUDGET_KEYS,       # per family (A100, H100, TPU) on the test split
     "failures": frozenset({"relative_err_max_pct"}),
     "compute": frozenset({"gemm_median_abs_pct", "attention_median_abs_pct"}),
+    "stragglers": frozenset({"replay_median_abs_pct", "whatif_rel_pct"}),
 })
 
 

@@ -93,8 +93,22 @@ def _compute(data_dir: Path, budgets: Budgets) -> _Outcome:
                     "kernel time", "us", "compute: kernel tables (H100 fit, H200 test)")
 
 
+def _stragglers(data_dir: Path, budgets: Budgets) -> _Outcome:
+    from .stragglers import (
+        check_straggler_budgets,
+        format_stragglers,
+        stragglers_to_json,
+        validate_stragglers,
+    )
+
+    cases = validate_stragglers(data_dir)
+    return _Outcome(check_straggler_budgets(cases, budgets["stragglers"]), lambda: stragglers_to_json(cases),
+                    lambda: format_stragglers(cases), "every trace", [])
+
+
 _RUN: Mapping[str, Callable[[Path, Budgets], _Outcome]] = {
-    "collectives": _collectives, "training": _training, "failures": _failures, "compute": _compute}
+    "collectives": _collectives, "training": _training, "failures": _failures, "compute": _compute,
+    "stragglers": _stragglers}
 SUITES = tuple(_RUN)                   # --suite choices; the first is the default
 
 
@@ -102,7 +116,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """Add ``validate [--suite S] [--data DIR] [--json] [--plot FILE]``; its handler is ``run_cli``."""
     p = subparsers.add_parser("validate", help="predicted vs measured, against the error budgets")
     p.add_argument("--suite", choices=SUITES, default="collectives",
-                   help="which suite: collectives (default), training, failures or compute")
+                   help="which suite: collectives (default), training, failures, compute or stragglers")
     p.add_argument("--data", type=Path, default=default_data_dir(), metavar="DIR",
                    help=f"validation folder with {BUDGETS_FILE} and one folder per suite "
                         "(default: the repository's validation/)")
@@ -118,8 +132,8 @@ def run_cli(args: argparse.Namespace) -> int:
     plot = None
     if getattr(args, "plot", None) is not None:
         plot = check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
-        if args.suite == "failures":
-            raise ConfigError("--plot: the failures suite has a handful of cases and no scatter; "
+        if args.suite in ("failures", "stragglers"):
+            raise ConfigError(f"--plot: the {args.suite} suite has a handful of cases and no scatter; "
                               "plot collectives, training or compute")
     data_dir = Path(args.data)
     if not data_dir.is_dir():
