@@ -41,9 +41,10 @@ from ..units import GB, KiB, MiB, us_to_s
 from .data import GPUS_PER_NODE, RUNS_FILE, SPLITS, number, read_csv, required_integer
 from .stats import median, p90
 
-__all__ = ["BW_MIN_BYTES", "SYSTEM_FAMILIES", "LAT_MAX_BYTES", "OPS", "REGIMES", "TOPOLOGIES", "CaseSpec",
+__all__ = ["BW_MIN_BYTES", "LAT_MAX_BYTES", "OPS", "SYSTEM_FAMILIES", "TOPOLOGIES", "CaseSpec",
            "CollectivesReport", "PointResult", "Predictor", "RegimeStats", "RunResult", "Summary",
-           "UnsupportedRun", "family_of", "family_of_spec", "is_anomalous", "nccl_version", "validate_collectives"]
+           "UnsupportedRun", "family_of", "family_of_spec", "is_anomalous", "nccl_version",
+           "validate_collectives"]
 
 # The ops of nccl-tests runs: sim.collectives.OPS, listed in the order the data's errors name them.
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast")
@@ -51,7 +52,6 @@ TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"})
 
 BW_MIN_BYTES = 64 * MiB                # bandwidth regime: size_bytes >= this
 LAT_MAX_BYTES = 64 * KiB               # latency regime: size_bytes <= this
-REGIMES = ("bandwidth", "ramp", "latency")  # ramp: LAT_MAX_BYTES < size_bytes < BW_MIN_BYTES
 
 # System families the report summarises separately, in this order (``family_of``).
 SYSTEM_FAMILIES = ("DGX/HGX IB", "NVL72", "EFA", "GCP", "RoCE", "mesh+dragonfly")
@@ -326,10 +326,6 @@ class Summary:
     bandwidth: RegimeStats
     latency: RegimeStats
     ramp: RegimeStats
-
-    def regime(self, name: str) -> RegimeStats:
-        """The stats of regime *name* (one of REGIMES)."""
-        return {"bandwidth": self.bandwidth, "ramp": self.ramp, "latency": self.latency}[name]
 
 
 @dataclass(frozen=True, slots=True)
