@@ -5,9 +5,9 @@
 the flow model (max-min fair sharing of the routed flows of the algorithm's steps; identical steps
 are solved once, and the per-byte cost of each algorithm is cached, so a size sweep costs one
 solve per algorithm). Latency is NCCL's tuning model for GPUs and the per-hop ICI latency for TPU
-tori. Which algorithms and protocols a call may use and the pick among them (the smallest
-predicted time, the way NCCL's tuner picks from its own cost model) are the tuner's, in
-``sim.collectives.nccl``; this module predicts each candidate's time.
+tori. Which algorithms and protocols a call may use and the pick among them (the smallest cost
+by NCCL's own model, as NCCL's tuner picks; on TPU slices the smallest predicted time) are the
+tuner's, in ``sim.collectives.nccl``; this module predicts each candidate's time and that cost.
 """
 
 from __future__ import annotations
@@ -118,6 +118,8 @@ class CollectiveModel:
         pairs = nccl.choices(op, gi, self.hw, algo)          # checks a forced algorithm
         if gi.n == 1:
             return CollectiveResult(op, "none", "none", int(size_bytes), 1, 0.0, 0.0, 0.0)
+        # NCCL picks by its own cost model (nccl.call_time_s's third value), which can differ from
+        # the time the call then takes; the candidates stay alive here, so their ids are unique
         tuner: dict[int, float] = {}
         cands = [self._predict(op, int(size_bytes), gi, a, proto, tuner=tuner) for a, proto in pairs]
         return nccl.fastest(cands, lambda r: tuner.get(id(r), r.time_s))
@@ -171,7 +173,8 @@ class CollectiveModel:
                  per_byte: float | None = None, tuner: dict[int, float] | None = None) -> CollectiveResult:
         """One (algorithm, protocol) candidate: the flow model's transfer time (*per_byte* replaces
         the algorithm's own cost, see ``time_concurrent``) with ICI latency per hop on TPU slices,
-        or priced by NCCL's model (``nccl.call_time_s``) on GPUs."""
+        or priced by NCCL's model (``nccl.call_time_s``) on GPUs; *tuner*, when given, receives
+        the cost NCCL's tuner sees for it (keyed by the result's id)."""
         alone, hops = self._cost(op, gi, algo)
         per_byte = alone if per_byte is None else per_byte
         transfer = per_byte * size
