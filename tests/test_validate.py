@@ -2,7 +2,8 @@
 
 The synthetic runs are written from a known alpha-beta law (``_true_time_s``), so a predictor that
 returns that law must score ~0 % everywhere and one that is 10 % slow must score exactly
-1 - 1/1.1 = 9.09 % on busbw (bandwidth is the reciprocal of time) and 10 % on time. The last tests
+1 - 1/1.1 = 9.09 % on busbw (bandwidth is the reciprocal of time) and 10 % on time (ramp and
+latency regimes), which fails the synthetic budgets of both bandwidth and ramp. The last tests
 check the real data: systems.csv covers runs.csv and follows the supported/unsupported rules.
 """
 
@@ -30,9 +31,12 @@ from sim.validate import (
     add_parser,
     check_budgets,
     default_data_dir,
+    family_of,
+    family_of_spec,
     format_report,
     is_anomalous,
     load_budgets,
+    nccl_version,
     report_to_json,
     run_cli,
     validate_collectives,
@@ -40,11 +44,13 @@ from sim.validate import (
 
 REAL = default_data_dir()
 SLOW_BW_ERR_PCT = (1 - 1 / 1.1) * 100          # busbw of a 10 % slow prediction: 9.0909... %
-BUDGETS = {"collectives": {"bw_median_abs_pct": 8.0, "lat_median_abs_pct": 25.0}}
+BUDGETS = {"collectives": {"bw_median_abs_pct": 8.0, "ramp_median_abs_pct": 8.0,
+                           "lat_median_abs_pct": 25.0}}
+BUDGETS_TOML = "[collectives]\nbw_median_abs_pct = 8.0\nramp_median_abs_pct = 8.0\nlat_median_abs_pct = 25.0\n"
 
-# Sizes of every synthetic run: a zero-byte row (skipped), 3 latency, 1 mid and 2 bandwidth sizes.
+# Sizes of every synthetic run: a zero-byte row (skipped), 3 latency, 1 ramp and 2 bandwidth sizes.
 SIZES = (0, 8, 1024, LAT_MAX_BYTES, 2**20, BW_MIN_BYTES, 2**30)
-N_LAT, N_BW = 3, 2
+N_LAT, N_RAMP, N_BW = 3, 1, 2
 
 
 def _true_time_s(topology: str, gpus: int, op: str, size_bytes: int) -> float:
@@ -90,7 +96,7 @@ def _write_dataset(root: Path, runs: list[tuple] = RUNS) -> Path:
     """A validation/ folder: budgets.toml plus collectives/ with runs.csv, systems.csv, tables."""
     d = root / "collectives"
     d.mkdir(parents=True)
-    (root / "budgets.toml").write_text("[collectives]\nbw_median_abs_pct = 8.0\nlat_median_abs_pct = 25.0\n")
+    (root / "budgets.toml").write_text(BUDGETS_TOML)
     with (d / "runs.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["file", "collective", "hardware", "gpus", "nodes", "gpus_per_node",
@@ -149,23 +155,27 @@ def test_ten_percent_slow_predictor(data: Path) -> None:
                 assert p.abs_err_pct == pytest.approx(SLOW_BW_ERR_PCT, abs=1e-4)
                 assert p.predicted_busbw_GBps == pytest.approx(p.measured_busbw_GBps / 1.1, rel=1e-6)
             elif p.abs_err_pct is not None:
-                assert p.regime == "latency"
+                assert p.regime in ("ramp", "latency")
                 assert p.abs_err_pct == pytest.approx(10.0, abs=1e-4)
     test = report.summary("test")
     assert test.bandwidth.median_abs_pct == pytest.approx(SLOW_BW_ERR_PCT, abs=1e-4)
     assert test.bandwidth.p90_abs_pct == pytest.approx(SLOW_BW_ERR_PCT, abs=1e-4)
     assert test.latency.median_abs_pct == pytest.approx(10.0, abs=1e-4)
+    # the ramp: run b's 1 MiB point (measured time) and run e's (time from busbw only)
+    assert test.ramp.n == 2 and test.ramp.median_abs_pct == pytest.approx(10.0, abs=1e-4)
 
 
 def test_regimes_and_zero_byte_rows(data: Path) -> None:
     run = _run(validate_collectives(data / "collectives", slow), "nccl_allreduce_8xH100_a.csv")
     assert [p.size_bytes for p in run.points] == list(SIZES[1:])         # 0-byte row skipped
     regime = {p.size_bytes: p.regime for p in run.points}
-    assert regime == {8: "latency", 1024: "latency", LAT_MAX_BYTES: "latency", 2**20: "mid",
+    assert regime == {8: "latency", 1024: "latency", LAT_MAX_BYTES: "latency", 2**20: "ramp",
                       BW_MIN_BYTES: "bandwidth", 2**30: "bandwidth"}
-    assert [p.abs_err_pct for p in run.points if p.regime == "mid"] == [None]
+    assert run.errors_pct("ramp") == [pytest.approx(10.0, abs=1e-4)]        # time error, not busbw
     assert len(run.errors_pct("bandwidth")) == N_BW and len(run.errors_pct("latency")) == N_LAT
+    assert len(run.errors_pct("ramp")) == N_RAMP
     assert run.bw_median_abs_pct == pytest.approx(SLOW_BW_ERR_PCT, abs=1e-4)
+    assert run.ramp_median_abs_pct == pytest.approx(10.0, abs=1e-4)
 
 
 def test_run_without_time_is_scored_on_busbw_only(data: Path) -> None:
@@ -178,6 +188,7 @@ def test_run_without_time_is_scored_on_busbw_only(data: Path) -> None:
     run = _run(validate_collectives(data / "collectives", predict), "nccl_allreduce_8xH200_e.csv")
     assert run.bw_median_abs_pct == pytest.approx(SLOW_BW_ERR_PCT, abs=1e-4)
     assert run.lat_median_abs_pct is None and run.errors_pct("latency") == []
+    assert run.ramp_median_abs_pct == pytest.approx(10.0, abs=1e-4)      # from busbw: see module doc
     big = run.points[-1]
     assert big.time_from_busbw
     assert big.measured_time_s == pytest.approx(_true_time_s("dgx-h200", 8, "allreduce", 2**30), rel=1e-6)
@@ -273,7 +284,9 @@ def test_splits_are_kept_apart(data: Path) -> None:
     assert test.latency.median_abs_pct == pytest.approx(10.0, abs=1e-4)
     assert check_budgets(report, BUDGETS) == [
         (f"collectives: test split bandwidth median abs error {SLOW_BW_ERR_PCT:.2f}% > budget "
-         f"bw_median_abs_pct = 8% ({2 * N_BW} points)")]
+         f"bw_median_abs_pct = 8% ({2 * N_BW} points)"),
+        (f"collectives: test split ramp median abs error 10.00% > budget "
+         f"ramp_median_abs_pct = 8% ({2 * N_RAMP} points)")]
 
 
 def test_median_and_p90_interpolate_between_points(data: Path) -> None:
@@ -301,17 +314,56 @@ def test_summaries_per_system(data: Path) -> None:
         report.summary("test", "A100 1 node")
 
 
+def test_summaries_per_family(data: Path) -> None:
+    report = validate_collectives(data / "collectives", slow)
+    assert {r.family for r in report.runs} == {"DGX/HGX IB"}
+    fam = report.summary("test", "DGX/HGX IB")
+    assert fam == dataclasses.replace(report.summary("test"), system="DGX/HGX IB")
+    with pytest.raises(KeyError):                       # a family with no runs does not appear
+        report.summary("test", "EFA")
+    assert "by split and system family:" in format_report(report)
+
+
+def _gpu_spec(**fields: object) -> types.SimpleNamespace:
+    """A stand-in GPU topology spec: an 8-GPU NVSwitch node on InfiniBand unless *fields* say
+    otherwise (``family_of_spec`` reads fields with getattr, so absent ones count as absent)."""
+    base: dict[str, object] = {"kind": "gpu_cluster", "name": "plain-name", "gpus_per_node": 8,
+                               "nvswitches_per_node": 4}
+    return types.SimpleNamespace(**{**base, **fields})
+
+
+def test_family_follows_the_topology_spec() -> None:
+    assert {family_of(t) for t in ("dgx-a100", "dgx-h100", "dgx-h200")} == {"DGX/HGX IB"}
+    assert family_of_spec(_gpu_spec()) == "DGX/HGX IB"
+    cases = {"ib": "DGX/HGX IB", "efa": "EFA", "tcpxo": "GCP", "tcpx": "GCP", "roce": "RoCE",
+             "slingshot": "mesh+dragonfly"}
+    for transport, family in cases.items():
+        assert family_of_spec(_gpu_spec(transport=transport)) == family, transport
+    assert family_of_spec(_gpu_spec(gpus_per_node=72, gpus_per_host=4)) == "NVL72"
+    assert family_of_spec(_gpu_spec(gpus_per_node=72, transport="ib")) == "NVL72"
+    assert family_of_spec(_gpu_spec(gpus_per_node=4, mesh_links=6, nvswitches_per_node=0)) == "mesh+dragonfly"
+    assert family_of_spec(_gpu_spec(gpus_per_node=4, nvswitches_per_node=0)) == "mesh+dragonfly"
+    assert family_of_spec(_gpu_spec(transport="efa", gpus_per_node=4, mesh_links=6)) == "EFA"
+
+
 # ----------------------------------------------------------------------------- budgets
 
 def test_repository_budgets() -> None:
-    assert load_budgets(REAL / "budgets.toml")["collectives"] == BUDGETS["collectives"]
+    """The shipped [collectives] table budgets all three regimes, at or under the issue's targets
+    where the model meets them (bandwidth 5 %, latency 15 %) and never looser than the ramp budget
+    the size mechanisms earned (19 %)."""
+    table = load_budgets(REAL / "budgets.toml")["collectives"]
+    assert set(table) == {"bw_median_abs_pct", "ramp_median_abs_pct", "lat_median_abs_pct"}
+    assert table["bw_median_abs_pct"] <= 5.0 and table["lat_median_abs_pct"] <= 15.0
+    assert table["ramp_median_abs_pct"] <= 19.0
 
 
 @pytest.mark.parametrize(("text", "match"), [
     ("[collectives]\nbw_median_abs_pct = 8.0\n", "missing key"),
-    ("[collectives]\nbw_median_abs_pct = 8.0\nlat_median_abs_pct = 25.0\nbw_mean = 1\n", "unknown key"),
-    ("[collectives]\nbw_median_abs_pct = -1\nlat_median_abs_pct = 25.0\n", "bw_median_abs_pct"),
-    ("[collectives]\nbw_median_abs_pct = 8.0\nlat_median_abs_pct = 25.0\n[training]\nx = 1\n", "training"),
+    ("[collectives]\nbw_median_abs_pct = 8.0\nlat_median_abs_pct = 25.0\n", "ramp_median_abs_pct"),
+    (BUDGETS_TOML + "bw_mean = 1\n", "unknown key"),
+    (BUDGETS_TOML.replace("bw_median_abs_pct = 8.0", "bw_median_abs_pct = -1"), "bw_median_abs_pct"),
+    (BUDGETS_TOML + "[training]\nx = 1\n", "training"),
     ("bw_median_abs_pct = 8.0\n", "unknown suite"),
     ("[collectives\n", "not valid TOML"),
 ])
@@ -324,10 +376,17 @@ def test_bad_budgets_file(tmp_path: Path, text: str, match: str) -> None:
 
 def test_budget_violations(data: Path) -> None:
     report = validate_collectives(data / "collectives", slow)
-    assert len(check_budgets(report, BUDGETS)) == 1                           # 9.09 % > 8 %; 10 % < 25 %
-    tight = {"collectives": {"bw_median_abs_pct": 10.0, "lat_median_abs_pct": 5.0}}
+    assert len(check_budgets(report, BUDGETS)) == 2        # bw 9.09 % > 8 %, ramp 10 % > 8 %; lat 10 % < 25 %
+    tight = {"collectives": {"bw_median_abs_pct": 10.0, "ramp_median_abs_pct": 12.0,
+                             "lat_median_abs_pct": 5.0}}
     (v,) = check_budgets(report, tight)
     assert "latency" in v and "10.00%" in v
+    loose = {"collectives": {"bw_median_abs_pct": 10.0, "ramp_median_abs_pct": 12.0,
+                             "lat_median_abs_pct": 25.0}}
+    assert check_budgets(report, loose) == []
+    no_ramp = dataclasses.replace(report, splits=tuple(
+        dataclasses.replace(s, ramp=RegimeStats(0, None, None)) for s in report.splits))
+    assert any("no ramp-regime points" in v for v in check_budgets(no_ramp, loose))
     no_lat = dataclasses.replace(report, splits=tuple(
         dataclasses.replace(s, latency=RegimeStats(0, None, None)) for s in report.splits))
     assert any("no latency-regime points" in v for v in check_budgets(no_lat, BUDGETS))
@@ -448,6 +507,9 @@ def test_json_report_round_trips(data: Path) -> None:
     assert len(obj["runs"]) == len(report.runs) and obj["unsupported"][0]["reason"]
     assert obj["splits"][1]["split"] == "test"
     assert obj["splits"][1]["bandwidth"]["median_abs_pct"] == pytest.approx(SLOW_BW_ERR_PCT, abs=1e-4)
+    assert obj["splits"][1]["ramp"]["median_abs_pct"] == pytest.approx(10.0, abs=1e-4)
+    assert [(f["split"], f["system"]) for f in obj["families"]] == [
+        ("calibration", "DGX/HGX IB"), ("test", "DGX/HGX IB")]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -472,7 +534,26 @@ def test_cli_exit_code_and_json(data: Path, monkeypatch: pytest.MonkeyPatch, cap
     monkeypatch.setitem(sys.modules, "sim.validate.predictors", fake)
     assert run_cli(_parser().parse_args(["validate", "--data", str(data), "--json"])) == code
     obj = json.loads(capsys.readouterr().out)
-    assert len(obj["budget_violations"]) == code and obj["budgets"] == BUDGETS["collectives"]
+    assert len(obj["budget_violations"]) == 2 * code and obj["budgets"] == BUDGETS["collectives"]
     assert run_cli(_parser().parse_args(["validate", "--data", str(data)])) == code
     out = capsys.readouterr().out
-    assert "by split and system" in out and ("BUDGET EXCEEDED" in out) == bool(code)
+    assert "by split and system family" in out and ("BUDGET EXCEEDED" in out) == bool(code)
+
+
+def test_nccl_version_is_read_where_a_run_states_it() -> None:
+    assert nccl_version("2.26.2+cuda12.8") == (2, 26)
+    assert nccl_version("2.29.2 (nccl-headers=22902), nccl-tests 2.17.8") == (2, 29)
+    assert nccl_version("2.18.5 (EFA installer 1.28.0, aws-ofi-nccl v1.7.3-aws)") == (2, 18)
+    assert nccl_version("not stated") is None and nccl_version("") is None
+    assert nccl_version("not stated for this table (default now NCCL v2.27.7)") is None
+
+
+def test_case_spec_carries_the_runs_nccl_release(data: Path) -> None:
+    seen: list[CaseSpec] = []
+
+    def predict(case: CaseSpec) -> float:
+        seen.append(case)
+        return exact(case)
+
+    validate_collectives(data / "collectives", predict)
+    assert {c.nccl_version for c in seen} == {(2, 26)}            # the synthetic runs.csv says 2.26

@@ -5,9 +5,9 @@
 the flow model (max-min fair sharing of the routed flows of the algorithm's steps; identical steps
 are solved once, and the per-byte cost of each algorithm is cached, so a size sweep costs one
 solve per algorithm). Latency is NCCL's tuning model for GPUs and the per-hop ICI latency for TPU
-tori. Which algorithms and protocols a call may use and the pick among them (the smallest
-predicted time, the way NCCL's tuner picks from its own cost model) are the tuner's, in
-``sim.collectives.nccl``; this module predicts each candidate's time.
+tori. Which algorithms and protocols a call may use and the pick among them (the smallest cost
+by NCCL's own model, as NCCL's tuner picks; on TPU slices the smallest predicted time) are the
+tuner's, in ``sim.collectives.nccl``; this module predicts each candidate's time and that cost.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ class CollectiveResult:
 class CollectiveModel:
     """Collective timings on one topology (build once, ask many times)."""
 
-    def __init__(self, topo: Topology, efficiency: dict[str, float] | None = None) -> None:
+    def __init__(self, topo: Topology, efficiency: dict[str, float] | None = None,
+                 nccl_version: tuple[int, int] | None = None) -> None:
         self.topo = topo
         self.links = LinkTable(topo, LINK_EFFICIENCY if efficiency is None else efficiency)
         self.router = Router(topo, self.links)
@@ -78,10 +79,13 @@ class CollectiveModel:
         # PERF: the plan search asks for the same (op, size, group) many times across layouts
         # (benchmarks/test_bench_plan.py); a result is a pure function of them.
         self._results: dict[tuple[Any, ...], CollectiveResult] = {}
-        self.hw = nccl.platform(topo)          # what the tuner may offer here (nccl.offered)
+        # what the tuner may offer here (nccl.offered); *nccl_version* (major, minor) where the
+        # release changes it, None for a current NCCL
+        self.hw = nccl.platform(topo, nccl_version)
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
         self._wire: tuple[float, float] | None = None
+        self._net: float | None = None
         # (op, algo, groups) -> (link ids, bytes per byte of size): ``sim.collectives.traffic``
         self.link_bytes_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -114,7 +118,11 @@ class CollectiveModel:
         pairs = nccl.choices(op, gi, self.hw, algo)          # checks a forced algorithm
         if gi.n == 1:
             return CollectiveResult(op, "none", "none", int(size_bytes), 1, 0.0, 0.0, 0.0)
-        return nccl.fastest(self._predict(op, int(size_bytes), gi, a, proto) for a, proto in pairs)
+        # NCCL picks by its own cost model (nccl.call_time_s's third value), which can differ from
+        # the time the call then takes; the candidates stay alive here, so their ids are unique
+        tuner: dict[int, float] = {}
+        cands = [self._predict(op, int(size_bytes), gi, a, proto, tuner=tuner) for a, proto in pairs]
+        return nccl.fastest(cands, lambda r: tuner.get(id(r), r.time_s))
 
     def time_concurrent(self, op: str, size_bytes: int, groups: Sequence[Sequence[int]],
                         algo: str | None = None) -> CollectiveResult:
@@ -162,10 +170,11 @@ class CollectiveModel:
         return group_info(self.topo, members)
 
     def _predict(self, op: str, size: int, gi: GroupInfo, algo: str, proto: str,
-                 per_byte: float | None = None) -> CollectiveResult:
+                 per_byte: float | None = None, tuner: dict[int, float] | None = None) -> CollectiveResult:
         """One (algorithm, protocol) candidate: the flow model's transfer time (*per_byte* replaces
         the algorithm's own cost, see ``time_concurrent``) with ICI latency per hop on TPU slices,
-        or priced by NCCL's model (``nccl.call_time_s``) on GPUs."""
+        or priced by NCCL's model (``nccl.call_time_s``) on GPUs; *tuner*, when given, receives
+        the cost NCCL's tuner sees for it (keyed by the result's id)."""
         alone, hops = self._cost(op, gi, algo)
         per_byte = alone if per_byte is None else per_byte
         transfer = per_byte * size
@@ -173,9 +182,13 @@ class CollectiveModel:
             lat = hops * self._ici_hop_s + self._dcn_latency_s(op, gi)
             return CollectiveResult(op, algo, "ici", size, gi.n, lat + transfer, lat, transfer)
         w_intra, w_inter = self._wire_latency_s()
-        lat, transfer = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch, transfer,
-                                         busbw_factor(op, gi.n), w_intra, w_inter)
-        return CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
+        lat, transfer, tuned = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch,
+                                                transfer, busbw_factor(op, gi.n), w_intra, w_inter,
+                                                self._net_Bps(), self.hw.since(2, 23))
+        res = CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
+        if tuner is not None:
+            tuner[id(res)] = tuned
+        return res
 
     def _dcn_latency_s(self, op: str, gi: GroupInfo) -> float:
         """TPU Multislice: the data-center network trips of a group spread over several slices:
@@ -187,6 +200,19 @@ class CollectiveModel:
         a, b = gi.by_pod[pods[0]][0], gi.by_pod[pods[1]][0]
         trips = (len(pods) - 1) * (2 if op == "allreduce" else 1)
         return trips * self.router.path_latency_s(a, b)
+
+    def _net_Bps(self) -> float:
+        """One GPU's rate into the scale-out network: the bottleneck of the route from the first
+        GPU to a GPU of another node (its NIC, on the bundled GPU topologies); 0 on one node."""
+        if self._net is None:
+            g = self.topo.graph
+            devs = sorted(n for n, d in g.nodes(data=True) if d.get("kind") == "gpu")
+            other = next((d for d in devs[1:] if g.nodes[d].get("node") != g.nodes[devs[0]].get("node")), None)
+            self._net = 0.0
+            if other is not None:
+                ids, fr = self.router.route(devs[0], other)
+                self._net = float(np.min(self.links.capacity_Bps[ids] / np.maximum(fr, 1e-12)))
+        return self._net
 
     def _wire_latency_s(self) -> tuple[float, float]:
         """Path latency of one step inside a node and one between nodes (GPU topologies): the

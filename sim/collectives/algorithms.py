@@ -254,6 +254,23 @@ def collnet(op: str, gi: GroupInfo, size: float, leaf_of: dict[int, str]) -> lis
     return [(Phase("collnet", 1, empty, empty, np.zeros(0), tuple(extra), **_intra_nvls(gi, size)),)]
 
 
+def pat(op: str, gi: GroupInfo, size: float) -> list[Stage]:
+    """PAT (Parallel Aggregated Trees, NCCL >= 2.23; one rank per node): all-gather in
+    ceil(log2 n) rounds, rank r sending at round k to rank r + 2^k everything it holds
+    (min(2^k, n - 2^k) blocks of size/n), the aggregation of the binomial trees rooted at every
+    rank; reduce-scatter is the same rounds reversed. Each rank moves (n-1)/n of the buffer, as on
+    a ring, in log2(n) rounds instead of n-1 steps."""
+    n = gi.n
+    devs = gi.devices
+    stages: list[Stage] = []
+    k = 1
+    while k < n:
+        pairs = [(devs[i], devs[(i + k) % n]) for i in range(n)]
+        stages.append((_phase(f"pat-{k}", 1, pairs, min(k, n - k) * size / n),))
+        k *= 2
+    return stages if op == "allgather" else stages[::-1]
+
+
 def pairwise(op: str, gi: GroupInfo, size: float) -> list[Stage]:
     """All-to-all: every rank sends size/n to every other rank at once (NCCL's grouped send/recv)."""
     n = gi.n
@@ -382,7 +399,7 @@ def _zip_stages(per_island: list[list[Stage]]) -> list[Stage]:
 
 
 ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical", "torus", "pairwise",
-              "p2p")
+              "p2p", "pat")
 
 
 def build(algo: str, op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
@@ -401,6 +418,8 @@ def build(algo: str, op: str, gi: GroupInfo, size: float, topo: Topology) -> lis
         leaf_of = {d: next(x for x in g[f"n{g.nodes[d]['node']}/nic{g.nodes[d]['rail']}"]
                            if g.nodes[x]["kind"] == "leaf") for d in gi.devices}
         return collnet(op, gi, size, leaf_of)
+    if algo == "pat":
+        return pat(op, gi, size)
     if algo == "pairwise":
         return pairwise(op, gi, size)
     if algo == "p2p":

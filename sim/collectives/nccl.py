@@ -5,14 +5,27 @@ an operation on a group (NVLS only with NVLink SHARP, CollNet only with InfiniBa
 hierarchical only with as many ranks on every node; on TPU slices the torus inside a slice and
 hierarchical across slices, as XLA runs them), ``protocols`` the protocols each algorithm runs,
 ``choices`` the (algorithm, protocol) pairs weighed for a call (a forced algorithm checked against
-what is offered) and ``fastest`` the pick: the smallest predicted time, the way NCCL's tuner picks
-from its own cost model. ``call_time_s`` is that cost model's part of a GPU call's time (latency
+what is offered) and ``fastest`` the pick: the smallest cost by NCCL's own model, the way NCCL's
+tuner picks. ``call_time_s`` is that cost model's part of a GPU call's time (latency
 per step, protocol overheads, bandwidth ceilings); the flow model in ``sim.collectives`` gives the
 rest.
 
+Three size mechanisms shape the curve between the latency floor and the bandwidth plateau, all
+NCCL's own: the tuner's choice of protocol (LL, LL128, Simple: latency against bandwidth) and
+algorithm; the channels a call runs on (NCCL drops channels while a call has too few bytes per
+thread, ``channels_used``; bandwidth scales with them); and NVLS's chunk size, which NCCL shrinks
+for smaller calls, each chunk paying a fixed synchronisation cost (``nvls_efficiency``), and
+NVLSTree's pipeline, which fills one chunk per network stage before it streams
+(``nvls_tree_fill_s``). Trees lose bandwidth at medium sizes by NCCL's treeCorrectionFactor. The
+tuner itself prices calls on all channels, with NVLS's fixed efficiency and its tree correction,
+so it can pick what is not fastest, as NCCL does.
+
 Every constant is read from NVIDIA/nccl ``src/graph/tuning.cc`` (+ ``topo.h``, ``search.cc``) @
 5067397c2676d5aed50042fc39e5c8ee96eb0027 as quoted in ../shared/reference/FACTS.md section 3b, or
-from NCCL logs where named (channel counts). These are the library's own numbers, not fits: the
+from NCCL logs where named (channel counts); the size rules (threads and bytes per thread before a
+channel is added, the tree correction, NVLS chunk sizes, PAT) from NVIDIA/nccl ``src/enqueue.cc``
+(``topoGetAlgoInfo``, ``calcCollChunking``) and ``src/graph/tuning.cc`` of the 2.19-2.28 releases,
+where they are unchanged. These are the library's own numbers, not fits: the
 simulator uses them for what they describe (software latency per step, protocol overheads and the
 empirical bandwidth ceilings NCCL assumes) and takes the physics (link rates, sharing) from the
 flow model.
@@ -21,7 +34,7 @@ flow model.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -29,8 +42,9 @@ from ..errors import ConfigError
 from ..topology import GpuFabric, Topology
 from .algorithms import ALGORITHMS, GroupInfo
 
-__all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "choices", "fastest",
-           "latency_s", "offered", "platform", "protocol_factor", "protocols"]
+__all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "channels_used",
+           "choices", "fastest", "latency_s", "nvls_chunk_bytes", "nvls_efficiency", "nvls_tree_fill_s", "offered",
+           "platform", "protocol_factor", "protocols", "tree_correction"]
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 _P = {p: i for i, p in enumerate(PROTOCOLS)}
@@ -73,25 +87,111 @@ def channels(algo: str, single_node: bool) -> int:
     return _CHANNELS.get((algo, single_node), 16)
 
 
+# NCCL's treeCorrectionFactor (tuning.cc, ncclTopoGetAlgoTime): the tree all-reduce's bandwidth
+# at sizes 64 B x 2^k, k = 0..22, as a fraction of its model ("Trees are not perfectly sticking
+# to the model for medium sizes"), per protocol LL, LL128, Simple; 1 outside the table.
+_TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+)
+
+
+def tree_correction(proto: str, size: int) -> float:
+    """NCCL's bandwidth correction of the tree all-reduce at *size* bytes (``log2i(size >> 6)``)."""
+    k = (int(size) >> 6).bit_length() - 1
+    return _TREE_CORRECTION[_P[proto]][k] if 0 <= k < 23 else 1.0
+
+
+# Threads per channel and bytes per thread NCCL wants before it adds a channel (tuning.cc:
+# NCCL_LL_MAX_NTHREADS 512, NCCL_LL128_MAX_NTHREADS 640, NCCL_SIMPLE_MAX_NTHREADS 512;
+# NCCL_LL_THREAD_THRESHOLD 8 (x nRanks on rings), NCCL_LL128_THREAD_THRESHOLD 8,
+# NCCL_SIMPLE_THREAD_THRESHOLD 64).
+_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+_THREAD_BYTES = {"LL": 8, "LL128": 8, "Simple": 64}
+
+
+def channels_used(algo: str, proto: str, size: int, ranks: int, nodes: int) -> tuple[int, int]:
+    """(channels a call of *size* bytes runs on, the communicator's channels): NCCL starts from
+    all of them and drops one while ``size < nc x threads x bytes-per-thread`` (enqueue.cc
+    ``topoGetAlgoInfo``); NVLS, NVLSTree and CollNet keep theirs. The communicator has twice the
+    channels the topology search found (``ncclTopoPostset`` duplicates them)."""
+    full = 2 * channels(algo, nodes == 1)
+    if algo not in ("ring", "tree", "pat") or proto not in _THREADS:
+        return full, full
+    per_channel = _THREADS[proto] * _THREAD_BYTES[proto] * (ranks if algo == "ring" and proto == "LL" else 1)
+    nc = full
+    while nc >= 2 and size < nc * per_channel:
+        nc -= 1
+    return nc, full
+
+
+# NVLink SHARP moves each channel's data in chunks of at most nvlsChunkSize (128 KiB, NCCL's
+# default) and smaller ones for smaller calls (enqueue.cc ``calcCollChunking``); each of its
+# channels works on one chunk per local rank ("head") at a time.
+NVLS_CHUNK_MAX = 128 * 1024
+
+
+def nvls_chunk_bytes(algo: str, size: int, ranks: int, nodes: int) -> int:
+    """The chunk NCCL's NVLS / NVLSTree all-reduce moves for a call of *size* bytes."""
+    ops = 2 * channels(algo, nodes == 1) * max(1, ranks // max(nodes, 1))   # channels x heads
+    if algo == "nvls":
+        c = NVLS_CHUNK_MAX
+        for mult, floor in ((64, 65536), (8, 32768), (2, 16384)):
+            if size < mult * ops * c and c > floor:
+                c = floor
+        return c
+    c = NVLS_CHUNK_MAX if nodes < 4 else 65536               # NVLSTree: 64 KiB from 4 nodes on
+    for mult, floor in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+        if size < mult * ops * c and c > floor:
+            c = floor
+    return c
+
+
+def nvls_efficiency(arch: str, chunk: int) -> float:
+    """Fraction of the NVLink rate NVLS reaches with chunks of *chunk* bytes: every chunk costs a
+    fixed synchronisation overhead, worth ``c0`` bytes of transfer, so ``chunk / (chunk + c0)``.
+    NCCL's nvlsEfficiency is that fraction at its largest chunk (128 KiB), which fixes
+    ``c0 = 128 KiB x (1 / nvlsEfficiency - 1)`` (22.6 KiB on Hopper)."""
+    eff = NVLS_EFFICIENCY.get(arch, 0.85)
+    c0 = NVLS_CHUNK_MAX * (1 / eff - 1)
+    return chunk / (chunk + c0)
+
+
+def nvls_tree_fill_s(size: int, ranks: int, nodes: int, net_Bps: float) -> float:
+    """Pipeline fill of an NVLSTree all-reduce: Simple moves whole chunks, so the first chunk of
+    each channel crosses the pipeline's stages one after another before the stream runs full:
+    NVLS reduce in the node, log2(nodes) network hops up the tree and as many down (the network
+    stages set the pace: every channel of a GPU shares its NIC, *net_Bps*), the multicast at the
+    end counted with the last hop; 2 log2(nodes) + 1 chunk times at one channel's network rate."""
+    stages = 2 * math.log2(max(nodes, 1)) + 1
+    chunk = nvls_chunk_bytes("nvls_tree", size, ranks, nodes)
+    return stages * chunk / (net_Bps / (2 * channels("nvls_tree", False)))
+
+
 def _col(nodes: int) -> int:
     return 0 if nodes == 1 else (1 if nodes == 2 else 2)
 
 
 def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: float,
               wire_intra_s: float = REFERENCE_WIRE_US["intra"] * 1e-6,
-              wire_inter_s: float = REFERENCE_WIRE_US["inter"] * 1e-6) -> float:
+              wire_inter_s: float = REFERENCE_WIRE_US["inter"] * 1e-6, exposed_net: bool = True) -> float:
     """NCCL's modelled latency of one collective call (``ncclTopoTuneModel`` + plateau), seconds,
     with the topology's own links in it: *wire_intra_s* / *wire_inter_s* are the path latencies of
     one step inside a node / between nodes on the topology graph. NCCL's hwLat constants hold for
     the reference systems the bundled DGX topologies describe (REFERENCE_WIRE_US: their path
-    latencies); a topology whose links are slower or faster moves each step by the difference."""
+    latencies); a topology whose links are slower or faster moves each step by the difference.
+    *exposed_net*: with one rank per node NCCL (2.23 on) prices rings' network steps at the tree's
+    network latency ("latencies are fully exposed")."""
     p = _P[proto]
     base = _BASE.get(algo, _BASE["ring"])[p]
     intra = max(0.0, _NVLINK.get(algo, _NVLINK["ring"])[p]
                 + wire_intra_s * 1e6 - REFERENCE_WIRE_US["intra"])
-    inter = max(0.0, _NET.get(algo, _NET["ring"])[p]
-                + wire_inter_s * 1e6 - REFERENCE_WIRE_US["inter"])
     ppn = max(1, ranks // max(nodes, 1))
+    # "With ppn=1 latencies are fully exposed, use the Tree network latency" (tuning.cc, 2.23+)
+    net_algo = "tree" if exposed_net and ppn == 1 and algo in ("ring", "tree") else algo
+    inter = max(0.0, _NET.get(net_algo, _NET["ring"])[p]
+                + wire_inter_s * 1e6 - REFERENCE_WIRE_US["inter"])
     if algo == "ring":
         nsteps = 2 * (ranks - 1) if op == "allreduce" else (ranks - 1 if op in
                                                              ("allgather", "reducescatter") else ranks)
@@ -110,6 +210,11 @@ def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: fl
         lat = base + intra + 2 * math.log2(max(nodes, 1)) * inter
     elif algo == "collnet":
         lat = base + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * 0.4) + inter
+    elif algo == "pat":
+        # 8 us + log2(nodes) network steps at a 3.5th of the tree's network latency each (PAT
+        # aggregates them) + 2.8 us per rank, "still a linear part" (tuning.cc, NCCL >= 2.23)
+        net = max(0.0, _NET["tree"][p] + wire_inter_s * 1e6 - REFERENCE_WIRE_US["inter"])
+        lat = base + math.log2(max(nodes, 1)) * net / 3.5 + 2.8 * ranks
     else:
         raise AssertionError(algo)
     return lat * 1e-6
@@ -117,7 +222,10 @@ def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: fl
 
 def protocol_factor(algo: str, proto: str, nodes: int) -> float:
     """Fraction of the link bandwidth a protocol delivers (NCCL: LL 1/2 - half of each 8-byte
-    store is a flag; LL128 0.92; tree LL 1/3.8; tree LL128 7/9 on one node, 120/128 across)."""
+    store is a flag; LL128 0.92; tree LL 1/3.8; tree LL128 7/9 on one node, 120/128 across; PAT
+    (Simple) 0.75)."""
+    if algo == "pat":
+        return 0.75                   # tuning.cc: PAT busBw x .75
     if proto == "Simple":
         return 1.0
     if algo == "tree":
@@ -159,13 +267,20 @@ class Platform:
     tpu: bool                    # TPU slices: XLA collectives on the ICI torus, no NCCL protocols
     nvls: bool                   # NVLink SHARP in the NVSwitches (NVLS, NVLSTree)
     sharp: bool                  # InfiniBand SHARP in the fabric's switches (CollNet)
+    nccl: tuple[int, int] | None = None   # NCCL (major, minor) the calls run; None: a current one
+
+    def since(self, major: int, minor: int) -> bool:
+        """Whether the NCCL release has what (major, minor) introduced (unknown: yes)."""
+        return self.nccl is None or self.nccl >= (major, minor)
 
 
-def platform(topo: Topology) -> Platform:
-    """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction."""
+def platform(topo: Topology, nccl_version: tuple[int, int] | None = None) -> Platform:
+    """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction;
+    *nccl_version* (major, minor) where the release matters (PAT: 2.23), None for a current one."""
     fab = topo.fabric
     nvls, sharp = (fab.nvls, fab.sharp) if isinstance(fab, GpuFabric) else (False, False)
-    return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp)
+    return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp,
+                    nccl_version)
 
 
 def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
@@ -192,6 +307,8 @@ def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
         algos.append("collnet")
     if op == "allreduce" and multi and gi.ppn > 1:
         algos.append("hierarchical")
+    if op in ("allgather", "reducescatter") and multi and gi.ppn == 1 and hw.since(2, 23):
+        algos.append("pat")           # NCCL >= 2.23: one GPU per node only (ncclPatEnable)
     return algos
 
 
@@ -199,7 +316,7 @@ def protocols(algo: str, tpu: bool) -> tuple[str, ...]:
     """Protocols *algo* runs: LL, LL128 and Simple for ring and tree; Simple only for NVLS,
     NVLSTree, CollNet, the send/recv-based algorithms and hierarchical, and for everything on TPU
     slices (no NCCL protocols there)."""
-    if tpu or algo in ("nvls", "nvls_tree", "collnet", "pairwise", "p2p", "hierarchical"):
+    if tpu or algo in ("nvls", "nvls_tree", "collnet", "pat", "pairwise", "p2p", "hierarchical"):
         return ("Simple",)
     return PROTOCOLS
 
@@ -229,12 +346,14 @@ class _Timed(Protocol):
 R = TypeVar("R", bound=_Timed)
 
 
-def fastest(predictions: Iterable[R]) -> R:
-    """The prediction with the smallest ``time_s`` (the first of equal ones)."""
+def fastest(predictions: Iterable[R], cost: Callable[[R], float] | None = None) -> R:
+    """The prediction with the smallest *cost* (default its ``time_s``; the first of equal ones)."""
     best: R | None = None
+    best_cost = math.inf
     for r in predictions:
-        if best is None or r.time_s < best.time_s:
-            best = r
+        c = r.time_s if cost is None else cost(r)
+        if best is None or c < best_cost:
+            best, best_cost = r, c
     assert best is not None, "no algorithm to choose from"
     return best
 
@@ -249,33 +368,57 @@ def _why_not(algo: str, op: str, hw: Platform, avail: list[str]) -> str:
         "collnet": "needs InfiniBand SHARP switches (cluster.sharp: true) and several nodes",
         "tree": "is an all-reduce across several nodes",
         "torus": "is for TPU slices",
+        "pat": ("is NCCL's all-gather / reduce-scatter across nodes with one GPU per node, "
+                "from NCCL 2.23" + (f" (this run: {hw.nccl[0]}.{hw.nccl[1]})" if hw.nccl else "")),
     }.get(algo, f"does not implement {op} here")
     return f"--algo {algo}: {reason}; available for {op}: {', '.join(avail)}"
 
 
 def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: int, arch: str,
-                line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float
-                ) -> tuple[float, float]:
-    """(latency, transfer) seconds of one GPU call of *size* bytes as NCCL's model prices it.
+                line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float,
+                net_Bps: float = 0.0, since_2_23: bool = True) -> tuple[float, float, float]:
+    """(latency, transfer, tuner) seconds of one GPU call of *size* bytes.
 
     *line_s* is the transfer time at the links' rates (the flow model's); the protocol's share of
     the bandwidth, NVLS's efficiency and NCCL's bus-bandwidth ceilings (*busbw_factor*: nccl-tests'
     busbw / algbw) stretch it. Latency is NCCL's per-algorithm model with the topology's wire
     latencies; send/recv-based algorithms (no entry in NCCL's model) cost one ring Simple step and
     hierarchical the ring all-reduce's latency.
+
+    What the call takes (latency + transfer) and what NCCL's tuner believes it takes (*tuner*, the
+    cost it picks algorithm and protocol by) differ the way they do in NCCL: the tuner prices every
+    call on all channels, NVLS at its fixed nvlsEfficiency and trees with its treeCorrectionFactor
+    (``ncclTopoGetAlgoTime``); the call then runs on the channels its size earns
+    (``channels_used``) and, on NVLS, with the chunks its size gets (``nvls_chunk_bytes``); an
+    NVLSTree call also fills its pipeline first (``nvls_tree_fill_s``; *net_Bps*: one GPU's rate
+    into the scale-out network, 0 for none; *since_2_23*: the NCCL release has 2.23's latency
+    rules).
     """
-    transfer = line_s / protocol_factor(algo, proto, nodes)
+    base = line_s / protocol_factor(algo, proto, nodes)
+    tuned = transfer = base
     if algo in ("nvls", "nvls_tree", "collnet"):
-        transfer /= NVLS_EFFICIENCY.get(arch, 0.85)
+        tuned = transfer = base / NVLS_EFFICIENCY.get(arch, 0.85)
+        if algo != "collnet":
+            transfer = base / nvls_efficiency(arch, nvls_chunk_bytes(algo, size, ranks, nodes))
     cap = busbw_cap_GBps(algo, proto, arch, nodes)
-    if math.isfinite(cap) and transfer > 0:
-        busbw = busbw_factor * size / transfer / 1e9
-        if busbw > cap:
-            transfer = busbw_factor * size / (cap * 1e9)
+    if math.isfinite(cap) and size > 0:
+        floor = busbw_factor * size / (cap * 1e9)          # NCCL's ceiling on bus bandwidth
+        tuned, transfer = max(tuned, floor), max(transfer, floor)
+    used, full = channels_used(algo, proto, size, ranks, nodes)
+    slowdown = full / used
+    if algo == "tree" and op == "allreduce":
+        # NCCL's tree correction is what its developers measured trees to lose at medium sizes,
+        # channel shortfall included: the larger of the two losses, counted once
+        tuned /= tree_correction(proto, size)
+        slowdown = max(slowdown, 1 / tree_correction(proto, size))
+    transfer *= slowdown
+    if algo == "nvls_tree" and net_Bps > 0:
+        transfer += nvls_tree_fill_s(size, ranks, nodes, net_Bps)
     if algo in ("pairwise", "p2p"):
         lat = latency_s("ring", proto, "sendrecv", 2, min(nodes, 2), size, wire_intra_s, wire_inter_s)
     else:
-        lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet") else "ring"
+        lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet", "pat") else "ring"
         lat_op = op if algo != "hierarchical" else "allreduce"
-        lat = latency_s(lat_algo, proto, lat_op, ranks, nodes, size, wire_intra_s, wire_inter_s)
-    return lat, transfer
+        lat = latency_s(lat_algo, proto, lat_op, ranks, nodes, size, wire_intra_s, wire_inter_s,
+                        exposed_net=since_2_23)
+    return lat, transfer, lat + tuned

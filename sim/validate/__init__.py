@@ -40,7 +40,10 @@ from .collectives import (
     RunResult,
     Summary,
     UnsupportedRun,
+    family_of,
+    family_of_spec,
     is_anomalous,
+    nccl_version,
     validate_collectives,
 )
 from .compute import GEMM_MIN_S, ComputeRow, ComputeSummary, predict_case, validate_compute
@@ -89,9 +92,11 @@ __all__ = [
     "TrainingRunResult", "TrainingSummary", "UnsupportedRun", "UnsupportedTrainingRun",
     "add_parser", "check_budgets", "check_compute_budgets", "check_failure_budgets",
     "check_training_budgets", "compute_report_to_json", "default_data_dir",
-    "failures_report_to_json", "fit_nvlink_efficiency", "fit_stack_efficiency", "flops_per_token",
+    "failures_report_to_json", "family_of", "family_of_spec", "fit_nvlink_efficiency",
+    "fit_stack_efficiency", "flops_per_token",
     "format_compute_report", "format_failures", "format_report", "format_training_report",
-    "is_anomalous", "load_budgets", "map_runs", "measured_points", "predict_case", "report_to_json",
+    "is_anomalous", "load_budgets", "map_runs", "measured_points", "nccl_version", "predict_case",
+    "report_to_json",
     "run_cli", "sweep_overlay", "training_report_to_json", "validate_collectives", "validate_compute",
     "validate_failures", "validate_training",
 ]

@@ -24,7 +24,7 @@ __all__ = ["BUDGET_KEYS", "check_budgets", "check_compute_budgets", "check_failu
 TRAINING_BUDGET_KEYS = frozenset({"step_median_abs_pct", "step_p90_abs_pct_A100", "step_p90_abs_pct_H100",
                                   "step_p90_abs_pct_TPU", "refused_max_pct"})
 BUDGET_KEYS = types.MappingProxyType({
-    "collectives": frozenset({"bw_median_abs_pct", "lat_median_abs_pct"}),
+    "collectives": frozenset({"bw_median_abs_pct", "ramp_median_abs_pct", "lat_median_abs_pct"}),
     "training": TRAINING_BUDGET_KEYS,       # per family (A100, H100, TPU) on the test split
     "failures": frozenset({"relative_err_max_pct"}),
     "compute": frozenset({"gemm_median_abs_pct", "attention_median_abs_pct"}),
@@ -76,8 +76,9 @@ def check_budgets(report: CollectivesReport | TrainingReport,
                   budgets: Mapping[str, Mapping[str, float]]) -> list[str]:
     """Budget violations of the ``test`` split, one human-readable line each; [] when within budget.
 
-    Collectives: a regime with no test points, or a non-anomalous test run the predictor refused,
-    is a violation too: the budget could not be checked. Training: see
+    Collectives: the medians of the bandwidth, ramp and latency regimes (all families pooled); a
+    regime with no test points, or a non-anomalous test run the predictor refused, is a violation
+    too: the budget could not be checked. Training: see
     ``check_training_budgets`` (each family held to the budgets separately).
     """
     if isinstance(report, TrainingReport):
@@ -91,6 +92,7 @@ def check_budgets(report: CollectivesReport | TrainingReport,
     test = report.summary("test")
     out: list[str] = []
     for key, label, stats in (("bw_median_abs_pct", "bandwidth", test.bandwidth),
+                              ("ramp_median_abs_pct", "ramp", test.ramp),
                               ("lat_median_abs_pct", "latency", test.latency)):
         if key not in table:
             raise ConfigError(f"budgets: [collectives]: missing key {key!r}")

@@ -10,20 +10,27 @@ its system (``supported``, with the bundled topology and whether InfiniBand SHAR
 For each supported run and each non-zero size the predictor gives a time in seconds. It is turned
 into nccl-tests' bus bandwidth (busbw = algbw x factor, algbw = size / time; factor as in
 nccl-tests' doc/PERFORMANCE.md: all-reduce 2(n-1)/n; all-gather, reduce-scatter and all-to-all
-(n-1)/n; send/recv and broadcast 1, ``sim.collectives.busbw_factor``) and scored in two regimes:
+(n-1)/n; send/recv and broadcast 1, ``sim.collectives.busbw_factor``) and scored in three regimes:
 
 - bandwidth regime, size >= 64 MiB: absolute % error of busbw, ``|pred - meas| / meas * 100``;
+- ramp regime, 64 KiB < size < 64 MiB (bandwidth still climbing: protocol and channel choice,
+  pipeline fill): absolute % error of the time, the measured ``time_us`` or, where a run
+  publishes busbw only, the time busbw implies (busbw is >= ~1 GB/s there, so its rounding to
+  0.01 GB/s moves the time by < 1%);
 - latency regime, size <= 64 KiB: absolute % error of the time (only where ``time_us`` was
-  measured; some runs publish busbw only).
+  measured: the busbw of tiny sizes is rounded to nothing).
 
-Sizes in between are reported but not scored. Aggregates (median, p90) pool the points of the
-supported, non-anomalous runs of each split, and of each split x system. Error budgets
-(``[collectives]`` in ``DIR/budgets.toml``) apply to the medians of the ``test`` split.
+Aggregates (median, p90) pool the points of the supported, non-anomalous runs of each split, of
+each split x system and of each split x system family (``family_of``: DGX/HGX on InfiniBand,
+NVL72, EFA, GCP, RoCE, mesh nodes and dragonflies). Error budgets (``[collectives]`` in
+``DIR/budgets.toml``) apply to the medians of the ``test`` split, all families pooled.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,9 +41,10 @@ from ..units import GB, KiB, MiB, us_to_s
 from .data import GPUS_PER_NODE, RUNS_FILE, SPLITS, number, read_csv, required_integer
 from .stats import median, p90
 
-__all__ = ["BW_MIN_BYTES", "LAT_MAX_BYTES", "OPS", "TOPOLOGIES", "CaseSpec", "CollectivesReport",
-           "PointResult", "Predictor", "RegimeStats", "RunResult", "Summary", "UnsupportedRun",
-           "is_anomalous", "validate_collectives"]
+__all__ = ["BW_MIN_BYTES", "LAT_MAX_BYTES", "OPS", "SYSTEM_FAMILIES", "TOPOLOGIES", "CaseSpec",
+           "CollectivesReport", "PointResult", "Predictor", "RegimeStats", "RunResult", "Summary",
+           "UnsupportedRun", "family_of", "family_of_spec", "is_anomalous", "nccl_version",
+           "validate_collectives"]
 
 # The ops of nccl-tests runs: sim.collectives.OPS, listed in the order the data's errors name them.
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast")
@@ -45,6 +53,9 @@ TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"}
 
 BW_MIN_BYTES = 64 * MiB                # bandwidth regime: size_bytes >= this
 LAT_MAX_BYTES = 64 * KiB               # latency regime: size_bytes <= this
+
+# System families the report summarises separately, in this order (``family_of``).
+SYSTEM_FAMILIES = ("DGX/HGX IB", "NVL72", "EFA", "GCP", "RoCE", "mesh+dragonfly")
 
 SYSTEMS_FILE = "systems.csv"
 RUN_COLUMNS = ("size_bytes", "count", "dtype", "time_us", "algbw_GBps", "busbw_GBps")
@@ -87,6 +98,7 @@ class CaseSpec:
     size_bytes: int      # > 0
     dtype: str           # nccl-tests dtype name (float, double, half, bfloat16, ...)
     algo: str | None = None  # an algorithm the run forced (NCCL_ALGO=...), else the model chooses
+    nccl_version: tuple[int, int] | None = None  # (major, minor) runs.csv states, else None
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -121,6 +133,8 @@ class _RunMeta:
     sharp: bool
     algo: str | None
     reason: str
+    family: str = ""                   # family_of(topology) for supported runs
+    nccl_version: tuple[int, int] | None = None
 
     @property
     def system(self) -> str:
@@ -137,6 +151,16 @@ class _Measured:
     time_s: float | None          # None where time_us is blank
     busbw_GBps: float
 
+
+
+def nccl_version(text: str) -> tuple[int, int] | None:
+    """(major, minor) of the NCCL release a runs.csv ``nccl_version`` cell names ("2.26.2+cuda12.8",
+    "2.29.2 (nccl-headers=22902), ..."), None where it names none ("not stated", "not stated for
+    this table (... default now NCCL v2.27.7)": a guess is not the run's release)."""
+    if (text or "").strip().lower().startswith("not "):
+        return None
+    m = re.search(r"(?<![\d.])(\d+)\.(\d+)(?:\.\d+)?", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _load_systems(path: Path) -> dict[str, tuple[int, dict[str, str]]]:
@@ -205,7 +229,7 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
                               split=row["split"], anomalous=is_anomalous(file, row["notes"]),
                               supported=status == "supported", topology=topology,
                               sharp=sharp == "true", algo=sys_row["algo"].strip() or None,
-                              reason=reason))
+                              reason=reason, nccl_version=nccl_version(row.get("nccl_version", ""))))
     return metas
 
 
@@ -238,9 +262,9 @@ def _load_measured(path: Path) -> list[_Measured]:
 class PointResult:
     """One size of one run: measured vs predicted.
 
-    ``regime`` is "bandwidth" (size >= 64 MiB, error of busbw), "latency" (size <= 64 KiB, error of
-    the time) or "mid" (not scored). ``abs_err_pct`` is None where the point is not scored (mid
-    sizes, and latency points of runs that published no time).
+    ``regime`` is "bandwidth" (size >= 64 MiB, error of busbw), "ramp" (64 KiB < size < 64 MiB,
+    error of the time) or "latency" (size <= 64 KiB, error of the time). ``abs_err_pct`` is None
+    where the point is not scored (latency points of runs that published no time).
     """
 
     size_bytes: int
@@ -261,6 +285,7 @@ class RunResult:
     op: str
     split: str
     system: str
+    family: str
     topology: str
     gpus: int
     nodes: int
@@ -269,10 +294,11 @@ class RunResult:
     points: tuple[PointResult, ...]
     bw_median_abs_pct: float | None
     lat_median_abs_pct: float | None
+    ramp_median_abs_pct: float | None
     error: str | None = None           # the predictor refused a case (a SimError): its message
 
     def errors_pct(self, regime: str) -> list[float]:
-        """The scored absolute % errors of *regime* ("bandwidth" or "latency")."""
+        """The scored absolute % errors of *regime* ("bandwidth", "ramp" or "latency")."""
         return [p.abs_err_pct for p in self.points if p.regime == regime and p.abs_err_pct is not None]
 
 
@@ -299,13 +325,15 @@ class RegimeStats:
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """Aggregate over the supported, non-anomalous runs of one split (system "all") or split x system."""
+    """Aggregate over the supported, non-anomalous runs of one split (system "all"), split x system
+    or split x family (``system`` then names the family)."""
 
     split: str
     system: str
     runs: int
     bandwidth: RegimeStats
     latency: RegimeStats
+    ramp: RegimeStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,10 +344,14 @@ class CollectivesReport:
     splits: tuple[Summary, ...]            # one per split, system "all"
     systems: tuple[Summary, ...]           # one per (split, system) present, sorted
     unsupported: tuple[UnsupportedRun, ...]
+    families: tuple[Summary, ...] = ()     # one per (split, family) present, SYSTEM_FAMILIES order
 
     def summary(self, split: str, system: str = "all") -> Summary:
-        """The summary of *split* (and *system*); KeyError if that group has no runs."""
-        for s in (self.splits if system == "all" else self.systems):
+        """The summary of *split* (and *system*, or a family of SYSTEM_FAMILIES); KeyError if that group
+        has no runs."""
+        groups = self.splits if system == "all" else (
+            self.families if system in SYSTEM_FAMILIES else self.systems)
+        for s in groups:
             if s.split == split and s.system == system:
                 return s
         raise KeyError(f"no summary for split={split!r} system={system!r}")
@@ -332,7 +364,8 @@ def _stats(values: Sequence[float]) -> RegimeStats:
 def _score_point(meta: _RunMeta, m: _Measured, predict: Predictor, factor: float) -> PointResult:
     """One size of *meta*'s run; *factor* is nccl-tests' busbw / algbw of the run's op and ranks."""
     case = CaseSpec(topology=meta.topology, gpus=meta.gpus, sharp=meta.sharp, op=meta.op,
-                    size_bytes=m.size_bytes, dtype=m.dtype, algo=meta.algo)
+                    size_bytes=m.size_bytes, dtype=m.dtype, algo=meta.algo,
+                    nccl_version=meta.nccl_version)
     raw = predict(case)
     pred_s = float(raw)
     if not (math.isfinite(pred_s) and pred_s > 0):
@@ -342,6 +375,7 @@ def _score_point(meta: _RunMeta, m: _Measured, predict: Predictor, factor: float
     if meas_s is None and m.busbw_GBps > 0:
         meas_s = m.size_bytes * factor / (m.busbw_GBps * GB)
     err: float | None = None
+    regime: str
     if m.size_bytes >= BW_MIN_BYTES:
         regime = "bandwidth"
         if m.busbw_GBps <= 0:
@@ -352,7 +386,9 @@ def _score_point(meta: _RunMeta, m: _Measured, predict: Predictor, factor: float
         if m.time_s is not None:
             err = abs(pred_s - m.time_s) / m.time_s * 100
     else:
-        regime = "mid"
+        regime = "ramp"
+        if meas_s is not None:
+            err = abs(pred_s - meas_s) / meas_s * 100
     return PointResult(size_bytes=m.size_bytes, regime=regime, measured_time_s=meas_s,
                        time_from_busbw=m.time_s is None and meas_s is not None,
                        predicted_time_s=pred_s, measured_busbw_GBps=m.busbw_GBps,
@@ -373,19 +409,61 @@ def _score_run(data_dir: Path, meta: _RunMeta, predict: Predictor) -> RunResult:
         raise                                   # bad data or input: to be fixed, not scored around
     except SimError as e:
         points, error = (), f"{type(e).__name__}: {e}"
-    bw = [p.abs_err_pct for p in points if p.regime == "bandwidth" and p.abs_err_pct is not None]
-    lat = [p.abs_err_pct for p in points if p.regime == "latency" and p.abs_err_pct is not None]
+    def errs(regime: str) -> list[float]:
+        return [p.abs_err_pct for p in points if p.regime == regime and p.abs_err_pct is not None]
+
     return RunResult(file=meta.file, op=meta.op, split=meta.split, system=meta.system,
-                     topology=meta.topology, gpus=meta.gpus, nodes=meta.nodes, sharp=meta.sharp,
-                     anomalous=meta.anomalous, points=points, bw_median_abs_pct=median(bw),
-                     lat_median_abs_pct=median(lat), error=error)
+                     family=meta.family, topology=meta.topology, gpus=meta.gpus, nodes=meta.nodes,
+                     sharp=meta.sharp, anomalous=meta.anomalous, points=points,
+                     bw_median_abs_pct=median(errs("bandwidth")),
+                     lat_median_abs_pct=median(errs("latency")),
+                     ramp_median_abs_pct=median(errs("ramp")), error=error)
 
 
 def _summarize(split: str, system: str, runs: Iterable[RunResult]) -> Summary:
     runs = list(runs)
     return Summary(split=split, system=system, runs=len(runs),
                    bandwidth=_stats([e for r in runs for e in r.errors_pct("bandwidth")]),
-                   latency=_stats([e for r in runs for e in r.errors_pct("latency")]))
+                   latency=_stats([e for r in runs for e in r.errors_pct("latency")]),
+                   ramp=_stats([e for r in runs for e in r.errors_pct("ramp")]))
+
+
+_FAMILY_KEYWORDS = (
+    # (family, words any of which in the topology's transport / name marks it), first match wins
+    ("EFA", ("efa",)),
+    ("GCP", ("tcpx", "gcp")),
+    ("RoCE", ("roce",)),
+    ("mesh+dragonfly", ("slingshot", "dragonfly")),
+)
+
+
+def family_of(topology: str) -> str:
+    """The system family of a bundled GPU topology, from its spec rather than a list of names, so
+    a new topology lands in its family: a scale-up NVLink domain larger than one host (GB200
+    NVL72, MNNVL) is "NVL72"; then the scale-out transport (``transport``: EFA; GCP's TCPX/TCPXO;
+    RoCE; Slingshot) or, for a node whose GPUs are wired straight to each other without NVSwitch
+    (``mesh_links``), "mesh+dragonfly"; everything else (NVSwitch nodes on InfiniBand, the DGX
+    and HGX designs) is "DGX/HGX IB". Fields a spec does not have count as absent."""
+    from ..config.topology_specs import load_topology_spec  # lazily: YAML only when scoring
+
+    return family_of_spec(load_topology_spec(topology, where="systems.csv topology"))
+
+
+def family_of_spec(spec: object) -> str:
+    """``family_of`` for a topology spec already loaded (any object with its fields)."""
+    if getattr(spec, "kind", "") != "gpu_cluster":
+        return "TPU"
+    per_node = int(getattr(spec, "gpus_per_node", 8))
+    per_host = int(getattr(spec, "gpus_per_host", 0) or per_node)
+    if per_node > per_host or per_node > 8:
+        return "NVL72"
+    words = f"{getattr(spec, 'transport', 'ib')} {getattr(spec, 'name', '')}".lower()
+    for family, keys in _FAMILY_KEYWORDS:
+        if any(k in words for k in keys):
+            return family
+    if getattr(spec, "mesh_links", 0) or getattr(spec, "nvswitches_per_node", 1) == 0:
+        return "mesh+dragonfly"
+    return "DGX/HGX IB"
 
 
 def validate_collectives(data_dir: Path, predict: Predictor) -> CollectivesReport:
@@ -397,6 +475,9 @@ def validate_collectives(data_dir: Path, predict: Predictor) -> CollectivesRepor
     """
     data_dir = Path(data_dir)
     metas = _load_runs(data_dir)
+    fams: dict[str, str] = {}
+    metas = [dataclasses.replace(m, family=fams.setdefault(m.topology, family_of(m.topology)))
+             if m.supported else m for m in metas]
     results = tuple(_score_run(data_dir, m, predict) for m in metas if m.supported)
     unsupported = tuple(UnsupportedRun(file=m.file, op=m.op, hardware=m.hardware, gpus=m.gpus,
                                        split=m.split, reason=m.reason)
@@ -407,4 +488,11 @@ def validate_collectives(data_dir: Path, predict: Predictor) -> CollectivesRepor
     systems = tuple(_summarize(SPLITS[i], sys_, (r for r in scored if r.split == SPLITS[i]
                                                   and r.system == sys_))
                     for i, sys_ in groups)
-    return CollectivesReport(runs=results, splits=splits, systems=systems, unsupported=unsupported)
+    order = {f: i for i, f in enumerate(SYSTEM_FAMILIES)}
+    fam_groups = sorted({(SPLITS.index(r.split), r.family) for r in scored},
+                        key=lambda g: (g[0], order.get(g[1], len(order)), g[1]))
+    families = tuple(_summarize(SPLITS[i], fam, (r for r in scored if r.split == SPLITS[i]
+                                                 and r.family == fam))
+                     for i, fam in fam_groups)
+    return CollectivesReport(runs=results, splits=splits, systems=systems, unsupported=unsupported,
+                             families=families)

@@ -26,23 +26,24 @@ __all__ = ["CasePredictor", "TrainingPredictor"]
 class CasePredictor:
     """Collectives-suite predictor: one measured nccl-tests point -> predicted seconds.
 
-    Keeps one ``CollectiveModel`` per (topology, size, SHARP) so a run's sizes share the per-byte
-    costs. *efficiency* overrides ``sim.calibration.LINK_EFFICIENCY`` (for its fit).
+    Keeps one ``CollectiveModel`` per (topology, size, SHARP, NCCL release) so a run's sizes share
+    the per-byte costs. *efficiency* overrides ``sim.calibration.LINK_EFFICIENCY`` (for its fit).
     """
 
     def __init__(self, efficiency: dict[str, float] | None = None) -> None:
-        self._models: dict[tuple[str, int, bool], CollectiveModel] = {}
+        self._models: dict[tuple[str, int, bool, tuple[int, int] | None], CollectiveModel] = {}
         self._efficiency = efficiency
 
-    def model(self, topology: str, chips: int, sharp: bool) -> CollectiveModel:
-        key = (topology, chips, sharp)
+    def model(self, topology: str, chips: int, sharp: bool,
+              nccl_version: tuple[int, int] | None = None) -> CollectiveModel:
+        key = (topology, chips, sharp, nccl_version)
         if key not in self._models:
             cluster = load_cluster(topology, chips, sharp=sharp, where="validate")
-            self._models[key] = CollectiveModel(build_topology(cluster), self._efficiency)
+            self._models[key] = CollectiveModel(build_topology(cluster), self._efficiency, nccl_version)
         return self._models[key]
 
     def __call__(self, case: CaseSpec) -> float:
-        m = self.model(case.topology, case.gpus, case.sharp)
+        m = self.model(case.topology, case.gpus, case.sharp, case.nccl_version)
         return m.time(case.op, int(case.size_bytes), algo=case.algo).time_s
 
 

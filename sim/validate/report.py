@@ -36,28 +36,32 @@ def _pct(v: float | None) -> str:
 # ----------------------------------------------------------------------------- collectives
 
 
-def _summary_lines(title: str, summaries: Sequence[Summary], with_system: bool) -> list[str]:
-    head = f"{'split':<12}" + (f"{'system':<18}" if with_system else "")
+def _summary_lines(title: str, summaries: Sequence[Summary], with_system: str = "") -> list[str]:
+    head = f"{'split':<12}" + (f"{with_system:<18}" if with_system else "")
     lines = [title, head + f"{'runs':>5}{'bw n':>7}{'bw med%':>9}{'bw p90%':>9}"
+                           f"{'ramp n':>8}{'ramp med%':>11}{'ramp p90%':>11}"
                            f"{'lat n':>7}{'lat med%':>10}{'lat p90%':>10}"]
     for s in summaries:
         lines.append(f"{s.split:<12}" + (f"{s.system:<18}" if with_system else "")
                      + f"{s.runs:>5}{s.bandwidth.n:>7}{_pct(s.bandwidth.median_abs_pct):>9}"
-                     f"{_pct(s.bandwidth.p90_abs_pct):>9}{s.latency.n:>7}"
+                     f"{_pct(s.bandwidth.p90_abs_pct):>9}{s.ramp.n:>8}"
+                     f"{_pct(s.ramp.median_abs_pct):>11}{_pct(s.ramp.p90_abs_pct):>11}{s.latency.n:>7}"
                      f"{_pct(s.latency.median_abs_pct):>10}{_pct(s.latency.p90_abs_pct):>10}")
     return lines
 
 
 def format_report(report: CollectivesReport) -> str:
-    """A fixed-width text table: per-run rows, per-split and per-system summaries, unsupported runs."""
+    """A fixed-width text table: per-run rows, per-split, per-family and per-system summaries,
+    unsupported runs."""
     width = max([len(r.file) for r in report.runs] + [len(u.file) for u in report.unsupported] + [3])
     lines = [
         "collectives: predicted vs measured nccl-tests runs",
         (f"  bandwidth regime: size >= {BW_MIN_BYTES // MiB} MiB, abs % error of busbw; "
-         f"latency regime: size <= {LAT_MAX_BYTES // KiB} KiB, abs % error of time"),
+         f"ramp: {LAT_MAX_BYTES // KiB} KiB < size < {BW_MIN_BYTES // MiB} MiB, abs % error of time; "
+         f"latency: size <= {LAT_MAX_BYTES // KiB} KiB, abs % error of time"),
         "",
         (f"{'run':<{width}}  {'split':<12}{'system':<18}{'op':<14}{'gpus':>5}{'sharp':>6}"
-         f"{'bw n':>6}{'bw med%':>9}{'lat n':>6}{'lat med%':>10}  note"),
+         f"{'bw n':>6}{'bw med%':>9}{'ramp n':>7}{'ramp med%':>10}{'lat n':>6}{'lat med%':>10}  note"),
     ]
     for r in report.runs:
         note = "ANOMALOUS (not in aggregates)" if r.anomalous else ""
@@ -65,13 +69,15 @@ def format_report(report: CollectivesReport) -> str:
             note = (note + "; " if note else "") + f"predictor refused: {r.error}"
         lines.append(f"{r.file:<{width}}  {r.split:<12}{r.system:<18}{r.op:<14}{r.gpus:>5}"
                      f"{'yes' if r.sharp else 'no':>6}{len(r.errors_pct('bandwidth')):>6}"
-                     f"{_pct(r.bw_median_abs_pct):>9}{len(r.errors_pct('latency')):>6}"
+                     f"{_pct(r.bw_median_abs_pct):>9}{len(r.errors_pct('ramp')):>7}"
+                     f"{_pct(r.ramp_median_abs_pct):>10}{len(r.errors_pct('latency')):>6}"
                      f"{_pct(r.lat_median_abs_pct):>10}  {note}".rstrip())
     lines.append("")
-    lines += _summary_lines("by split (supported, non-anomalous runs; points pooled):",
-                            report.splits, with_system=False)
+    lines += _summary_lines("by split (supported, non-anomalous runs; points pooled):", report.splits)
     lines.append("")
-    lines += _summary_lines("by split and system:", report.systems, with_system=True)
+    lines += _summary_lines("by split and system family:", report.families, with_system="family")
+    lines.append("")
+    lines += _summary_lines("by split and system:", report.systems, with_system="system")
     lines.append("")
     lines.append(f"unsupported ({len(report.unsupported)} runs, not scored):")
     for u in report.unsupported:
@@ -83,9 +89,11 @@ def report_to_json(report: CollectivesReport) -> dict[str, Any]:
     """The report as plain JSON types (times in s, bandwidths in GB/s, errors in %)."""
     return {
         "suite": "collectives",
-        "regimes": {"bandwidth_min_bytes": BW_MIN_BYTES, "latency_max_bytes": LAT_MAX_BYTES},
+        "regimes": {"bandwidth_min_bytes": BW_MIN_BYTES, "latency_max_bytes": LAT_MAX_BYTES,
+                    "ramp": "latency_max_bytes < size_bytes < bandwidth_min_bytes, abs % error of time"},
         "runs": [dataclasses.asdict(r) for r in report.runs],
         "splits": [dataclasses.asdict(s) for s in report.splits],
+        "families": [dataclasses.asdict(s) for s in report.families],
         "systems": [dataclasses.asdict(s) for s in report.systems],
         "unsupported": [dataclasses.asdict(u) for u in report.unsupported],
     }
