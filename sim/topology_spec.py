@@ -67,6 +67,16 @@ class GpuClusterSpec:
     oversubscription: float               # leaf (and spine) down:up capacity ratio, 1 = non-blocking
     default_chips: int
     source: str = ""
+    # Scale-out transport (topologies/README.md "Fabrics"): the link kind of every NIC and switch
+    # link ("ib", "roce", "efa", "tcpxo", "tcpx", "slingshot"), so each transport has its own
+    # achievable fraction of line rate (sim.calibration.LINK_EFFICIENCY).
+    transport: str = "ib"
+    nics_per_gpu: int = 1                 # NICs striped by one GPU (AWS p5: 4 EFA per GPU)
+    # Per-step network latency of the transport as its NCCL net plugin models it (seconds), in
+    # place of NCCL's own NET hwLat table (InfiniBand); None: NCCL's table. Simple adds
+    # ``net_simple_overhead_s`` (completion handling), as aws-ofi-nccl's tuner does.
+    net_latency_s: float | None = None
+    net_simple_overhead_s: float = 0.0
 
     kind = "gpu_cluster"
 
@@ -77,8 +87,14 @@ class GpuClusterSpec:
 
     def rail_of(self, local: int) -> int:
         """Rail (= NIC index) of the node's GPU *local*: one NIC per GPU, or per
-        ``gpus_per_node / nics_per_node`` neighbouring GPUs behind one PCIe switch."""
-        return local * self.nics_per_node // self.gpus_per_node
+        ``gpus_per_node / nics_per_node`` neighbouring GPUs behind one PCIe switch; with several
+        NICs per GPU (``nics_per_gpu``) the GPU's NICs form one rail (its NIC group)."""
+        return local * self.rails // self.gpus_per_node
+
+    @property
+    def rails(self) -> int:
+        """Rails of the fabric: NICs per node, or NIC groups where a GPU stripes several NICs."""
+        return self.nics_per_node // self.nics_per_gpu
 
     def resolve_chips(self, chips: int | None, where: str) -> int:
         """Validated GPU count: whole nodes, at most ``max_gpus``."""

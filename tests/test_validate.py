@@ -394,15 +394,23 @@ def test_every_real_run_is_classified() -> None:
 
 
 def test_real_classification_follows_the_rules() -> None:
-    """Supported runs are 8-GPU NVSwitch nodes (on InfiniBand when multi-node); fabrics and nodes
-    outside the first topology set are never marked supported; SHARP only where the run used it."""
+    """Supported runs are 8-GPU NVSwitch nodes; a multi-node one is mapped to a topology whose
+    transport is the one its interconnect column names (InfiniBand, EFA, TCPXO, RoCE); fabrics
+    not modelled (TCPX: no rate to give it; Slingshot) are never marked supported; SHARP only
+    where the run used it."""
+    from sim.config import load_topology_spec
+
     runs, systems = _real_rows()
+    marks = {"EFA": "efa", "TCPXO": "tcpxo", "RoCE": "roce", "InfiniBand": "ib"}
     for r in runs:
         s, f = systems[r["file"]], r["file"]
+        inter = r["interconnect_inter"]
         if s["status"] == "supported":
             assert r["gpus_per_node"] == "8" and "NVSwitch" in r["interconnect_intra"], f
-            assert r["nodes"] == "1" or "InfiniBand" in r["interconnect_inter"], f
-        if r["nodes"] != "1" and any(m in r["interconnect_inter"] for m in ("EFA", "TCPX", "Slingshot", "RoCE")):
+            if r["nodes"] != "1":
+                named = next(t for m, t in marks.items() if m in inter)
+                assert load_topology_spec(s["topology"]).transport == named, f
+        if r["nodes"] != "1" and ("Slingshot" in inter or ("TCPX" in inter and "TCPXO" not in inter)):
             assert s["status"] == "unsupported", f
         if "B200" in r["hardware"] or "no NVSwitch" in r["interconnect_intra"]:   # B200 and GB200
             assert s["status"] == "unsupported", f

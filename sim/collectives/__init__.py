@@ -70,7 +70,8 @@ class CollectiveResult:
 class CollectiveModel:
     """Collective timings on one topology (build once, ask many times)."""
 
-    def __init__(self, topo: Topology, efficiency: dict[str, float] | None = None) -> None:
+    def __init__(self, topo: Topology, efficiency: dict[str, float] | None = None,
+                 net_latency_us: dict[str, float] | None = None) -> None:
         self.topo = topo
         self.links = LinkTable(topo, LINK_EFFICIENCY if efficiency is None else efficiency)
         self.router = Router(topo, self.links)
@@ -78,7 +79,9 @@ class CollectiveModel:
         # PERF: the plan search asks for the same (op, size, group) many times across layouts
         # (benchmarks/test_bench_plan.py); a result is a pure function of them.
         self._results: dict[tuple[Any, ...], CollectiveResult] = {}
-        self.hw = nccl.platform(topo)          # what the tuner may offer here (nccl.offered)
+        # what the tuner may offer here (nccl.offered); *net_latency_us* replaces
+        # sim.calibration.NET_LATENCY_US (for its fit)
+        self.hw = nccl.platform(topo, net_latency_us)
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
         self._wire: tuple[float, float] | None = None
@@ -174,7 +177,7 @@ class CollectiveModel:
             return CollectiveResult(op, algo, "ici", size, gi.n, lat + transfer, lat, transfer)
         w_intra, w_inter = self._wire_latency_s()
         lat, transfer = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch, transfer,
-                                         busbw_factor(op, gi.n), w_intra, w_inter)
+                                         busbw_factor(op, gi.n), w_intra, w_inter, self.hw.net_us)
         return CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
 
     def _dcn_latency_s(self, op: str, gi: GroupInfo) -> float:

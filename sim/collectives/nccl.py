@@ -25,8 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from ..calibration import NET_LATENCY_US
 from ..errors import ConfigError
 from ..topology import GpuFabric, Topology
+from ..topology_spec import GpuClusterSpec
 from .algorithms import ALGORITHMS, GroupInfo
 
 __all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "choices", "fastest",
@@ -79,18 +81,24 @@ def _col(nodes: int) -> int:
 
 def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: float,
               wire_intra_s: float = REFERENCE_WIRE_US["intra"] * 1e-6,
-              wire_inter_s: float = REFERENCE_WIRE_US["inter"] * 1e-6) -> float:
+              wire_inter_s: float = REFERENCE_WIRE_US["inter"] * 1e-6,
+              net_us: tuple[float, float] | None = None) -> float:
     """NCCL's modelled latency of one collective call (``ncclTopoTuneModel`` + plateau), seconds,
     with the topology's own links in it: *wire_intra_s* / *wire_inter_s* are the path latencies of
     one step inside a node / between nodes on the topology graph. NCCL's hwLat constants hold for
     the reference systems the bundled DGX topologies describe (REFERENCE_WIRE_US: their path
-    latencies); a topology whose links are slower or faster moves each step by the difference."""
+    latencies); a topology whose links are slower or faster moves each step by the difference.
+
+    *net_us* (``Platform.net_us``): a transport whose NCCL net plugin models its own per-step
+    network latency (aws-ofi-nccl on EFA: 20 us, +3 us completion overhead for Simple) replaces
+    NCCL's NET table (InfiniBand) with (latency, Simple overhead)."""
     p = _P[proto]
     base = _BASE.get(algo, _BASE["ring"])[p]
     intra = max(0.0, _NVLINK.get(algo, _NVLINK["ring"])[p]
                 + wire_intra_s * 1e6 - REFERENCE_WIRE_US["intra"])
-    inter = max(0.0, _NET.get(algo, _NET["ring"])[p]
-                + wire_inter_s * 1e6 - REFERENCE_WIRE_US["inter"])
+    net_hw = (_NET.get(algo, _NET["ring"])[p] if net_us is None
+              else net_us[0] + (net_us[1] if proto == "Simple" else 0.0))
+    inter = max(0.0, net_hw + wire_inter_s * 1e6 - REFERENCE_WIRE_US["inter"])
     ppn = max(1, ranks // max(nodes, 1))
     if algo == "ring":
         nsteps = 2 * (ranks - 1) if op == "allreduce" else (ranks - 1 if op in
@@ -159,13 +167,28 @@ class Platform:
     tpu: bool                    # TPU slices: XLA collectives on the ICI torus, no NCCL protocols
     nvls: bool                   # NVLink SHARP in the NVSwitches (NVLS, NVLSTree)
     sharp: bool                  # InfiniBand SHARP in the fabric's switches (CollNet)
+    # The scale-out transport's own per-step network latency and Simple-protocol overhead (us),
+    # where its net plugin models one (``latency_s``); None: NCCL's NET table.
+    net_us: tuple[float, float] | None = None
 
 
-def platform(topo: Topology) -> Platform:
-    """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction."""
+def platform(topo: Topology, net_latency_us: dict[str, float] | None = None) -> Platform:
+    """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction
+    and the transport's network latency (the topology file's ``net_latency_us``, else the value
+    fitted for the transport in ``sim.calibration.NET_LATENCY_US`` or the *net_latency_us* table
+    that replaces it, else NCCL's table)."""
+    table = NET_LATENCY_US if net_latency_us is None else net_latency_us
     fab = topo.fabric
     nvls, sharp = (fab.nvls, fab.sharp) if isinstance(fab, GpuFabric) else (False, False)
-    return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp)
+    net_us: tuple[float, float] | None = None
+    spec = topo.spec
+    if isinstance(spec, GpuClusterSpec):
+        if spec.net_latency_s is not None:
+            net_us = (spec.net_latency_s * 1e6, spec.net_simple_overhead_s * 1e6)
+        elif spec.transport in table:
+            net_us = (table[spec.transport], spec.net_simple_overhead_s * 1e6)
+    return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp,
+                    net_us)
 
 
 def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
@@ -254,8 +277,8 @@ def _why_not(algo: str, op: str, hw: Platform, avail: list[str]) -> str:
 
 
 def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: int, arch: str,
-                line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float
-                ) -> tuple[float, float]:
+                line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float,
+                net_us: tuple[float, float] | None = None) -> tuple[float, float]:
     """(latency, transfer) seconds of one GPU call of *size* bytes as NCCL's model prices it.
 
     *line_s* is the transfer time at the links' rates (the flow model's); the protocol's share of
@@ -273,9 +296,11 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
         if busbw > cap:
             transfer = busbw_factor * size / (cap * 1e9)
     if algo in ("pairwise", "p2p"):
-        lat = latency_s("ring", proto, "sendrecv", 2, min(nodes, 2), size, wire_intra_s, wire_inter_s)
+        lat = latency_s("ring", proto, "sendrecv", 2, min(nodes, 2), size, wire_intra_s, wire_inter_s,
+                        net_us)
     else:
         lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet") else "ring"
         lat_op = op if algo != "hierarchical" else "allreduce"
-        lat = latency_s(lat_algo, proto, lat_op, ranks, nodes, size, wire_intra_s, wire_inter_s)
+        lat = latency_s(lat_algo, proto, lat_op, ranks, nodes, size, wire_intra_s, wire_inter_s,
+                        net_us)
     return lat, transfer

@@ -122,7 +122,7 @@ _MAX_INT: dict[str, int] = {
     "zero_group": 1_000_000, "slices": 1_000,
     "monte_carlo_runs": 100_000,     # the failure Monte Carlo: 100 runs give 5-95% bands
     "seed": 2**63 - 1,
-    "gpus": 1_024, "nvswitches": 1_024, "nics": 1_024, "su_nodes": 100_000,
+    "gpus": 1_024, "nvswitches": 1_024, "nics": 4_096, "su_nodes": 100_000,
     "leaf_down_ports": 10_000, "leaf_up_ports": 10_000, "two_tier_max_sus": 100_000,
     "max_gpus": 10_000_000, "cube": 1_024, "wrap_len": 100_000, "chips_per_host": 1_024,
     "default_chips": 10_000_000,
@@ -139,11 +139,14 @@ _MAX_NUMBER: dict[str, float] = {
     "nvlink_latency_us": 1e6, "pcie_latency_us": 1e6, "ib_latency_us": 1e6,
     "ici_latency_us": 1e6, "dcn_latency_us": 1e6,          # one second per hop
     "nic_Gbps": 1e6, "ib_port_Gbps": 1e6, "pcie_GBps": 1e5,
+    "port_Gbps": 1e6, "link_latency_us": 1e6, "net_latency_us": 1e6,
+    "net_simple_overhead_us": 1e6,
 }
 
 # Lower bounds where a positive value can still be absurd: a 1 Gb/s NIC or a 0.1 GB/s PCIe link is
 # slower than anything an accelerator has been attached with.
-_MIN_NUMBER: dict[str, float] = {"nic_Gbps": 1.0, "ib_port_Gbps": 1.0, "pcie_GBps": 0.1}
+_MIN_NUMBER: dict[str, float] = {"nic_Gbps": 1.0, "ib_port_Gbps": 1.0, "port_Gbps": 1.0,
+                                 "pcie_GBps": 0.1}
 
 
 def show(v: object) -> str:

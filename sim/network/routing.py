@@ -91,6 +91,8 @@ class Router:
         if self._spines_all:
             names = sorted(leaf_ids, key=leaf_ids.get)          # type: ignore[arg-type]
             cap_up, cap_dn, lat_up, lat_dn = [], [], [], []
+            kind = str(L.kind[L.id(names[0], (self._spines_rail.get(g.nodes[names[0]]["rail"])
+                                               or self._spines_all)[0])])
             for lf in names:
                 grp = self._spines_rail.get(g.nodes[lf]["rail"]) or self._spines_all
                 ups = [L.id(lf, sp) for sp in grp]
@@ -99,8 +101,8 @@ class Router:
                 cap_dn.append(L.capacity_Bps[downs].sum())
                 lat_up.append(L.latency_s[ups[0]])
                 lat_dn.append(L.latency_s[downs[0]])
-            ls = L.add_virtual(np.array(cap_up), np.array(lat_up), "ib")
-            sl = L.add_virtual(np.array(cap_dn), np.array(lat_dn), "ib")
+            ls = L.add_virtual(np.array(cap_up), np.array(lat_up), kind)
+            sl = L.add_virtual(np.array(cap_dn), np.array(lat_dn), kind)
         return up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail
 
     # ------------------------------------------------------------------ public

@@ -21,7 +21,7 @@ from .fabric import Fabric, GpuFabric, TpuFabric
 from .gpu_cluster import build_gpu_cluster
 from .tpu_pod import build_tpu_pod
 
-__all__ = ["Fabric", "GpuFabric", "Topology", "TpuFabric", "build_topology"]
+__all__ = ["Fabric", "GpuFabric", "NET_KINDS", "Topology", "TpuFabric", "build_topology"]
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,10 @@ class Topology:
         return replace(self, graph=graph, edited=True)
 
 
-# Edge kinds that join nodes (and so carry other jobs' traffic too).
-INTER_NODE_KINDS = frozenset({"ib", "dcn"})
+# Edge kinds that join nodes (and so carry other jobs' traffic too): the GPU fabrics' transports
+# (sim.config.topology_specs.TRANSPORTS) and the TPU hosts' data-center network.
+NET_KINDS = frozenset({"ib", "roce", "efa", "tcpxo", "tcpx", "slingshot"})
+INTER_NODE_KINDS = NET_KINDS | {"dcn"}
 
 
 def build_topology(cluster: ClusterConfig) -> Topology:

@@ -47,7 +47,9 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
                    cables=cables)
 
     sus = math.ceil(nodes / spec.su_nodes)
-    rails = spec.nics_per_node
+    rails = spec.rails
+    k = spec.nics_per_gpu
+    net = spec.transport                  # link kind of every NIC and switch link
     for n in range(nodes):
         su = n // spec.su_nodes
         for s in range(spec.nvswitches_per_node):
@@ -64,7 +66,8 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
                 leaf = f"leaf/s{su}/r{rail}"
                 if leaf not in g:
                     g.add_node(leaf, kind="leaf", su=su, rail=rail, sharp=sharp)
-                link(nic, leaf, min(spec.nic_Bps, port), ib_lat, "ib", 1)
+                # A GPU striping several NICs (nics_per_gpu) reaches its leaf over all of them.
+                link(nic, leaf, k * min(spec.nic_Bps, port), ib_lat, net, k)
             link(dev, nic, spec.pcie_Bps, pcie_lat, "pcie", 1)
 
     leaves = [(su, r) for su in range(sus) for r in range(rails)]
@@ -77,7 +80,7 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
             g.add_node(sp, kind="spine", sharp=sharp)
         for su, r in leaves:
             for sp in spines:
-                link(f"leaf/s{su}/r{r}", sp, up_ports * port / n_spines, ib_lat, "ib",
+                link(f"leaf/s{su}/r{r}", sp, up_ports * port / n_spines, ib_lat, net,
                      up_ports / n_spines)
     elif tiers == 3:
         # One spine group per rail (half of each spine's ports down), cores join the groups.
@@ -92,10 +95,10 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
                 g.add_node(sp, kind="spine", rail=r, sharp=sharp)
                 # Spine i of every rail uses the same slice of cores, so the core layer mixes rails.
                 for ci, share in _spread(i, radix // 2, n_cores).items():
-                    link(sp, cores[ci], share * port, ib_lat, "ib", share)
+                    link(sp, cores[ci], share * port, ib_lat, net, share)
             for su in range(sus):
                 for sp in group:
-                    link(f"leaf/s{su}/r{r}", sp, up_ports * port / per_rail, ib_lat, "ib",
+                    link(f"leaf/s{su}/r{r}", sp, up_ports * port / per_rail, ib_lat, net,
                          up_ports / per_rail)
     nvls = spec.chip.in_network_reduction and spec.nvswitches_per_node > 0
     return g, GpuFabric(nodes=nodes, tiers=tiers, scalable_units=sus, oversubscription=over,
