@@ -77,6 +77,12 @@ class GpuClusterSpec:
     # ``net_simple_overhead_s`` (completion handling), as aws-ofi-nccl's tuner does.
     net_latency_s: float | None = None
     net_simple_overhead_s: float = 0.0
+    # Frontier-scale three-tier fabric (0: the SuperPOD layout above). Pods of ``pod_sus`` SUs,
+    # each a non-blocking leaf-spine per rail plane (the spines of rail r join only rail r's
+    # leaves); a core layer joins the pods' spines with ``core_oversubscription``:1 (Llama 3
+    # paper section 3.3.1: 3,072-GPU pods at full bisection, 1:7 above them).
+    pod_sus: int = 0
+    core_oversubscription: float = 1.0
 
     kind = "gpu_cluster"
 

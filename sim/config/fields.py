@@ -124,6 +124,7 @@ _MAX_INT: dict[str, int] = {
     "seed": 2**63 - 1,
     "gpus": 1_024, "nvswitches": 1_024, "nics": 4_096, "su_nodes": 100_000,
     "leaf_down_ports": 10_000, "leaf_up_ports": 10_000, "two_tier_max_sus": 100_000,
+    "pod_sus": 100_000,
     "max_gpus": 10_000_000, "cube": 1_024, "wrap_len": 100_000, "chips_per_host": 1_024,
     "default_chips": 10_000_000,
 }
@@ -135,7 +136,8 @@ _MAX_NUMBER: dict[str, float] = {
     "checkpoint_load_s": 86_400.0, "detect_s": 86_400.0, "restart_s": 86_400.0,
     "swap_s": 86_400.0,              # a day for any one recovery step
     "planned_per_day": 1_000.0, "rate_scale": 10_000.0, "tokens": 1e18,
-    "usd_per_chip_hour": 10_000.0, "oversubscription": 1_000.0, "capacity_factor": 1_000.0,
+    "usd_per_chip_hour": 10_000.0, "oversubscription": 1_000.0,
+    "core_oversubscription": 1_000.0, "capacity_factor": 1_000.0,
     "nvlink_latency_us": 1e6, "pcie_latency_us": 1e6, "ib_latency_us": 1e6,
     "ici_latency_us": 1e6, "dcn_latency_us": 1e6,          # one second per hop
     "nic_Gbps": 1e6, "ib_port_Gbps": 1e6, "pcie_GBps": 1e5,

@@ -27,7 +27,8 @@ _GPU_NODE_KEYS = frozenset({"gpus", "nvswitches", "gpu_switch_links", "nvlink_la
 _GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf_down_ports",
                               "leaf_up_ports", "two_tier_max_sus", "max_gpus", "sharp",
                               "oversubscription", "transport", "port_Gbps", "link_latency_us",
-                              "net_latency_us", "net_simple_overhead_us"})
+                              "net_latency_us", "net_simple_overhead_us", "pod_sus",
+                              "core_oversubscription"})
 # Scale-out transports (topologies/README.md "Fabrics"). InfiniBand names its port fields ib_*;
 # the others port_Gbps / link_latency_us.
 TRANSPORTS = ("ib", "roce", "efa", "tcpxo", "tcpx", "slingshot")
@@ -125,6 +126,8 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         transport=transport, nics_per_gpu=nics_per_gpu,
         net_latency_s=None if net_lat is None else us_to_s(net_lat),
         net_simple_overhead_s=us_to_s(fab.number("net_simple_overhead_us", 0.0)),
+        pod_sus=fab.integer("pod_sus", 0, minimum=0),
+        core_oversubscription=fab.number("core_oversubscription", 1.0, minimum=1.0),
     )
     if spec.nics_per_node <= 0 or (nics <= gpus and gpus % spec.nics_per_node):
         raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need the node's {gpus} GPUs "

@@ -52,11 +52,14 @@ class Router:
             self._rail_of = spec.rail_of
             self._spines_all = sorted((n for n, k in self.g.nodes(data="kind") if k == "spine"),
                                       key=str)
-            by_rail: dict[int, list[str]] = defaultdict(list)
+            # Spine group of a leaf: the spines of its rail (SuperPOD three tiers), of its pod and
+            # rail plane (frontier pods: spines carry a ``pod``), or all spines (two tiers).
+            by_rail: dict[Any, list[str]] = defaultdict(list)
             for n in self._spines_all:
                 r = self.g.nodes[n].get("rail")
                 if r is not None:
-                    by_rail[r].append(n)
+                    pod = self.g.nodes[n].get("pod")
+                    by_rail[r if pod is None else (pod, r)].append(n)
             self._spines_rail = dict(by_rail)
         self._tables = self._gpu_tables() if self._gpu and not topo.edited else None
 
@@ -88,13 +91,18 @@ class Router:
         # unedited fabric the group is one trunk link per leaf and direction whose capacity is
         # the sum: exact for max-min sharing, and 2 route entries instead of 2 x spines.
         ls = sl = None
+        pods: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if self._spines_all:
             names = sorted(leaf_ids, key=leaf_ids.get)          # type: ignore[arg-type]
             cap_up, cap_dn, lat_up, lat_dn = [], [], [], []
-            kind = str(L.kind[L.id(names[0], (self._spines_rail.get(g.nodes[names[0]]["rail"])
-                                               or self._spines_all)[0])])
-            for lf in names:
-                grp = self._spines_rail.get(g.nodes[lf]["rail"]) or self._spines_all
+            kind = str(L.kind[L.id(names[0], self._group_of(names[0])[0])])
+            pod_ids: dict[Any, int] = {}
+            pgroup = np.full(len(names), -1, int)
+            for j, lf in enumerate(names):
+                grp = self._group_of(lf)
+                if g.nodes[lf].get("pod") is not None:
+                    pgroup[j] = pod_ids.setdefault((g.nodes[lf]["pod"], g.nodes[lf]["rail"]),
+                                                   len(pod_ids))
                 ups = [L.id(lf, sp) for sp in grp]
                 downs = [L.id(sp, lf) for sp in grp]
                 cap_up.append(L.capacity_Bps[ups].sum())
@@ -103,7 +111,31 @@ class Router:
                 lat_dn.append(L.latency_s[downs[0]])
             ls = L.add_virtual(np.array(cap_up), np.array(lat_up), kind)
             sl = L.add_virtual(np.array(cap_dn), np.array(lat_dn), kind)
-        return up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail
+            if pod_ids:
+                # PERF: the same trunking one tier up: a pod's plane-r spines to the core layer
+                # and back, one link each way whose capacity is the sum of the spines' core links.
+                pu_cap, pd_cap, pu_lat, pd_lat = [], [], [], []
+                for key in sorted(pod_ids, key=pod_ids.get):      # type: ignore[arg-type]
+                    ups, downs = [], []
+                    for sp in self._spines_rail[key]:
+                        for c in g[sp]:
+                            if g.nodes[c]["kind"] == "core":
+                                ups.append(L.id(sp, c))
+                                downs.append(L.id(c, sp))
+                    pu_cap.append(L.capacity_Bps[ups].sum())
+                    pd_cap.append(L.capacity_Bps[downs].sum())
+                    pu_lat.append(L.latency_s[ups[0]] if ups else 0.0)
+                    pd_lat.append(L.latency_s[downs[0]] if downs else 0.0)
+                pu = L.add_virtual(np.array(pu_cap), np.array(pu_lat), kind)
+                pd = L.add_virtual(np.array(pd_cap), np.array(pd_lat), kind)
+                pods = (pgroup, pu, pd)
+        return up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail, pods
+
+    def _group_of(self, leaf: Hashable) -> list[str]:
+        """The spines a leaf's uplinks are split over (see ``_spines_rail``)."""
+        d = self.g.nodes[leaf]
+        key = d["rail"] if d.get("pod") is None else (d["pod"], d["rail"])
+        return self._spines_rail.get(key) or self._spines_all
 
     # ------------------------------------------------------------------ public
 
@@ -153,7 +185,7 @@ class Router:
 
     def _gpu_bulk(self, src: np.ndarray, dst: np.ndarray, idx: np.ndarray,
                   parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
-        up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail = self._tables  # type: ignore[misc]
+        up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail, pods = self._tables  # type: ignore[misc]
         gpn = self._gpn
 
         def add(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
@@ -181,6 +213,13 @@ class Router:
                 assert ls is not None, "leaves without spines"
                 r = np.stack([ls[leaf[hop[far]]], sl[leaf[b[far]]]], axis=1)
                 add(r, c[far], np.ones(r.shape))
+                if pods is not None:                      # frontier pods: through the core
+                    pgroup, pu, pd = pods
+                    ga, gb = pgroup[leaf[hop[far]]], pgroup[leaf[b[far]]]
+                    x = ga != gb
+                    if x.any():
+                        r = np.stack([pu[ga[x]], pd[gb[x]]], axis=1)
+                        add(r, c[far][x], np.ones(r.shape))
         return np.zeros(len(src), bool)
 
     def route(self, src: Hashable, dst: Hashable) -> Route:
@@ -265,8 +304,9 @@ class Router:
             raise _NoPolicy
         self._add(acc, nic_s, leaf_s, w)
         if leaf_s != leaf_d:
-            rail = self.g.nodes[leaf_s]["rail"]
-            spines = self._spines_rail.get(rail) or self._spines_all
+            if self.g.nodes[leaf_s].get("pod") != self.g.nodes[leaf_d].get("pod"):
+                raise _NoPolicy                    # frontier pods: across the core, by ECMP
+            spines = self._group_of(leaf_s)
             if not spines:
                 raise _NoPolicy
             for sp in spines:

@@ -12,6 +12,7 @@ it has ports, see ``_spread``).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import networkx as nx
 
@@ -72,7 +73,9 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
 
     leaves = [(su, r) for su in range(sus) for r in range(rails)]
     tiers = 1 if nodes == 1 else (2 if sus <= spec.two_tier_max_sus else 3)
-    if tiers == 2:
+    if spec.pod_sus and nodes > 1:
+        tiers = _build_pods(g, spec, sus, rails, up_ports, radix, port, ib_lat, net, sharp, link)
+    elif tiers == 2:
         # Every leaf reaches every spine (NV-SPOD-H100 4-SU layout: 32 leaves x 2 cables to 16 spines).
         n_spines = math.ceil(len(leaves) * up_ports / radix)
         spines = [f"spine/{i}" for i in range(n_spines)]
@@ -103,6 +106,38 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
     nvls = spec.chip.in_network_reduction and spec.nvswitches_per_node > 0
     return g, GpuFabric(nodes=nodes, tiers=tiers, scalable_units=sus, oversubscription=over,
                         sharp=sharp, nvls=nvls)
+
+
+def _build_pods(g: nx.Graph, spec: GpuClusterSpec, sus: int, rails: int, up_ports: float,
+                radix: int, port: float, lat_us: float, net: str, sharp: bool, link: Any) -> int:
+    """Frontier-scale three tiers (``pod_sus``): per pod and rail plane a non-blocking leaf-spine
+    (every leaf of rail r in the pod reaches every spine of plane r), spines with half their ports
+    down; a core layer takes ``1 / core_oversubscription`` of the spines' down capacity up and
+    joins every pod's plane-r spines (spine i of every plane and pod starts at the same core slice,
+    so the core mixes planes). Tiers built: 2 for one pod, 3 above. Leaves and spines carry their
+    ``pod``; the router's trunks follow them (``sim.network.routing``)."""
+    pods = math.ceil(sus / spec.pod_sus)
+    per_plane = math.ceil(spec.pod_sus * up_ports / (radix / 2))
+    spine_up = (radix / 2) / spec.core_oversubscription
+    n_cores = math.ceil(pods * rails * per_plane * spine_up / radix) if pods > 1 else 0
+    cores = [f"core/{i}" for i in range(n_cores)]
+    for c in cores:
+        g.add_node(c, kind="core", sharp=sharp)
+    reach = min(n_cores, max(1, math.ceil(spine_up)))     # cores each spine is cabled to
+    for p in range(pods):
+        for r in range(rails):
+            group = [f"spine/p{p}/r{r}/{i}" for i in range(per_plane)]
+            for i, sp in enumerate(group):
+                g.add_node(sp, kind="spine", rail=r, pod=p, sharp=sharp)
+                for k in range(reach):
+                    c = (i * reach + k) % n_cores
+                    link(sp, cores[c], spine_up * port / reach, lat_us, net, spine_up / reach)
+            for su in range(p * spec.pod_sus, min(sus, (p + 1) * spec.pod_sus)):
+                leaf = f"leaf/s{su}/r{r}"
+                g.nodes[leaf]["pod"] = p
+                for sp in group:
+                    link(leaf, sp, up_ports * port / per_plane, lat_us, net, up_ports / per_plane)
+    return 3 if pods > 1 else 2
 
 
 def _spread(i: int, ports: int, targets: int) -> dict[int, float]:
