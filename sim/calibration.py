@@ -36,6 +36,9 @@ LINK_EFFICIENCY: dict[str, float] = {
     # inside the MTU, 38 of Ethernet framing outside it: 8,192 payload bytes per 8,282 on the wire.
     "tcpxo": 8192 / 8282,
     "tcpx": 8192 / 8282,
+    # HPE Slingshot: Ethernet framing with HPE's own reduced headers (not public): RoCEv2's
+    # overhead at a 4096-byte MTU is assumed.
+    "slingshot": 4096 / (4096 + 82),
 }
 # The NCCL net plugin's per-step network latency of a transport (us), for transports whose
 # topology files give none (``nccl.platform``): fitted on the calibration split's latency points

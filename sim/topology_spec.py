@@ -83,6 +83,13 @@ class GpuClusterSpec:
     # paper section 3.3.1: 3,072-GPU pods at full bisection, 1:7 above them).
     pod_sus: int = 0
     core_oversubscription: float = 1.0
+    # Dragonfly (``layout: dragonfly``, HPE Slingshot): ``su_nodes`` nodes on each switch (all
+    # their NICs), ``group_switches`` switches per group joined all-to-all by ``local_links``
+    # cables per pair, every pair of groups by ``global_links`` cables.
+    layout: str = "fat-tree"
+    group_switches: int = 0
+    local_links: int = 0
+    global_links: int = 0
 
     kind = "gpu_cluster"
 

@@ -146,7 +146,8 @@ def test_unknown_topology_lists_the_valid_ones() -> None:
     bad(r"cluster.topology: unknown topology .dgx-h800.; valid: aws-p4de, aws-p5, dgx-a100, "
         r"dgx-a100-40gb, dgx-h100, dgx-h200, gcp-a3-high, gcp-a3-mega, gcp-a3-ultra, h100-3tier, "
         r"hgx-a100-4nic, "
-        r"oci-a100-roce, oci-h200-roce, tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e", cluster={"topology": "dgx-h800"})
+        r"oci-a100-roce, oci-h200-roce, slingshot-dragonfly, tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e",
+        cluster={"topology": "dgx-h800"})
 
 
 def test_chips_not_whole_nodes() -> None:

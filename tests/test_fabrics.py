@@ -175,3 +175,55 @@ def test_frontier_topology_spans_131072_gpus() -> None:
     assert t.fabric.tiers == 3 and t.nodes == 768
     cores = sum(1 for _, k in t.graph.nodes(data="kind") if k == "core")
     assert cores == math.ceil(2 * 8 * 12 * (32 / 7) / 64)
+
+
+# --------------------------------------------------------------------------- dragonfly
+
+SMALL_DRAGONFLY = """
+name: small-dragonfly
+kind: gpu_cluster
+chip: A100-SXM-40GB
+node: {gpus: 8, nvswitches: 6, gpu_switch_links: [2, 2, 2, 2, 2, 2], nvlink_latency_us: 0.25,
+       nics: 2, nic_Gbps: 200, pcie_GBps: 32, pcie_latency_us: 0.5}
+fabric: {transport: slingshot, layout: dragonfly, port_Gbps: 200, link_latency_us: 0.35,
+         su_nodes: 2, leaf_down_ports: 4, leaf_up_ports: 60, group_switches: 3, local_links: 2,
+         global_links: 3, max_gpus: 8192}
+"""
+
+
+def test_dragonfly_groups_and_minimal_routes(tmp_path) -> None:
+    """9 switches of 2 nodes in 3 groups of 3: inside a group every switch pair has 2 local
+    cables; each pair of groups 3 global cables, one from each of its switches (cable j from
+    switch (b + j) of group a to switch (a + j) of group b). A flow between switches of different
+    groups takes the minimal paths: at most local, global, local."""
+    f = tmp_path / "small-dragonfly.yaml"
+    f.write_text(SMALL_DRAGONFLY)
+    t = build_topology(load_cluster(str(f), 9 * 2 * 8))
+    g = t.graph
+    assert t.fabric.tiers == 2
+    sw = [n for n, d in g.nodes(data=True) if d["kind"] == "leaf"]
+    assert len(sw) == 9 and {g.nodes[s]["group"] for s in sw} == {0, 1, 2}
+    local = [(u, v, d) for u, v, d in g.edges(data=True) if u in sw and v in sw
+             and g.nodes[u]["group"] == g.nodes[v]["group"]]
+    glob = [(u, v, d) for u, v, d in g.edges(data=True) if u in sw and v in sw
+            and g.nodes[u]["group"] != g.nodes[v]["group"]]
+    assert len(local) == 3 * 3 and all(d["cables"] == 2 for *_, d in local)
+    assert sum(d["cables"] for *_, d in glob) == 3 * 3              # 3 pairs x 3 cables
+    assert all(d["kind"] == "slingshot" for *_, d in local + glob)
+    m = CollectiveModel(t)
+    ids, fr = m.router.route(0, 8 * 2 * 8)                          # node 0 (sw 0) -> node 16 (sw 8)
+    kinds = [(m.links.kind[i]) for i in ids]
+    assert kinds.count("pcie") == 2 and kinds.count("slingshot") >= 3
+    # the flow's switch-to-switch share: every path's hops carry the whole flow once, <= 3 hops
+    sw_links = [i for i in ids if m.links.kind[i] == "slingshot"]
+    assert 1.0 <= sum(fr[ids.tolist().index(i)] for i in sw_links) - 2.0 <= 3.0   # minus NIC links
+
+
+def test_dragonfly_fields_only_on_a_dragonfly(tmp_path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(SMALL_PODS.replace("max_gpus: 131072", "max_gpus: 131072, global_links: 4"))
+    with pytest.raises(Exception, match=r"fabric.global_links: a field of a dragonfly"):
+        load_topology_spec(str(f))
+    f.write_text(SMALL_DRAGONFLY.replace(" global_links: 3,", ""))
+    with pytest.raises(Exception, match=r"fabric.global_links: required"):
+        load_topology_spec(str(f))

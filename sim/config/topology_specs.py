@@ -28,7 +28,9 @@ _GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf
                               "leaf_up_ports", "two_tier_max_sus", "max_gpus", "sharp",
                               "oversubscription", "transport", "port_Gbps", "link_latency_us",
                               "net_latency_us", "net_simple_overhead_us", "pod_sus",
-                              "core_oversubscription"})
+                              "core_oversubscription", "layout", "group_switches",
+                              "local_links", "global_links"})
+LAYOUTS = ("fat-tree", "dragonfly")
 # Scale-out transports (topologies/README.md "Fabrics"). InfiniBand names its port fields ib_*;
 # the others port_Gbps / link_latency_us.
 TRANSPORTS = ("ib", "roce", "efa", "tcpxo", "tcpx", "slingshot")
@@ -110,6 +112,13 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         raise ConfigError(f"{node.at('nics')}: {nics} NICs for {gpus} GPUs; valid: a divisor of "
                           f"{gpus} or a multiple of it (several NICs per GPU)")
     net_lat = fab.number("net_latency_us") if fab.has("net_latency_us") else None
+    layout = fab.text("layout", "fat-tree", choices=LAYOUTS)
+    df = layout == "dragonfly"
+    if not df:
+        for key in ("group_switches", "local_links", "global_links"):
+            if fab.has(key):
+                raise ConfigError(f"{fab.at(key)}: a field of a dragonfly (layout: dragonfly), "
+                                  f"not of a {layout}")
     spec = GpuClusterSpec(
         name=s.text("name"), chip=chip, gpus_per_node=gpus, nvswitches_per_node=nvswitches,
         gpu_switch_links=links, nvlink_latency_s=us_to_s(node.number("nvlink_latency_us")),
@@ -119,7 +128,7 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         ib_port_Bps=Gbps_to_Bps(fab.number(port_key, strict_min=True)),
         ib_latency_s=us_to_s(fab.number(lat_key)), su_nodes=fab.integer("su_nodes"),
         leaf_down_ports=fab.integer("leaf_down_ports"), leaf_up_ports=fab.integer("leaf_up_ports"),
-        two_tier_max_sus=fab.integer("two_tier_max_sus"), max_gpus=fab.integer("max_gpus"),
+        two_tier_max_sus=fab.integer("two_tier_max_sus", 1 if df else None), max_gpus=fab.integer("max_gpus"),
         ib_sharp=fab.flag("sharp", False),
         oversubscription=fab.number("oversubscription", 1.0, minimum=1.0),
         default_chips=s.integer("default_chips", gpus),
@@ -128,6 +137,10 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         net_simple_overhead_s=us_to_s(fab.number("net_simple_overhead_us", 0.0)),
         pod_sus=fab.integer("pod_sus", 0, minimum=0),
         core_oversubscription=fab.number("core_oversubscription", 1.0, minimum=1.0),
+        layout=layout,
+        group_switches=fab.integer("group_switches") if df else 0,
+        local_links=fab.integer("local_links", 1) if df else 0,
+        global_links=fab.integer("global_links") if df else 0,
     )
     if spec.nics_per_node <= 0 or (nics <= gpus and gpus % spec.nics_per_node):
         raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need the node's {gpus} GPUs "

@@ -43,6 +43,7 @@ class Router:
         self._bfs: dict[tuple[Hashable, bool], dict[Hashable, int]] = {}
         self._gpu = not topo.is_tpu
         self._tables: tuple[Any, ...] | None = None
+        self._leaf_names: list[str] = []          # leaf index -> name (``_gpu_tables``)
         if self._gpu:
             spec = topo.spec
             assert isinstance(spec, GpuClusterSpec), spec
@@ -129,7 +130,20 @@ class Router:
                 pu = L.add_virtual(np.array(pu_cap), np.array(pu_lat), kind)
                 pd = L.add_virtual(np.array(pd_cap), np.array(pd_lat), kind)
                 pods = (pgroup, pu, pd)
+        self._leaf_names = sorted(leaf_ids, key=leaf_ids.get)      # type: ignore[arg-type]
         return up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail, pods
+
+    def _switch_route(self, a: Hashable, b: Hashable) -> Route:
+        """Switch *a* to switch *b* of a dragonfly: ECMP over the minimal paths (local, global,
+        local hops), the flow split evenly at each branching switch; cached."""
+        key = (("switch", a), ("switch", b))
+        r = self._cache.get(key)
+        if r is None:
+            acc: dict[int, float] = defaultdict(float)
+            self._ecmp(a, b, 1.0, acc)
+            r = self._cache[key] = (np.fromiter(acc.keys(), dtype=int, count=len(acc)),
+                                    np.fromiter(acc.values(), dtype=float, count=len(acc)))
+        return r
 
     def _group_of(self, leaf: Hashable) -> list[str]:
         """The spines a leaf's uplinks are split over (see ``_spines_rail``)."""
@@ -209,7 +223,12 @@ class Router:
                 nvlink(a[pxn], hop[pxn], c[pxn])
             add(np.stack([pup[hop], nup[hop], ndn[b], pdn[b]], axis=1), c, np.ones((len(c), 4)))
             far = leaf[hop] != leaf[b]
-            if far.any():
+            if far.any() and ls is None:                  # dragonfly: switch to switch, minimal
+                for j in np.nonzero(far)[0]:
+                    ids, fr = self._switch_route(self._leaf_names[leaf[hop[j]]],
+                                                 self._leaf_names[leaf[b[j]]])
+                    parts.append((ids, np.full(len(ids), c[j]), fr))
+            elif far.any():
                 assert ls is not None, "leaves without spines"
                 r = np.stack([ls[leaf[hop[far]]], sl[leaf[b[far]]]], axis=1)
                 add(r, c[far], np.ones(r.shape))
@@ -303,7 +322,11 @@ class Router:
         if leaf_s is None or leaf_d is None:            # a NIC's uplink is down: no policy route
             raise _NoPolicy
         self._add(acc, nic_s, leaf_s, w)
-        if leaf_s != leaf_d:
+        if leaf_s != leaf_d and not self._spines_all:       # dragonfly: no spines
+            ids, fr = self._switch_route(leaf_s, leaf_d)
+            for i, x in zip(ids.tolist(), fr.tolist()):
+                acc[i] += w * x
+        elif leaf_s != leaf_d:
             if self.g.nodes[leaf_s].get("pod") != self.g.nodes[leaf_d].get("pod"):
                 raise _NoPolicy                    # frontier pods: across the core, by ECMP
             spines = self._group_of(leaf_s)

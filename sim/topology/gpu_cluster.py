@@ -51,6 +51,7 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
     rails = spec.rails
     k = spec.nics_per_gpu
     net = spec.transport                  # link kind of every NIC and switch link
+    dragonfly = spec.layout == "dragonfly"
     for n in range(nodes):
         su = n // spec.su_nodes
         for s in range(spec.nvswitches_per_node):
@@ -64,16 +65,20 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
             nic = f"n{n}/nic{rail}"
             if nic not in g:                  # GPUs sharing a NIC reach it over their own PCIe lanes
                 g.add_node(nic, kind="nic", node=n, rail=rail)
-                leaf = f"leaf/s{su}/r{rail}"
+                # a dragonfly switch takes every NIC of its nodes (no rail planes)
+                leaf = f"sw/{su}" if dragonfly else f"leaf/s{su}/r{rail}"
                 if leaf not in g:
-                    g.add_node(leaf, kind="leaf", su=su, rail=rail, sharp=sharp)
+                    g.add_node(leaf, kind="leaf", su=su, rail=None if dragonfly else rail,
+                               sharp=sharp)
                 # A GPU striping several NICs (nics_per_gpu) reaches its leaf over all of them.
                 link(nic, leaf, k * min(spec.nic_Bps, port), ib_lat, net, k)
             link(dev, nic, spec.pcie_Bps, pcie_lat, "pcie", 1)
 
     leaves = [(su, r) for su in range(sus) for r in range(rails)]
     tiers = 1 if nodes == 1 else (2 if sus <= spec.two_tier_max_sus else 3)
-    if spec.pod_sus and nodes > 1:
+    if dragonfly:
+        tiers = _build_dragonfly(g, spec, sus, port, ib_lat, net, link) if nodes > 1 else 1
+    elif spec.pod_sus and nodes > 1:
         tiers = _build_pods(g, spec, sus, rails, up_ports, radix, port, ib_lat, net, sharp, link)
     elif tiers == 2:
         # Every leaf reaches every spine (NV-SPOD-H100 4-SU layout: 32 leaves x 2 cables to 16 spines).
@@ -130,14 +135,44 @@ def _build_pods(g: nx.Graph, spec: GpuClusterSpec, sus: int, rails: int, up_port
             for i, sp in enumerate(group):
                 g.add_node(sp, kind="spine", rail=r, pod=p, sharp=sharp)
                 for k in range(reach):
-                    c = (i * reach + k) % n_cores
-                    link(sp, cores[c], spine_up * port / reach, lat_us, net, spine_up / reach)
+                    ci = (i * reach + k) % n_cores
+                    link(sp, cores[ci], spine_up * port / reach, lat_us, net, spine_up / reach)
             for su in range(p * spec.pod_sus, min(sus, (p + 1) * spec.pod_sus)):
                 leaf = f"leaf/s{su}/r{r}"
                 g.nodes[leaf]["pod"] = p
                 for sp in group:
                     link(leaf, sp, up_ports * port / per_plane, lat_us, net, up_ports / per_plane)
     return 3 if pods > 1 else 2
+
+
+def _build_dragonfly(g: nx.Graph, spec: GpuClusterSpec, switches: int, port: float,
+                     lat_us: float, net: str, link: Any) -> int:
+    """A dragonfly over the *switches* edge switches (``sw/i``): groups of ``group_switches``
+    joined all-to-all inside by ``local_links`` cables per switch pair, and every pair of groups
+    by ``global_links`` cables, cable j of groups (a, b) from switch (b + j) of a to switch
+    (a + j) of b (Kim et al., ISCA 2008, "Technology-Driven, Highly-Scalable Dragonfly Topology":
+    the balanced dragonfly's global-link arrangement). Tiers: 1 for one group (a switch hop and
+    the local all-to-all), 2 with global links."""
+    S = spec.group_switches
+    groups = math.ceil(switches / S)
+    for gr in range(groups):
+        members = [i for i in range(gr * S, min(switches, (gr + 1) * S))]
+        for a in members:
+            g.nodes[f"sw/{a}"]["group"] = gr
+        for i, a in enumerate(members):
+            for b in members[i + 1:]:
+                link(f"sw/{a}", f"sw/{b}", spec.local_links * port, lat_us, net, spec.local_links)
+    cables: dict[tuple[int, int], int] = {}
+    for a in range(groups):
+        size_a = min(S, switches - a * S)
+        for b in range(a + 1, groups):
+            size_b = min(S, switches - b * S)
+            for j in range(spec.global_links):
+                u, v = a * S + (b + j) % size_a, b * S + (a + j) % size_b
+                cables[(u, v)] = cables.get((u, v), 0) + 1
+    for (u, v), c in sorted(cables.items()):
+        link(f"sw/{u}", f"sw/{v}", c * port, lat_us, net, c)
+    return 2 if groups > 1 else 1
 
 
 def _spread(i: int, ports: int, targets: int) -> dict[int, float]:
