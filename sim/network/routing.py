@@ -25,7 +25,7 @@ import networkx as nx
 import numpy as np
 
 from ..errors import TopologyError
-from ..topology import Topology, TpuFabric
+from ..topology import Topology, TpuFabric, paused_gc
 from ..topology_spec import GpuClusterSpec
 from .links import LinkTable
 
@@ -62,7 +62,9 @@ class Router:
                     pod = self.g.nodes[n].get("pod")
                     by_rail[r if pod is None else (pod, r)].append(n)
             self._spines_rail = dict(by_rail)
-        self._tables = self._gpu_tables() if self._gpu and not topo.edited else None
+        if self._gpu and not topo.edited:
+            with paused_gc():
+                self._tables = self._gpu_tables()
 
     def _gpu_tables(self) -> tuple[Any, ...]:
         """Per-device link ids of the policy routes' fixed hops (see ``routes_coo``)."""
