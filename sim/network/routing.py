@@ -71,23 +71,42 @@ class Router:
         L, g, gpn = self.links, self.g, self._gpn
         devs = self.topo.devices
         nsw = len(self._switch_links)
-        up = np.empty((len(devs), nsw), int)
-        dn = np.empty((len(devs), nsw), int)
-        pup, pdn, nup, ndn, leaf = (np.empty(len(devs), int) for _ in range(5))
+        # PERF: plain lists and direct index lookups, arrays at the end (1.3 M lookups at
+        # 98,304 GPUs: benchmarks/test_bench_training.py).
+        idx = L.index
+        up_l: list[int] = []
+        dn_l: list[int] = []
+        pup_l: list[int] = []
+        pdn_l: list[int] = []
+        nup_l: list[int] = []
+        ndn_l: list[int] = []
+        leaf_l: list[int] = []
+        rail_l: list[int] = []
         leaf_ids: dict[str, int] = {}
-        rail = np.empty(len(devs), int)
+        leaf_of_nic: dict[str, str] = {}
+        nodes_view = g.nodes
         for d in devs:
             n = d // gpn
-            rail[d] = g.nodes[d]["rail"]
-            assert g.nodes[d]["node"] == n and rail[d] == self._rail_of(d % gpn)
-            for s in range(nsw):
-                up[d, s] = L.id(d, f"n{n}/nvs{s}")
-                dn[d, s] = L.id(f"n{n}/nvs{s}", d)
-            nic = f"n{n}/nic{rail[d]}"
-            lf = next(x for x in g[nic] if g.nodes[x]["kind"] == "leaf")
-            pup[d], pdn[d] = L.id(d, nic), L.id(nic, d)
-            nup[d], ndn[d] = L.id(nic, lf), L.id(lf, nic)
-            leaf[d] = leaf_ids.setdefault(lf, len(leaf_ids))
+            attrs = nodes_view[d]
+            r = attrs["rail"]
+            assert attrs["node"] == n and r == self._rail_of(d % gpn)
+            rail_l.append(r)
+            switches = [f"n{n}/nvs{s}" for s in range(nsw)]
+            up_l.extend([idx[(d, x)] for x in switches])
+            dn_l.extend([idx[(x, d)] for x in switches])
+            nic = f"n{n}/nic{r}"
+            lf = leaf_of_nic.get(nic)
+            if lf is None:
+                lf = leaf_of_nic[nic] = next(x for x in g[nic] if nodes_view[x]["kind"] == "leaf")
+            pup_l.append(idx[(d, nic)])
+            pdn_l.append(idx[(nic, d)])
+            nup_l.append(idx[(nic, lf)])
+            ndn_l.append(idx[(lf, nic)])
+            leaf_l.append(leaf_ids.setdefault(lf, len(leaf_ids)))
+        up = np.asarray(up_l, int).reshape(len(devs), nsw)
+        dn = np.asarray(dn_l, int).reshape(len(devs), nsw)
+        pup, pdn, nup, ndn, leaf, rail = (np.asarray(x, int) for x in (pup_l, pdn_l, nup_l, ndn_l,
+                                                                        leaf_l, rail_l))
         w = np.asarray(self._switch_links, float) / sum(self._switch_links)
         # PERF: an even ECMP split over a leaf's spine group loads every leaf->spine link of the
         # group equally (and every spine->leaf link of the destination's group), so on an
