@@ -14,7 +14,8 @@ from sim.config import load_cluster
 from sim.topology import build_topology
 from sim.topology.analysis import summarize
 
-CASES = [("dgx-h100", 16384), ("tpu-v4", 4096), ("tpu-v5p", 6144), ("tpu-v5e", 4096)]
+CASES = [("dgx-h100", 16384), ("tpu-v4", 4096), ("tpu-v5p", 6144), ("tpu-v5e", 4096),
+         ("h100-3tier", 131072)]          # issue 16: frontier scale
 
 
 @pytest.mark.benchmark

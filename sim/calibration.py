@@ -24,7 +24,27 @@ from .compute.kernels import AttentionParams, GemmParams
 LINK_EFFICIENCY: dict[str, float] = {
     "nvlink": 0.77,
     "ib": 64 / 66,
+    # Ethernet transports: payload per frame over the bytes the wire carries per frame. RoCEv2 at
+    # a 4096-byte MTU: 14 Ethernet + 4 FCS + 8 preamble + 12 inter-frame gap + 20 IPv4 + 8 UDP +
+    # 12 BTH + 4 ICRC = 82 bytes per 4096 (IBTA RoCEv2 annex A17; IEEE 802.3).
+    "roce": 4096 / (4096 + 82),
+    # EFA (SRD over Ethernet): MTU "approximately 8 KiB" (libfabric fi_efa(7)); the SRD header is
+    # not public, so RoCEv2's 82 bytes of headers are assumed.
+    "efa": 8192 / (8192 + 82),
+    # GPUDirect-TCPX/TCPXO: TCP/IPv4 over Ethernet at an 8,244-byte MTU (the MTU GCP sets on A3
+    # GPU-NIC networks; assumed, not in the stored references): 20 IPv4 + 32 TCP (timestamps) bytes
+    # inside the MTU, 38 of Ethernet framing outside it: 8,192 payload bytes per 8,282 on the wire.
+    "tcpxo": 8192 / 8282,
+    "tcpx": 8192 / 8282,
+    # HPE Slingshot: Ethernet framing with HPE's own reduced headers (not public): RoCEv2's
+    # overhead at a 4096-byte MTU is assumed.
+    "slingshot": 4096 / (4096 + 82),
 }
+# The NCCL net plugin's per-step network latency of a transport (us), for transports whose
+# topology files give none (``nccl.platform``): fitted on the calibration split's latency points
+# (sim.validate.fit_net_latency; tests/test_validation_budgets.py re-derives it). TCPXO: the A3
+# Mega 2-node all-reduce's 14 points of 8 B-64 KiB (the only TCPXO calibration run).
+NET_LATENCY_US: dict[str, float] = {"tcpxo": 55.7}
 
 # ----------------------------------------------------------------------------- compute kernels
 #

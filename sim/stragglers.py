@@ -88,6 +88,7 @@ def jitter_for(draws: ReplicaDraws, sigma: float, group: int, rng: np.random.Gen
 def degrade_links(topo, cfg: StragglersConfig, seed: int):  # type: ignore[no-untyped-def]
     """The topology with ``link_degrade_fraction`` of its network links (InfiniBand NIC-leaf links
     on GPU clusters, ICI links on TPU slices) at ``link_bandwidth_factor`` of their rate."""
+    from .topology import NET_KINDS
     from .topology.edits import degrade_link
 
     if cfg.link_degrade_fraction <= 0 or cfg.link_bandwidth_factor >= 1:
@@ -95,7 +96,7 @@ def degrade_links(topo, cfg: StragglersConfig, seed: int):  # type: ignore[no-un
     g = topo.graph
     kinds = ("ici", "optical")
     cands = sorted(((u, v) for u, v, k in g.edges(data="kind")
-                    if (k == "ib" and (g.nodes[u]["kind"] == "nic" or g.nodes[v]["kind"] == "nic"))
+                    if (k in NET_KINDS and (g.nodes[u]["kind"] == "nic" or g.nodes[v]["kind"] == "nic"))
                     or k in kinds), key=str)
     rng = np.random.default_rng([seed, 3])
     n = int(round(cfg.link_degrade_fraction * len(cands)))

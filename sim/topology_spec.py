@@ -76,6 +76,29 @@ class GpuClusterSpec:
     # The file's NVLink domain when a job uses only part of each (``cluster.nvl_domain``,
     # ``with_domain``); 0 = the job has whole domains of ``gpus_per_node``.
     rack_gpus: int = 0
+    # Scale-out transport (topologies/README.md "Fabrics"): the link kind of every NIC and switch
+    # link ("ib", "roce", "efa", "tcpxo", "tcpx", "slingshot"), so each transport has its own
+    # achievable fraction of line rate (sim.calibration.LINK_EFFICIENCY).
+    transport: str = "ib"
+    nics_per_gpu: int = 1                 # NICs striped by one GPU (AWS p5: 4 EFA per GPU)
+    # Per-step network latency of the transport as its NCCL net plugin models it (seconds), in
+    # place of NCCL's own NET hwLat table (InfiniBand); None: NCCL's table. Simple adds
+    # ``net_simple_overhead_s`` (completion handling), as aws-ofi-nccl's tuner does.
+    net_latency_s: float | None = None
+    net_simple_overhead_s: float = 0.0
+    # Frontier-scale three-tier fabric (0: the SuperPOD layout above). Pods of ``pod_sus`` SUs,
+    # each a non-blocking leaf-spine per rail plane (the spines of rail r join only rail r's
+    # leaves); a core layer joins the pods' spines with ``core_oversubscription``:1 (Llama 3
+    # paper section 3.3.1: 3,072-GPU pods at full bisection, 1:7 above them).
+    pod_sus: int = 0
+    core_oversubscription: float = 1.0
+    # Dragonfly (``layout: dragonfly``, HPE Slingshot): ``su_nodes`` nodes on each switch (all
+    # their NICs), ``group_switches`` switches per group joined all-to-all by ``local_links``
+    # cables per pair, every pair of groups by ``global_links`` cables.
+    layout: str = "fat-tree"
+    group_switches: int = 0
+    local_links: int = 0
+    global_links: int = 0
 
     kind = "gpu_cluster"
 
@@ -91,8 +114,14 @@ class GpuClusterSpec:
 
     def rail_of(self, local: int) -> int:
         """Rail (= NIC index) of the node's GPU *local*: one NIC per GPU, or per
-        ``gpus_per_node / nics_per_node`` neighbouring GPUs behind one PCIe switch."""
-        return local * self.nics_per_node // self.gpus_per_node
+        ``gpus_per_node / nics_per_node`` neighbouring GPUs behind one PCIe switch; with several
+        NICs per GPU (``nics_per_gpu``) the GPU's NICs form one rail (its NIC group)."""
+        return local * self.rails // self.gpus_per_node
+
+    @property
+    def rails(self) -> int:
+        """Rails of the fabric: NICs per node, or NIC groups where a GPU stripes several NICs."""
+        return self.nics_per_node // self.nics_per_gpu
 
     def with_domain(self, gpus: int, where: str) -> "GpuClusterSpec":
         """The spec a job sees when it uses *gpus* GPUs of each NVLink domain (whole hosts, with

@@ -15,7 +15,7 @@ import pytest
 
 from sim.calibration import LINK_EFFICIENCY
 from sim.collectives import CollectiveModel, busbw_factor
-from sim.collectives.nccl import NVLS_EFFICIENCY
+from sim.collectives.nccl import NVLS_EFFICIENCY, nvls_chunk_bytes
 from sim.config import load_cluster
 from sim.config.yamlio import parse_yaml
 from sim.errors import ConfigError
@@ -136,15 +136,19 @@ def test_tpu7x_pod_reaches_9216_chips_in_cubes() -> None:
 
 def test_nvls_over_nvl72_matches_the_in_switch_closed_form() -> None:
     """NVLS all-reduce in one NVL72 domain: each GPU sends S(1 + 1/n) into the switches and takes
-    as much back, on its 18 x 50 GB/s at the NVLink efficiency, slowed by NCCL's Blackwell NVLS
-    efficiency (tuning.cc nvlsEfficiency); latency is NCCL's NVLS term (hwLat NVLink Simple)."""
+    as much back, on its 18 x 50 GB/s at the NVLink efficiency, slowed by NVLS's per-chunk cost
+    at the chunk NCCL picks for this call (72 heads x 16 channels shrink a 1 GiB call's chunks to
+    64 KiB: calcCollChunking), anchored at NCCL's Blackwell nvlsEfficiency for the 128 KiB chunk;
+    latency is NCCL's NVLS term (hwLat NVLink Simple)."""
     model = CollectiveModel(build_topology(load_cluster("gb200-nvl72", 72)))
     size, n = 2**30, 72
     r = model.time("allreduce", size)
     assert r.algo == "nvls"
     bw = 18 * 50e9 * LINK_EFFICIENCY["nvlink"]
-    assert r.transfer_s == pytest.approx(size * (1 + 1 / n) / bw / NVLS_EFFICIENCY["blackwell"], rel=1e-6)
-    assert r.busbw_GBps > 18 * 50 * LINK_EFFICIENCY["nvlink"]     # beyond any ring on the same links
+    chunk = nvls_chunk_bytes("nvls", size, n, 1)
+    assert chunk == 65536
+    eff = chunk / (chunk + 131072 * (1 / NVLS_EFFICIENCY["blackwell"] - 1))
+    assert r.transfer_s == pytest.approx(size * (1 + 1 / n) / bw / eff, rel=1e-6)
     ring = model.time("allreduce", size, algo="ring")
     assert ring.time_s > r.time_s
 

@@ -48,7 +48,7 @@ def test_shared_nics_halve_a_nodes_egress() -> None:
 def test_nics_must_divide_the_gpus(tmp_path: Path) -> None:
     f = tmp_path / "odd.yaml"
     f.write_text(SMALL_FABRIC.replace("nics: 8", "nics: 3"))
-    with pytest.raises(ConfigError, match=r"node.nics.*divisor of 8, got 3"):
+    with pytest.raises(ConfigError, match=r"node.nics.*divisor or a multiple of 8, got 3"):
         topo(str(f), 8)
 
 

@@ -455,11 +455,15 @@ def test_every_real_run_is_classified() -> None:
 
 
 def test_real_classification_follows_the_rules() -> None:
-    """Supported runs sit on a topology of their node type: 8-GPU NVSwitch nodes (dgx-*), one
-    NVL72 NVLink domain per rack (gb200-nvl72), 4-GPU NVLink-mesh H100 boards (hgx-h100-4gpu), on
-    InfiniBand when they span hosts outside one NVLink domain; fabrics not yet modelled are never
-    marked supported; SHARP only where the run used it."""
+    """Supported runs sit on a topology of their node type: 8-GPU NVSwitch nodes (dgx-* and the
+    cloud fabrics), one NVL72 NVLink domain per rack (gb200-nvl72), 4-GPU NVLink-mesh H100 boards
+    (hgx-h100-4gpu); a multi-node one is mapped to a topology whose transport is the one its
+    interconnect column names (InfiniBand, EFA, TCPXO, RoCE); fabrics not modelled (TCPX: no rate
+    to give it) are never marked supported; SHARP only where the run used it."""
+    from sim.config import load_topology_spec
+
     runs, systems = _real_rows()
+    marks = {"EFA": "efa", "TCPXO": "tcpxo", "RoCE": "roce", "InfiniBand": "ib"}
     for r in runs:
         s, f = systems[r["file"]], r["file"]
         intra, inter, topo = r["interconnect_intra"], r["interconnect_inter"], s["topology"]
@@ -471,9 +475,10 @@ def test_real_classification_follows_the_rules() -> None:
             else:
                 assert r["gpus_per_node"] == "8" and "NVSwitch" in intra, f
                 assert ("B200" in r["hardware"]) == (topo == "dgx-b200"), f
-            one_domain = "within one NVL72 rack" in inter
-            assert r["nodes"] == "1" or one_domain or "InfiniBand" in inter, f
-        if r["nodes"] != "1" and any(m in inter for m in ("EFA", "TCPX", "Slingshot", "RoCE")):
+            if r["nodes"] != "1" and "within one NVL72 rack" not in inter:
+                named = next(t for m, t in marks.items() if m in inter)
+                assert load_topology_spec(topo).transport == named, f
+        if r["nodes"] != "1" and "TCPX" in inter and "TCPXO" not in inter:
             assert s["status"] == "unsupported", f
         if "no NVSwitch" in intra and s["status"] == "supported":
             assert topo == "hgx-h100-4gpu", f

@@ -42,3 +42,20 @@ def test_nvlink_efficiency_is_the_calibration_fit() -> None:
     full = CasePredictor({"nvlink": 1.0, "ib": 1.0})
     fitted = fit_nvlink_efficiency(DATA / "collectives", full)
     assert LINK_EFFICIENCY["nvlink"] == pytest.approx(fitted, abs=0.005)
+
+
+def test_net_latency_is_the_calibration_fit() -> None:
+    """``NET_LATENCY_US`` re-derived from the calibration split: transports whose topology file
+    gives no ``net_latency_us`` and are not NCCL's own IB verbs (InfiniBand, RoCE)."""
+    from sim.calibration import NET_LATENCY_US
+    from sim.config import load_topology_spec
+    from sim.validate import fit_net_latency
+
+    def transport_of(topology: str) -> str | None:
+        spec = load_topology_spec(topology)
+        return (None if spec.transport in ("ib", "roce") or spec.net_latency_s is not None
+                else spec.transport)
+
+    fitted = fit_net_latency(DATA / "collectives", transport_of,
+                             lambda table: CasePredictor(net_latency_us=table))
+    assert fitted == NET_LATENCY_US

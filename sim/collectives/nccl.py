@@ -38,8 +38,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from ..calibration import NET_LATENCY_US
 from ..errors import ConfigError
 from ..topology import GpuFabric, Topology
+from ..topology_spec import GpuClusterSpec
 from .algorithms import ALGORITHMS, GroupInfo
 
 __all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "channels_used",
@@ -175,14 +177,19 @@ def _col(nodes: int) -> int:
 
 def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: float,
               wire_intra_s: float = REFERENCE_WIRE_US["intra"] * 1e-6,
-              wire_inter_s: float = REFERENCE_WIRE_US["inter"] * 1e-6, exposed_net: bool = True) -> float:
+              wire_inter_s: float = REFERENCE_WIRE_US["inter"] * 1e-6, exposed_net: bool = True,
+              net_us: tuple[float, float] | None = None) -> float:
     """NCCL's modelled latency of one collective call (``ncclTopoTuneModel`` + plateau), seconds,
     with the topology's own links in it: *wire_intra_s* / *wire_inter_s* are the path latencies of
     one step inside a node / between nodes on the topology graph. NCCL's hwLat constants hold for
     the reference systems the bundled DGX topologies describe (REFERENCE_WIRE_US: their path
     latencies); a topology whose links are slower or faster moves each step by the difference.
     *exposed_net*: with one rank per node NCCL (2.23 on) prices rings' network steps at the tree's
-    network latency ("latencies are fully exposed")."""
+    network latency ("latencies are fully exposed").
+
+    *net_us* (``Platform.net_us``): a transport whose NCCL net plugin models its own per-step
+    network latency (aws-ofi-nccl on EFA: 20 us, +3 us completion overhead for Simple) replaces
+    NCCL's NET table (InfiniBand) with (latency, Simple overhead)."""
     p = _P[proto]
     base = _BASE.get(algo, _BASE["ring"])[p]
     intra = max(0.0, _NVLINK.get(algo, _NVLINK["ring"])[p]
@@ -190,8 +197,9 @@ def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: fl
     ppn = max(1, ranks // max(nodes, 1))
     # "With ppn=1 latencies are fully exposed, use the Tree network latency" (tuning.cc, 2.23+)
     net_algo = "tree" if exposed_net and ppn == 1 and algo in ("ring", "tree") else algo
-    inter = max(0.0, _NET.get(net_algo, _NET["ring"])[p]
-                + wire_inter_s * 1e6 - REFERENCE_WIRE_US["inter"])
+    net_hw = (_NET.get(net_algo, _NET["ring"])[p] if net_us is None
+              else net_us[0] + (net_us[1] if proto == "Simple" else 0.0))
+    inter = max(0.0, net_hw + wire_inter_s * 1e6 - REFERENCE_WIRE_US["inter"])
     if algo == "ring":
         nsteps = 2 * (ranks - 1) if op == "allreduce" else (ranks - 1 if op in
                                                              ("allgather", "reducescatter") else ranks)
@@ -268,19 +276,34 @@ class Platform:
     nvls: bool                   # NVLink SHARP in the NVSwitches (NVLS, NVLSTree)
     sharp: bool                  # InfiniBand SHARP in the fabric's switches (CollNet)
     nccl: tuple[int, int] | None = None   # NCCL (major, minor) the calls run; None: a current one
+    # The scale-out transport's own per-step network latency and Simple-protocol overhead (us),
+    # where its net plugin models one (``latency_s``); None: NCCL's NET table.
+    net_us: tuple[float, float] | None = None
 
     def since(self, major: int, minor: int) -> bool:
         """Whether the NCCL release has what (major, minor) introduced (unknown: yes)."""
         return self.nccl is None or self.nccl >= (major, minor)
 
 
-def platform(topo: Topology, nccl_version: tuple[int, int] | None = None) -> Platform:
-    """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction;
-    *nccl_version* (major, minor) where the release matters (PAT: 2.23), None for a current one."""
+def platform(topo: Topology, nccl_version: tuple[int, int] | None = None,
+             net_latency_us: dict[str, float] | None = None) -> Platform:
+    """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction
+    and the transport's network latency (the topology file's ``net_latency_us``, else the value
+    fitted for the transport in ``sim.calibration.NET_LATENCY_US`` or the *net_latency_us* table
+    that replaces it, else NCCL's table); *nccl_version* (major, minor) where the release matters
+    (PAT: 2.23), None for a current one."""
+    table = NET_LATENCY_US if net_latency_us is None else net_latency_us
     fab = topo.fabric
     nvls, sharp = (fab.nvls, fab.sharp) if isinstance(fab, GpuFabric) else (False, False)
+    net_us: tuple[float, float] | None = None
+    spec = topo.spec
+    if isinstance(spec, GpuClusterSpec):
+        if spec.net_latency_s is not None:
+            net_us = (spec.net_latency_s * 1e6, spec.net_simple_overhead_s * 1e6)
+        elif spec.transport in table:
+            net_us = (table[spec.transport], spec.net_simple_overhead_s * 1e6)
     return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp,
-                    nccl_version)
+                    nccl_version, net_us)
 
 
 def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
@@ -376,7 +399,8 @@ def _why_not(algo: str, op: str, hw: Platform, avail: list[str]) -> str:
 
 def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: int, arch: str,
                 line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float,
-                net_Bps: float = 0.0, since_2_23: bool = True) -> tuple[float, float, float]:
+                net_Bps: float = 0.0, since_2_23: bool = True,
+                net_us: tuple[float, float] | None = None) -> tuple[float, float, float]:
     """(latency, transfer, tuner) seconds of one GPU call of *size* bytes.
 
     *line_s* is the transfer time at the links' rates (the flow model's); the protocol's share of
@@ -415,10 +439,11 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
     if algo == "nvls_tree" and net_Bps > 0:
         transfer += nvls_tree_fill_s(size, ranks, nodes, net_Bps)
     if algo in ("pairwise", "p2p"):
-        lat = latency_s("ring", proto, "sendrecv", 2, min(nodes, 2), size, wire_intra_s, wire_inter_s)
+        lat = latency_s("ring", proto, "sendrecv", 2, min(nodes, 2), size, wire_intra_s, wire_inter_s,
+                        net_us)
     else:
         lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet", "pat") else "ring"
         lat_op = op if algo != "hierarchical" else "allreduce"
         lat = latency_s(lat_algo, proto, lat_op, ranks, nodes, size, wire_intra_s, wire_inter_s,
-                        exposed_net=since_2_23)
+                        exposed_net=since_2_23, net_us=net_us)
     return lat, transfer, lat + tuned

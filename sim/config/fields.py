@@ -122,8 +122,9 @@ _MAX_INT: dict[str, int] = {
     "zero_group": 1_000_000, "slices": 1_000,
     "monte_carlo_runs": 100_000,     # the failure Monte Carlo: 100 runs give 5-95% bands
     "seed": 2**63 - 1,
-    "gpus": 1_024, "nvswitches": 1_024, "nics": 1_024, "su_nodes": 100_000,
+    "gpus": 1_024, "nvswitches": 1_024, "nics": 4_096, "su_nodes": 100_000,
     "leaf_down_ports": 10_000, "leaf_up_ports": 10_000, "two_tier_max_sus": 100_000,
+    "pod_sus": 100_000, "group_switches": 10_000, "local_links": 1_000, "global_links": 1_000,
     "max_gpus": 10_000_000, "cube": 1_024, "wrap_len": 100_000, "chips_per_host": 1_024,
     "default_chips": 10_000_000,
 }
@@ -135,15 +136,19 @@ _MAX_NUMBER: dict[str, float] = {
     "checkpoint_load_s": 86_400.0, "detect_s": 86_400.0, "restart_s": 86_400.0,
     "swap_s": 86_400.0,              # a day for any one recovery step
     "planned_per_day": 1_000.0, "rate_scale": 10_000.0, "tokens": 1e18,
-    "usd_per_chip_hour": 10_000.0, "oversubscription": 1_000.0, "capacity_factor": 1_000.0,
+    "usd_per_chip_hour": 10_000.0, "oversubscription": 1_000.0,
+    "core_oversubscription": 1_000.0, "capacity_factor": 1_000.0,
     "nvlink_latency_us": 1e6, "pcie_latency_us": 1e6, "ib_latency_us": 1e6,
     "ici_latency_us": 1e6, "dcn_latency_us": 1e6,          # one second per hop
     "nic_Gbps": 1e6, "ib_port_Gbps": 1e6, "pcie_GBps": 1e5,
+    "port_Gbps": 1e6, "link_latency_us": 1e6, "net_latency_us": 1e6,
+    "net_simple_overhead_us": 1e6,
 }
 
 # Lower bounds where a positive value can still be absurd: a 1 Gb/s NIC or a 0.1 GB/s PCIe link is
 # slower than anything an accelerator has been attached with.
-_MIN_NUMBER: dict[str, float] = {"nic_Gbps": 1.0, "ib_port_Gbps": 1.0, "pcie_GBps": 0.1}
+_MIN_NUMBER: dict[str, float] = {"nic_Gbps": 1.0, "ib_port_Gbps": 1.0, "port_Gbps": 1.0,
+                                 "pcie_GBps": 0.1}
 
 
 def show(v: object) -> str:

@@ -27,7 +27,14 @@ _GPU_NODE_KEYS = frozenset({"gpus", "nvswitches", "gpu_switch_links", "nvlink_la
                             "gpus_per_host"})
 _GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf_down_ports",
                               "leaf_up_ports", "two_tier_max_sus", "max_gpus", "sharp",
-                              "oversubscription"})
+                              "oversubscription", "transport", "port_Gbps", "link_latency_us",
+                              "net_latency_us", "net_simple_overhead_us", "pod_sus",
+                              "core_oversubscription", "layout", "group_switches",
+                              "local_links", "global_links"})
+LAYOUTS = ("fat-tree", "dragonfly")
+# Scale-out transports (topologies/README.md "Fabrics"). InfiniBand names its port fields ib_*;
+# the others port_Gbps / link_latency_us.
+TRANSPORTS = ("ib", "roce", "efa", "tcpxo", "tcpx", "slingshot")
 _TPU_KEYS = frozenset({"name", "kind", "chip", "default_chips", "ndims", "cube", "max_shape",
                        "subcube_shapes", "pod_shapes", "wrap_len", "chips_per_host", "ici_latency_us",
                        "pcie_GBps", "pcie_latency_us", "dcn_latency_us", "twisted_allowed",
@@ -88,24 +95,54 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
     host = node.integer("gpus_per_host", 0, minimum=0)
     if host and gpus % host:
         raise ConfigError(f"{node.at('gpus_per_host')}: must divide node.gpus ({gpus}), got {host}")
+    transport = fab.text("transport", "ib", choices=TRANSPORTS)
+    port_key, lat_key = (("ib_port_Gbps", "ib_latency_us") if transport == "ib"
+                         else ("port_Gbps", "link_latency_us"))
+    for wrong in ({"ib_port_Gbps", "ib_latency_us", "port_Gbps", "link_latency_us"}
+                  - {port_key, lat_key}):
+        if fab.has(wrong):
+            raise ConfigError(f"{fab.at(wrong)}: not a field of a {transport} fabric; give "
+                              f"{port_key} and {lat_key}")
+    nics = node.integer("nics")
+    nics_per_gpu = nics // gpus if nics > gpus else 1
+    if nics > gpus and nics % gpus:
+        raise ConfigError(f"{node.at('nics')}: {nics} NICs for {gpus} GPUs; valid: a divisor of "
+                          f"{gpus} or a multiple of it (several NICs per GPU)")
+    net_lat = fab.number("net_latency_us") if fab.has("net_latency_us") else None
+    layout = fab.text("layout", "fat-tree", choices=LAYOUTS)
+    df = layout == "dragonfly"
+    if not df:
+        for key in ("group_switches", "local_links", "global_links"):
+            if fab.has(key):
+                raise ConfigError(f"{fab.at(key)}: a field of a dragonfly (layout: dragonfly), "
+                                  f"not of a {layout}")
     spec = GpuClusterSpec(
         name=s.text("name"), chip=chip, gpus_per_node=gpus, nvswitches_per_node=nvswitches,
         gpu_switch_links=links, nvlink_latency_s=us_to_s(node.number("nvlink_latency_us")),
-        nics_per_node=node.integer("nics"), nic_Bps=Gbps_to_Bps(node.number("nic_Gbps", strict_min=True)),
+        nics_per_node=nics, nic_Bps=Gbps_to_Bps(node.number("nic_Gbps", strict_min=True)),
         pcie_Bps=node.number("pcie_GBps", strict_min=True) * GB,
         pcie_latency_s=us_to_s(node.number("pcie_latency_us")),
-        ib_port_Bps=Gbps_to_Bps(fab.number("ib_port_Gbps", strict_min=True)),
-        ib_latency_s=us_to_s(fab.number("ib_latency_us")), su_nodes=fab.integer("su_nodes"),
+        ib_port_Bps=Gbps_to_Bps(fab.number(port_key, strict_min=True)),
+        ib_latency_s=us_to_s(fab.number(lat_key)), su_nodes=fab.integer("su_nodes"),
         leaf_down_ports=fab.integer("leaf_down_ports"), leaf_up_ports=fab.integer("leaf_up_ports"),
-        two_tier_max_sus=fab.integer("two_tier_max_sus"), max_gpus=fab.integer("max_gpus"),
+        two_tier_max_sus=fab.integer("two_tier_max_sus", 1 if df else None), max_gpus=fab.integer("max_gpus"),
         ib_sharp=fab.flag("sharp", False),
         oversubscription=fab.number("oversubscription", 1.0, minimum=1.0),
         default_chips=s.integer("default_chips", gpus), mesh_links=mesh,
         gpus_per_host=host if host != gpus else 0,
+        transport=transport, nics_per_gpu=nics_per_gpu,
+        net_latency_s=None if net_lat is None else us_to_s(net_lat),
+        net_simple_overhead_s=us_to_s(fab.number("net_simple_overhead_us", 0.0)),
+        pod_sus=fab.integer("pod_sus", 0, minimum=0),
+        core_oversubscription=fab.number("core_oversubscription", 1.0, minimum=1.0),
+        layout=layout,
+        group_switches=fab.integer("group_switches") if df else 0,
+        local_links=fab.integer("local_links", 1) if df else 0,
+        global_links=fab.integer("global_links") if df else 0,
     )
-    if spec.nics_per_node <= 0 or gpus % spec.nics_per_node:
+    if spec.nics_per_node <= 0 or (nics <= gpus and gpus % spec.nics_per_node):
         raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need the node's {gpus} GPUs "
-                          f"spread evenly over its NICs; valid: a divisor of {gpus}, got "
+                          f"spread evenly over its NICs; valid: a divisor or a multiple of {gpus}, got "
                           f"{spec.nics_per_node}")
     spec.resolve_chips(spec.default_chips, s.at("default_chips"))
     return spec

@@ -25,7 +25,7 @@ import networkx as nx
 import numpy as np
 
 from ..errors import TopologyError
-from ..topology import Topology, TpuFabric
+from ..topology import Topology, TpuFabric, paused_gc
 from ..topology_spec import GpuClusterSpec
 from .links import LinkTable
 
@@ -43,6 +43,7 @@ class Router:
         self._bfs: dict[tuple[Hashable, bool], dict[Hashable, int]] = {}
         self._gpu = not topo.is_tpu
         self._tables: tuple[Any, ...] | None = None
+        self._leaf_names: list[str] = []          # leaf index -> name (``_gpu_tables``)
         if self._gpu:
             spec = topo.spec
             assert isinstance(spec, GpuClusterSpec), spec
@@ -52,59 +53,128 @@ class Router:
             self._rail_of = spec.rail_of
             self._spines_all = sorted((n for n, k in self.g.nodes(data="kind") if k == "spine"),
                                       key=str)
-            by_rail: dict[int, list[str]] = defaultdict(list)
+            # Spine group of a leaf: the spines of its rail (SuperPOD three tiers), of its pod and
+            # rail plane (frontier pods: spines carry a ``pod``), or all spines (two tiers).
+            by_rail: dict[Any, list[str]] = defaultdict(list)
             for n in self._spines_all:
                 r = self.g.nodes[n].get("rail")
                 if r is not None:
-                    by_rail[r].append(n)
+                    pod = self.g.nodes[n].get("pod")
+                    by_rail[r if pod is None else (pod, r)].append(n)
             self._spines_rail = dict(by_rail)
         # A node without NVSwitch (GPUs wired to each other, ``mesh_links``) has no switch hops to
         # tabulate: its routes take the general path (direct NVLink inside the node).
         mesh = self._gpu and not self._switch_links
-        self._tables = self._gpu_tables() if self._gpu and not topo.edited and not mesh else None
+        self._tables = None
+        if self._gpu and not topo.edited and not mesh:
+            with paused_gc():
+                self._tables = self._gpu_tables()
 
     def _gpu_tables(self) -> tuple[Any, ...]:
         """Per-device link ids of the policy routes' fixed hops (see ``routes_coo``)."""
         L, g, gpn = self.links, self.g, self._gpn
         devs = self.topo.devices
         nsw = len(self._switch_links)
-        up = np.empty((len(devs), nsw), int)
-        dn = np.empty((len(devs), nsw), int)
-        pup, pdn, nup, ndn, leaf = (np.empty(len(devs), int) for _ in range(5))
+        # PERF: plain lists and direct index lookups, arrays at the end (1.3 M lookups at
+        # 98,304 GPUs: benchmarks/test_bench_training.py).
+        idx = L.index
+        up_l: list[int] = []
+        dn_l: list[int] = []
+        pup_l: list[int] = []
+        pdn_l: list[int] = []
+        nup_l: list[int] = []
+        ndn_l: list[int] = []
+        leaf_l: list[int] = []
+        rail_l: list[int] = []
         leaf_ids: dict[str, int] = {}
-        rail = np.empty(len(devs), int)
+        leaf_of_nic: dict[str, str] = {}
+        nodes_view = g.nodes
         for d in devs:
             n = d // gpn
-            rail[d] = g.nodes[d]["rail"]
-            assert g.nodes[d]["node"] == n and rail[d] == self._rail_of(d % gpn)
-            for s in range(nsw):
-                up[d, s] = L.id(d, f"n{n}/nvs{s}")
-                dn[d, s] = L.id(f"n{n}/nvs{s}", d)
-            nic = f"n{n}/nic{rail[d]}"
-            lf = next(x for x in g[nic] if g.nodes[x]["kind"] == "leaf")
-            pup[d], pdn[d] = L.id(d, nic), L.id(nic, d)
-            nup[d], ndn[d] = L.id(nic, lf), L.id(lf, nic)
-            leaf[d] = leaf_ids.setdefault(lf, len(leaf_ids))
+            attrs = nodes_view[d]
+            r = attrs["rail"]
+            assert attrs["node"] == n and r == self._rail_of(d % gpn)
+            rail_l.append(r)
+            switches = [f"n{n}/nvs{s}" for s in range(nsw)]
+            up_l.extend([idx[(d, x)] for x in switches])
+            dn_l.extend([idx[(x, d)] for x in switches])
+            nic = f"n{n}/nic{r}"
+            lf = leaf_of_nic.get(nic)
+            if lf is None:
+                lf = leaf_of_nic[nic] = next(x for x in g[nic] if nodes_view[x]["kind"] == "leaf")
+            pup_l.append(idx[(d, nic)])
+            pdn_l.append(idx[(nic, d)])
+            nup_l.append(idx[(nic, lf)])
+            ndn_l.append(idx[(lf, nic)])
+            leaf_l.append(leaf_ids.setdefault(lf, len(leaf_ids)))
+        up = np.asarray(up_l, int).reshape(len(devs), nsw)
+        dn = np.asarray(dn_l, int).reshape(len(devs), nsw)
+        pup, pdn, nup, ndn, leaf, rail = (np.asarray(x, int) for x in (pup_l, pdn_l, nup_l, ndn_l,
+                                                                        leaf_l, rail_l))
         w = np.asarray(self._switch_links, float) / sum(self._switch_links)
         # PERF: an even ECMP split over a leaf's spine group loads every leaf->spine link of the
         # group equally (and every spine->leaf link of the destination's group), so on an
         # unedited fabric the group is one trunk link per leaf and direction whose capacity is
         # the sum: exact for max-min sharing, and 2 route entries instead of 2 x spines.
         ls = sl = None
+        pods: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if self._spines_all:
             names = sorted(leaf_ids, key=leaf_ids.get)          # type: ignore[arg-type]
             cap_up, cap_dn, lat_up, lat_dn = [], [], [], []
-            for lf in names:
-                grp = self._spines_rail.get(g.nodes[lf]["rail"]) or self._spines_all
+            kind = str(L.kind[L.id(names[0], self._group_of(names[0])[0])])
+            pod_ids: dict[Any, int] = {}
+            pgroup = np.full(len(names), -1, int)
+            for j, lf in enumerate(names):
+                grp = self._group_of(lf)
+                if g.nodes[lf].get("pod") is not None:
+                    pgroup[j] = pod_ids.setdefault((g.nodes[lf]["pod"], g.nodes[lf]["rail"]),
+                                                   len(pod_ids))
                 ups = [L.id(lf, sp) for sp in grp]
                 downs = [L.id(sp, lf) for sp in grp]
                 cap_up.append(L.capacity_Bps[ups].sum())
                 cap_dn.append(L.capacity_Bps[downs].sum())
                 lat_up.append(L.latency_s[ups[0]])
                 lat_dn.append(L.latency_s[downs[0]])
-            ls = L.add_virtual(np.array(cap_up), np.array(lat_up), "ib")
-            sl = L.add_virtual(np.array(cap_dn), np.array(lat_dn), "ib")
-        return up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail
+            ls = L.add_virtual(np.array(cap_up), np.array(lat_up), kind)
+            sl = L.add_virtual(np.array(cap_dn), np.array(lat_dn), kind)
+            if pod_ids:
+                # PERF: the same trunking one tier up: a pod's plane-r spines to the core layer
+                # and back, one link each way whose capacity is the sum of the spines' core links.
+                pu_cap, pd_cap, pu_lat, pd_lat = [], [], [], []
+                for key in sorted(pod_ids, key=pod_ids.get):      # type: ignore[arg-type]
+                    ups, downs = [], []
+                    for sp in self._spines_rail[key]:
+                        for c in g[sp]:
+                            if g.nodes[c]["kind"] == "core":
+                                ups.append(L.id(sp, c))
+                                downs.append(L.id(c, sp))
+                    pu_cap.append(L.capacity_Bps[ups].sum())
+                    pd_cap.append(L.capacity_Bps[downs].sum())
+                    pu_lat.append(L.latency_s[ups[0]] if ups else 0.0)
+                    pd_lat.append(L.latency_s[downs[0]] if downs else 0.0)
+                pu = L.add_virtual(np.array(pu_cap), np.array(pu_lat), kind)
+                pd = L.add_virtual(np.array(pd_cap), np.array(pd_lat), kind)
+                pods = (pgroup, pu, pd)
+        self._leaf_names = sorted(leaf_ids, key=leaf_ids.get)      # type: ignore[arg-type]
+        return up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail, pods
+
+    def _switch_route(self, a: Hashable, b: Hashable) -> Route:
+        """Switch *a* to switch *b* of a dragonfly: ECMP over the minimal paths (local, global,
+        local hops), the flow split evenly at each branching switch; cached."""
+        key = (("switch", a), ("switch", b))
+        r = self._cache.get(key)
+        if r is None:
+            acc: dict[int, float] = defaultdict(float)
+            self._ecmp(a, b, 1.0, acc)
+            r = self._cache[key] = (np.fromiter(acc.keys(), dtype=int, count=len(acc)),
+                                    np.fromiter(acc.values(), dtype=float, count=len(acc)))
+        return r
+
+    def _group_of(self, leaf: Hashable) -> list[str]:
+        """The spines a leaf's uplinks are split over (see ``_spines_rail``)."""
+        d = self.g.nodes[leaf]
+        key = d["rail"] if d.get("pod") is None else (d["pod"], d["rail"])
+        return self._spines_rail.get(key) or self._spines_all
 
     # ------------------------------------------------------------------ public
 
@@ -154,7 +224,7 @@ class Router:
 
     def _gpu_bulk(self, src: np.ndarray, dst: np.ndarray, idx: np.ndarray,
                   parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
-        up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail = self._tables  # type: ignore[misc]
+        up, dn, w, pup, pdn, nup, ndn, leaf, ls, sl, rail, pods = self._tables  # type: ignore[misc]
         gpn = self._gpn
 
         def add(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
@@ -178,10 +248,22 @@ class Router:
                 nvlink(a[pxn], hop[pxn], c[pxn])
             add(np.stack([pup[hop], nup[hop], ndn[b], pdn[b]], axis=1), c, np.ones((len(c), 4)))
             far = leaf[hop] != leaf[b]
-            if far.any():
+            if far.any() and ls is None:                  # dragonfly: switch to switch, minimal
+                for j in np.nonzero(far)[0]:
+                    ids, fr = self._switch_route(self._leaf_names[leaf[hop[j]]],
+                                                 self._leaf_names[leaf[b[j]]])
+                    parts.append((ids, np.full(len(ids), c[j]), fr))
+            elif far.any():
                 assert ls is not None, "leaves without spines"
                 r = np.stack([ls[leaf[hop[far]]], sl[leaf[b[far]]]], axis=1)
                 add(r, c[far], np.ones(r.shape))
+                if pods is not None:                      # frontier pods: through the core
+                    pgroup, pu, pd = pods
+                    ga, gb = pgroup[leaf[hop[far]]], pgroup[leaf[b[far]]]
+                    x = ga != gb
+                    if x.any():
+                        r = np.stack([pu[ga[x]], pd[gb[x]]], axis=1)
+                        add(r, c[far][x], np.ones(r.shape))
         return np.zeros(len(src), bool)
 
     def route(self, src: Hashable, dst: Hashable) -> Route:
@@ -268,9 +350,14 @@ class Router:
         if leaf_s is None or leaf_d is None:            # a NIC's uplink is down: no policy route
             raise _NoPolicy
         self._add(acc, nic_s, leaf_s, w)
-        if leaf_s != leaf_d:
-            rail = self.g.nodes[leaf_s]["rail"]
-            spines = self._spines_rail.get(rail) or self._spines_all
+        if leaf_s != leaf_d and not self._spines_all:       # dragonfly: no spines
+            ids, fr = self._switch_route(leaf_s, leaf_d)
+            for i, x in zip(ids.tolist(), fr.tolist()):
+                acc[i] += w * x
+        elif leaf_s != leaf_d:
+            if self.g.nodes[leaf_s].get("pod") != self.g.nodes[leaf_d].get("pod"):
+                raise _NoPolicy                    # frontier pods: across the core, by ECMP
+            spines = self._group_of(leaf_s)
             if not spines:
                 raise _NoPolicy
             for sp in spines:

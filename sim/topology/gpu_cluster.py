@@ -15,6 +15,7 @@ it has ports, see ``_spread``).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import networkx as nx
 
@@ -50,7 +51,10 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
                    cables=cables)
 
     sus = math.ceil(nodes / spec.su_nodes)
-    rails = spec.nics_per_node
+    rails = spec.rails
+    k = spec.nics_per_gpu
+    net = spec.transport                  # link kind of every NIC and switch link
+    dragonfly = spec.layout == "dragonfly"
     for n in range(nodes):
         su = n // spec.su_nodes
         for s in range(spec.nvswitches_per_node):
@@ -69,15 +73,22 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
             nic = f"n{n}/nic{rail}"
             if nic not in g:                  # GPUs sharing a NIC reach it over their own PCIe lanes
                 g.add_node(nic, kind="nic", node=n, rail=rail)
-                leaf = f"leaf/s{su}/r{rail}"
+                # a dragonfly switch takes every NIC of its nodes (no rail planes)
+                leaf = f"sw/{su}" if dragonfly else f"leaf/s{su}/r{rail}"
                 if leaf not in g:
-                    g.add_node(leaf, kind="leaf", su=su, rail=rail, sharp=sharp)
-                link(nic, leaf, min(spec.nic_Bps, port), ib_lat, "ib", 1)
+                    g.add_node(leaf, kind="leaf", su=su, rail=None if dragonfly else rail,
+                               sharp=sharp)
+                # A GPU striping several NICs (nics_per_gpu) reaches its leaf over all of them.
+                link(nic, leaf, k * min(spec.nic_Bps, port), ib_lat, net, k)
             link(dev, nic, spec.pcie_Bps, pcie_lat, "pcie", 1)
 
     leaves = [(su, r) for su in range(sus) for r in range(rails)]
     tiers = 1 if nodes == 1 else (2 if sus <= spec.two_tier_max_sus else 3)
-    if tiers == 2:
+    if dragonfly:
+        tiers = _build_dragonfly(g, spec, sus, port, ib_lat, net, link) if nodes > 1 else 1
+    elif spec.pod_sus and nodes > 1:
+        tiers = _build_pods(g, spec, sus, rails, up_ports, radix, port, ib_lat, net, sharp, link)
+    elif tiers == 2:
         # Every leaf reaches every spine (NV-SPOD-H100 4-SU layout: 32 leaves x 2 cables to 16 spines).
         n_spines = math.ceil(len(leaves) * up_ports / radix)
         spines = [f"spine/{i}" for i in range(n_spines)]
@@ -85,7 +96,7 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
             g.add_node(sp, kind="spine", sharp=sharp)
         for su, r in leaves:
             for sp in spines:
-                link(f"leaf/s{su}/r{r}", sp, up_ports * port / n_spines, ib_lat, "ib",
+                link(f"leaf/s{su}/r{r}", sp, up_ports * port / n_spines, ib_lat, net,
                      up_ports / n_spines)
     elif tiers == 3:
         # One spine group per rail (half of each spine's ports down), cores join the groups.
@@ -100,14 +111,76 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
                 g.add_node(sp, kind="spine", rail=r, sharp=sharp)
                 # Spine i of every rail uses the same slice of cores, so the core layer mixes rails.
                 for ci, share in _spread(i, radix // 2, n_cores).items():
-                    link(sp, cores[ci], share * port, ib_lat, "ib", share)
+                    link(sp, cores[ci], share * port, ib_lat, net, share)
             for su in range(sus):
                 for sp in group:
-                    link(f"leaf/s{su}/r{r}", sp, up_ports * port / per_rail, ib_lat, "ib",
+                    link(f"leaf/s{su}/r{r}", sp, up_ports * port / per_rail, ib_lat, net,
                          up_ports / per_rail)
     nvls = spec.chip.in_network_reduction and spec.nvswitches_per_node > 0
     return g, GpuFabric(nodes=nodes, tiers=tiers, scalable_units=sus, oversubscription=over,
                         sharp=sharp, nvls=nvls)
+
+
+def _build_pods(g: nx.Graph, spec: GpuClusterSpec, sus: int, rails: int, up_ports: float,
+                radix: int, port: float, lat_us: float, net: str, sharp: bool, link: Any) -> int:
+    """Frontier-scale three tiers (``pod_sus``): per pod and rail plane a non-blocking leaf-spine
+    (every leaf of rail r in the pod reaches every spine of plane r), spines with half their ports
+    down; a core layer takes ``1 / core_oversubscription`` of the spines' down capacity up and
+    joins every pod's plane-r spines (spine i of every plane and pod starts at the same core slice,
+    so the core mixes planes). Tiers built: 2 for one pod, 3 above. Leaves and spines carry their
+    ``pod``; the router's trunks follow them (``sim.network.routing``)."""
+    pods = math.ceil(sus / spec.pod_sus)
+    per_plane = math.ceil(spec.pod_sus * up_ports / (radix / 2))
+    spine_up = (radix / 2) / spec.core_oversubscription
+    n_cores = math.ceil(pods * rails * per_plane * spine_up / radix) if pods > 1 else 0
+    cores = [f"core/{i}" for i in range(n_cores)]
+    for c in cores:
+        g.add_node(c, kind="core", sharp=sharp)
+    reach = min(n_cores, max(1, math.ceil(spine_up)))     # cores each spine is cabled to
+    for p in range(pods):
+        for r in range(rails):
+            group = [f"spine/p{p}/r{r}/{i}" for i in range(per_plane)]
+            for i, sp in enumerate(group):
+                g.add_node(sp, kind="spine", rail=r, pod=p, sharp=sharp)
+                for k in range(reach):
+                    ci = (i * reach + k) % n_cores
+                    link(sp, cores[ci], spine_up * port / reach, lat_us, net, spine_up / reach)
+            for su in range(p * spec.pod_sus, min(sus, (p + 1) * spec.pod_sus)):
+                leaf = f"leaf/s{su}/r{r}"
+                g.nodes[leaf]["pod"] = p
+                for sp in group:
+                    link(leaf, sp, up_ports * port / per_plane, lat_us, net, up_ports / per_plane)
+    return 3 if pods > 1 else 2
+
+
+def _build_dragonfly(g: nx.Graph, spec: GpuClusterSpec, switches: int, port: float,
+                     lat_us: float, net: str, link: Any) -> int:
+    """A dragonfly over the *switches* edge switches (``sw/i``): groups of ``group_switches``
+    joined all-to-all inside by ``local_links`` cables per switch pair, and every pair of groups
+    by ``global_links`` cables, cable j of groups (a, b) from switch (b + j) of a to switch
+    (a + j) of b (Kim et al., ISCA 2008, "Technology-Driven, Highly-Scalable Dragonfly Topology":
+    the balanced dragonfly's global-link arrangement). Tiers: 1 for one group (a switch hop and
+    the local all-to-all), 2 with global links."""
+    S = spec.group_switches
+    groups = math.ceil(switches / S)
+    for gr in range(groups):
+        members = [i for i in range(gr * S, min(switches, (gr + 1) * S))]
+        for a in members:
+            g.nodes[f"sw/{a}"]["group"] = gr
+        for i, a in enumerate(members):
+            for b in members[i + 1:]:
+                link(f"sw/{a}", f"sw/{b}", spec.local_links * port, lat_us, net, spec.local_links)
+    cables: dict[tuple[int, int], int] = {}
+    for a in range(groups):
+        size_a = min(S, switches - a * S)
+        for b in range(a + 1, groups):
+            size_b = min(S, switches - b * S)
+            for j in range(spec.global_links):
+                u, v = a * S + (b + j) % size_a, b * S + (a + j) % size_b
+                cables[(u, v)] = cables.get((u, v), 0) + 1
+    for (u, v), c in sorted(cables.items()):
+        link(f"sw/{u}", f"sw/{v}", c * port, lat_us, net, c)
+    return 2 if groups > 1 else 1
 
 
 def _spread(i: int, ports: int, targets: int) -> dict[int, float]:

@@ -49,7 +49,9 @@ __all__ = ["BW_MIN_BYTES", "LAT_MAX_BYTES", "OPS", "SYSTEM_FAMILIES", "TOPOLOGIE
 # The ops of nccl-tests runs: sim.collectives.OPS, listed in the order the data's errors name them.
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broadcast")
 TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"}
-                       | {"dgx-b200", "gb200-nvl72", "hgx-h100-4gpu"})   # scale-up domains (issue 16)
+                       | {"dgx-b200", "gb200-nvl72", "hgx-h100-4gpu"}   # scale-up domains (issue 16)
+                       | {"aws-p5", "aws-p4de", "gcp-a3-mega", "gcp-a3-high", "gcp-a3-ultra",
+                          "oci-h200-roce", "oci-a100-roce"})             # scale-out fabrics (issue 16)
 
 BW_MIN_BYTES = 64 * MiB                # bandwidth regime: size_bytes >= this
 LAT_MAX_BYTES = 64 * KiB               # latency regime: size_bytes <= this
@@ -71,10 +73,18 @@ _OP_ALIASES = types.MappingProxyType({
 # a name, not the catalogue's chip family (an H200 is family H100 there: sim.hardware).
 _GPU_NAME = types.MappingProxyType({"dgx-a100": "A100", "dgx-h100": "H100", "dgx-h200": "H200",
                                     "dgx-b200": "B200", "gb200-nvl72": "GB200",
-                                    "hgx-h100-4gpu": "H100"})
+                                    "hgx-h100-4gpu": "H100",
+                                    "aws-p5": "H100", "aws-p4de": "A100", "gcp-a3-mega": "H100",
+                                    "gcp-a3-high": "H100", "gcp-a3-ultra": "H200",
+                                    "oci-h200-roce": "H200", "oci-a100-roce": "A100"})
 # GPUs per host as runs.csv counts nodes, where a topology's differ from GPUS_PER_NODE: an NVL72
 # rack's compute trays hold 4 GPUs each (topologies/gb200-nvl72.yaml), a 4-GPU HGX board is a host.
 _HOST_GPUS = types.MappingProxyType({"gb200-nvl72": 4, "hgx-h100-4gpu": 4})
+# The scale-out fabric family of topologies that are not InfiniBand DGX/HGX clusters, as the report
+# labels a system ("H100 EFA multi-node"): errors are reported per fabric family.
+_FABRIC_FAMILY = types.MappingProxyType({"aws-p5": "EFA", "aws-p4de": "EFA", "gcp-a3-mega": "GCP",
+                                         "gcp-a3-high": "GCP", "gcp-a3-ultra": "GCP",
+                                         "oci-h200-roce": "RoCE", "oci-a100-roce": "RoCE"})
 # nccl-tests prints float unless told otherwise, and the torch.distributed benchmark in the data
 # (all_reduce_bench.py) all-reduces fp32 tensors; both leave the dtype column blank only there.
 _DEFAULT_DTYPE = "float"
@@ -139,7 +149,9 @@ class _RunMeta:
     @property
     def system(self) -> str:
         """Hardware family and scale, e.g. "H100 1 node" or "A100 multi-node"."""
-        return f"{_GPU_NAME[self.topology]} {'1 node' if self.nodes == 1 else 'multi-node'}"
+        fabric = _FABRIC_FAMILY.get(self.topology)
+        scale = '1 node' if self.nodes == 1 else 'multi-node'
+        return f"{_GPU_NAME[self.topology]} {fabric + ' ' if fabric else ''}{scale}"
 
 
 @dataclass(frozen=True, slots=True)

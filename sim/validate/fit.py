@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .collectives import BW_MIN_BYTES, Predictor, _load_measured, _load_runs, _score_point
+from .collectives import BW_MIN_BYTES, LAT_MAX_BYTES, Predictor, _load_measured, _load_runs, _score_point
 from .stats import median
 from .training import _score
 from .training_map import map_runs
 
-__all__ = ["fit_nvlink_efficiency", "fit_stack_efficiency"]
+__all__ = ["fit_net_latency", "fit_nvlink_efficiency", "fit_stack_efficiency"]
 
 
 def fit_nvlink_efficiency(data_dir: Path, predict_full_rate: Predictor) -> float:
@@ -44,6 +44,48 @@ def fit_nvlink_efficiency(data_dir: Path, predict_full_rate: Predictor) -> float
     if fitted is None:
         raise ConfigError(f"{data_dir}: no calibration points to fit the NVLink efficiency on")
     return fitted
+
+
+def fit_net_latency(data_dir: Path, transport_of: Callable[[str], str | None],
+                    predictor_for: Callable[[dict[str, float]], Predictor]) -> dict[str, float]:
+    """Fit of ``sim.calibration.NET_LATENCY_US`` on the calibration split.
+
+    For each transport (``transport_of(topology)``; None for topologies that need no fit: their
+    file gives the latency or NCCL's InfiniBand table holds) with latency-regime points (<= 64 KiB,
+    a measured time) in supported, non-anomalous calibration runs: the per-step network latency,
+    in us, at which the median signed error of the predicted times is zero, by bisection on
+    [0, 1000] us (predicted times grow with it). *predictor_for(table)* builds a predictor whose
+    ``NET_LATENCY_US`` is *table*. Rounded to 0.1 us.
+    """
+    from ..collectives import busbw_factor  # lazily, as the collectives suite does
+
+    points: dict[str, list[tuple[Any, Any, float]]] = {}
+    for meta in _load_runs(data_dir):
+        if meta.split != "calibration" or not meta.supported or meta.anomalous:
+            continue
+        transport = transport_of(meta.topology)
+        if transport is None:
+            continue
+        for m in _load_measured(data_dir / meta.file):
+            if m.size_bytes <= LAT_MAX_BYTES and m.time_s is not None:
+                points.setdefault(transport, []).append((meta, m, busbw_factor(meta.op, meta.gpus)))
+    fitted: dict[str, float] = {}
+    for transport, pts in sorted(points.items()):
+        lo, hi = 0.0, 1000.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _median_signed_err(pts, predictor_for({**fitted, transport: mid})) < 0 \
+                else (lo, mid)
+        fitted[transport] = round((lo + hi) / 2, 1)
+    return fitted
+
+
+def _median_signed_err(pts: list[tuple[Any, Any, float]], predict: Predictor) -> float:
+    errs = [(_score_point(meta, m, predict, f).predicted_time_s - m.time_s) / m.time_s
+            for meta, m, f in pts]
+    med = median(errs)
+    assert med is not None
+    return med
 
 
 def fit_stack_efficiency(data_dir: Path,

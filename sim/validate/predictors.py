@@ -27,19 +27,23 @@ class CasePredictor:
     """Collectives-suite predictor: one measured nccl-tests point -> predicted seconds.
 
     Keeps one ``CollectiveModel`` per (topology, size, SHARP, NCCL release) so a run's sizes share
-    the per-byte costs. *efficiency* overrides ``sim.calibration.LINK_EFFICIENCY`` (for its fit).
+    the per-byte costs. *efficiency* overrides ``sim.calibration.LINK_EFFICIENCY`` and
+    *net_latency_us* ``sim.calibration.NET_LATENCY_US`` (for their fits).
     """
 
-    def __init__(self, efficiency: dict[str, float] | None = None) -> None:
+    def __init__(self, efficiency: dict[str, float] | None = None,
+                 net_latency_us: dict[str, float] | None = None) -> None:
         self._models: dict[tuple[str, int, bool, tuple[int, int] | None], CollectiveModel] = {}
         self._efficiency = efficiency
+        self._net_latency_us = net_latency_us
 
     def model(self, topology: str, chips: int, sharp: bool,
               nccl_version: tuple[int, int] | None = None) -> CollectiveModel:
         key = (topology, chips, sharp, nccl_version)
         if key not in self._models:
             cluster = load_cluster(topology, chips, sharp=sharp, where="validate")
-            self._models[key] = CollectiveModel(build_topology(cluster), self._efficiency, nccl_version)
+            self._models[key] = CollectiveModel(build_topology(cluster), self._efficiency, nccl_version,
+                                                self._net_latency_us)
         return self._models[key]
 
     def __call__(self, case: CaseSpec) -> float:

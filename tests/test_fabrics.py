@@ -1,0 +1,229 @@
+"""Scale-out fabrics beyond InfiniBand: EFA, GPUDirect-TCPX(O), RoCE, frontier-scale three tiers.
+
+Builder facts read back from the topology files, a 2-node ring against its closed form on EFA and
+TCPXO, bad fabric sections through the command line, and the three-tier pods on a small build.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.calibration import LINK_EFFICIENCY, NET_LATENCY_US
+from sim.collectives import CollectiveModel
+from sim.config import load_cluster, load_topology_spec
+from sim.topology import build_topology
+
+REPO = Path(__file__).resolve().parent.parent
+TOPOLOGIES = REPO / "topologies"
+GiB = 2**30
+
+
+def topo(name: str, chips: int):
+    return build_topology(load_cluster(name, chips))
+
+
+# --------------------------------------------------------------------------- builder facts
+
+@pytest.mark.parametrize("name, nics, per_gpu, rails, nic_GBps, kind", [
+    ("aws-p5", 32, 4, 8, 4 * 12.5, "efa"),          # 32 x 100 Gb/s, 4 striped per GPU
+    ("aws-p4de", 4, 1, 4, 12.5, "efa"),             # 4 x 100 Gb/s, one per GPU pair
+    ("gcp-a3-mega", 8, 1, 8, 25.0, "tcpxo"),        # 8 x 200 Gb/s
+    ("gcp-a3-high", 4, 1, 4, 25.0, "tcpx"),         # 4 x 200 Gb/s
+    ("gcp-a3-ultra", 8, 1, 8, 50.0, "roce"),        # 8 x 400 Gb/s
+    ("oci-h200-roce", 16, 2, 8, 2 * 25.0, "roce"),  # 16 x 200 Gb/s
+    ("oci-a100-roce", 16, 2, 8, 2 * 12.5, "roce"),  # 16 x 100 Gb/s
+])
+def test_nic_layout_from_the_file(name, nics, per_gpu, rails, nic_GBps, kind) -> None:
+    spec = load_topology_spec(name)
+    assert (spec.nics_per_node, spec.nics_per_gpu, spec.rails, spec.transport) == (nics, per_gpu, rails, kind)
+    t = topo(name, 16)
+    g = t.graph
+    nic_nodes = [n for n, d in g.nodes(data=True) if d["kind"] == "nic" and d["node"] == 0]
+    assert len(nic_nodes) == rails
+    for nic in nic_nodes:
+        (leaf,) = [x for x in g[nic] if g.nodes[x]["kind"] == "leaf"]
+        e = g.edges[nic, leaf]
+        assert e["kind"] == kind and e["bandwidth_GBps"] == pytest.approx(nic_GBps)
+        assert e["cables"] == per_gpu
+    # every GPU reaches exactly one NIC (its rail), GPUs share it where the node has fewer rails
+    per_nic = {nic: sum(1 for x in g[nic] if g.nodes[x]["kind"] == "gpu") for nic in nic_nodes}
+    assert set(per_nic.values()) == {8 // rails}
+
+
+def test_net_latency_per_transport() -> None:
+    """EFA: aws-ofi-nccl's tuner figures from the file; TCPXO: the calibration fit; RoCE and
+    InfiniBand: NCCL's own NET table (None)."""
+    assert CollectiveModel(topo("aws-p5", 16)).hw.net_us == (20.0, 3.0)
+    assert CollectiveModel(topo("gcp-a3-mega", 16)).hw.net_us == (NET_LATENCY_US["tcpxo"], 0.0)
+    assert CollectiveModel(topo("gcp-a3-ultra", 16)).hw.net_us is None
+    assert CollectiveModel(topo("dgx-h100", 16)).hw.net_us is None
+
+
+def test_background_load_reaches_every_transport() -> None:
+    t = build_topology(load_cluster("aws-p5", 16, background_load=0.5))
+    g = t.graph
+    e = g.edges["n0/nic0", "leaf/s0/r0"]
+    assert e["bandwidth_GBps"] == pytest.approx(25.0)        # half of 4 x 12.5 GB/s
+
+
+# --------------------------------------------------------------------------- closed forms
+
+@pytest.mark.parametrize("name, rail_Bps, net_us", [
+    ("aws-p5", 4 * 12.5e9 * LINK_EFFICIENCY["efa"], 20.0 + 3.0),          # Simple: +3 us
+    ("gcp-a3-mega", 25e9 * LINK_EFFICIENCY["tcpxo"], NET_LATENCY_US["tcpxo"]),
+])
+def test_two_node_ring_allgather_matches_closed_form(name, rail_Bps, net_us) -> None:
+    """Ring all-gather over 2 nodes x 8 GPUs: 8 rings, each crossing the node boundary once per
+    direction on its own rail, so a GPU sends on its rail in one ring and over NVLink in the other
+    7 (its 18 x 25 GB/s x NVLink efficiency shared 7 ways); the slower bounds every step:
+    t = S (n-1)/n / (8 x min(rail rate, NVLink share)). Latency:
+    NCCL's ring model (base 8.4 us, 14 NVLink steps at max(3.4, 3 x 1 us net overhead) = 3.4 us,
+    one network step at the transport's latency on the 1.6 us reference wire)."""
+    m = CollectiveModel(topo(name, 16))
+    size = 1 * GiB
+    r = m.time("allgather", size, algo="ring")
+    assert r.proto == "Simple"
+    per_flow_Bps = min(rail_Bps, 18 * 25e9 * LINK_EFFICIENCY["nvlink"] / 7)
+    assert r.transfer_s == pytest.approx(size * 15 / 16 / (8 * per_flow_Bps), rel=1e-6)
+    assert r.latency_s == pytest.approx((8.4 + 14 * 3.4 + net_us) * 1e-6, rel=1e-9)
+
+
+def test_efa_latency_exceeds_infiniband_by_the_plugin_latency() -> None:
+    """The same 16 H100 on EFA and on InfiniBand: a small ring all-reduce (LL) differs only in
+    its 2 network steps, 20 us (aws-ofi-nccl) instead of NCCL's 2.7 us."""
+    efa = CollectiveModel(topo("aws-p5", 16)).time("allreduce", 1024, algo="ring")
+    ib = CollectiveModel(topo("dgx-h100", 16)).time("allreduce", 1024, algo="ring")
+    assert efa.proto == ib.proto == "LL"
+    assert efa.latency_s - ib.latency_s == pytest.approx(2 * (20.0 - 2.7) * 1e-6, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- bad input
+
+def _fabric_file(tmp_path: Path, old: str, new: str) -> Path:
+    text = (TOPOLOGIES / "aws-p5.yaml").read_text()
+    assert old in text
+    f = tmp_path / "bad-fabric.yaml"
+    f.write_text(text.replace(old, new))
+    return f
+
+
+@pytest.mark.parametrize("old, new, fragment", [
+    ("  port_Gbps: 100 ", "  # no port speed ", "fabric.port_Gbps: required"),
+    ("port_Gbps: 100 ", "port_Gbps: -100 ", "fabric.port_Gbps: must be > 0"),
+    ("link_latency_us: 0.3", "link_latency_us: -0.3", "fabric.link_latency_us: must be >= 0"),
+    ("net_latency_us: 20", "net_latency_us: -20", "fabric.net_latency_us: must be >= 0"),
+    ("  link_latency_us: 0.3", "  # no latency", "fabric.link_latency_us: required"),
+    ("port_Gbps: 100 ", "ib_port_Gbps: 100 ", "fabric.ib_port_Gbps: not a field of a efa fabric"),
+    ("transport: efa", "transport: infiniband", "fabric.transport: got 'infiniband'; valid: ib, roce"),
+    ("nic_Gbps: 100", "nic_Gbps: -1", "node.nic_Gbps: must be > 0"),
+])
+def test_bad_fabric_section_is_one_line_exit_2(tmp_path, old, new, fragment) -> None:
+    f = _fabric_file(tmp_path, old, new)
+    r = subprocess.run([sys.executable, "-m", "sim", "topo", "show", str(f), "--chips", "16"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2, r.stderr
+    assert fragment in r.stderr and str(f) in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+# --------------------------------------------------------------------------- frontier scale
+
+SMALL_PODS = """
+name: small-pods
+kind: gpu_cluster
+chip: H100-SXM
+node: {gpus: 8, nvswitches: 4, gpu_switch_links: [5, 4, 4, 5], nvlink_latency_us: 0.25, nics: 8,
+       nic_Gbps: 400, pcie_GBps: 64, pcie_latency_us: 0.5}
+fabric: {transport: roce, port_Gbps: 400, link_latency_us: 0.3, su_nodes: 2, leaf_down_ports: 2,
+         leaf_up_ports: 2, two_tier_max_sus: 1, pod_sus: 2, core_oversubscription: 7,
+         max_gpus: 131072}
+"""
+
+
+def test_pods_and_oversubscribed_core(tmp_path) -> None:
+    """3 pods of 2 SUs of 2 nodes: per pod and rail, ceil(2 SUs x 2 up / (4 / 2)) = 2 spines;
+    each spine sends (4 / 2) / 7 ports' worth up, so a pod plane reaches the core with
+    2 x 2/7 x 50 GB/s; a flow to another pod on the same rail is bound by that trunk."""
+    f = tmp_path / "small-pods.yaml"
+    f.write_text(SMALL_PODS)
+    t = build_topology(load_cluster(str(f), 96))
+    assert t.fabric.tiers == 3
+    g = t.graph
+    spines = [n for n, d in g.nodes(data=True) if d["kind"] == "spine"]
+    cores = [n for n, d in g.nodes(data=True) if d["kind"] == "core"]
+    assert len(spines) == 3 * 8 * 2
+    assert len(cores) == math.ceil(3 * 8 * 2 * (2 / 7) / 4)
+    assert all(g.nodes[x]["rail"] == g.nodes[sp]["rail"] for sp in spines for x in g[sp]
+               if g.nodes[x]["kind"] == "leaf")                  # rail planes up to the spines
+    m = CollectiveModel(t)
+    trunk = 2 * (2 / 7) * 50e9 * LINK_EFFICIENCY["roce"]
+    ids, fr = m.router.route(0, 64)                              # node 0 -> node 8 (pod 2), rail 0
+    assert float(m.links.capacity_Bps[ids].min()) == pytest.approx(trunk)
+    ids_same, _ = m.router.route(0, 16)                          # node 2, same pod, other SU
+    assert float(m.links.capacity_Bps[ids_same].min()) == pytest.approx(50e9 * LINK_EFFICIENCY["roce"])
+
+
+def test_frontier_topology_spans_131072_gpus() -> None:
+    spec = load_topology_spec("h100-3tier")
+    assert spec.resolve_chips(131072, "t") == 131072
+    t = topo("h100-3tier", 6144)                                 # two 3,072-GPU pods
+    assert t.fabric.tiers == 3 and t.nodes == 768
+    cores = sum(1 for _, k in t.graph.nodes(data="kind") if k == "core")
+    assert cores == math.ceil(2 * 8 * 12 * (32 / 7) / 64)
+
+
+# --------------------------------------------------------------------------- dragonfly
+
+SMALL_DRAGONFLY = """
+name: small-dragonfly
+kind: gpu_cluster
+chip: A100-SXM-40GB
+node: {gpus: 8, nvswitches: 6, gpu_switch_links: [2, 2, 2, 2, 2, 2], nvlink_latency_us: 0.25,
+       nics: 2, nic_Gbps: 200, pcie_GBps: 32, pcie_latency_us: 0.5}
+fabric: {transport: slingshot, layout: dragonfly, port_Gbps: 200, link_latency_us: 0.35,
+         su_nodes: 2, leaf_down_ports: 4, leaf_up_ports: 60, group_switches: 3, local_links: 2,
+         global_links: 3, max_gpus: 8192}
+"""
+
+
+def test_dragonfly_groups_and_minimal_routes(tmp_path) -> None:
+    """9 switches of 2 nodes in 3 groups of 3: inside a group every switch pair has 2 local
+    cables; each pair of groups 3 global cables, one from each of its switches (cable j from
+    switch (b + j) of group a to switch (a + j) of group b). A flow between switches of different
+    groups takes the minimal paths: at most local, global, local."""
+    f = tmp_path / "small-dragonfly.yaml"
+    f.write_text(SMALL_DRAGONFLY)
+    t = build_topology(load_cluster(str(f), 9 * 2 * 8))
+    g = t.graph
+    assert t.fabric.tiers == 2
+    sw = [n for n, d in g.nodes(data=True) if d["kind"] == "leaf"]
+    assert len(sw) == 9 and {g.nodes[s]["group"] for s in sw} == {0, 1, 2}
+    local = [(u, v, d) for u, v, d in g.edges(data=True) if u in sw and v in sw
+             and g.nodes[u]["group"] == g.nodes[v]["group"]]
+    glob = [(u, v, d) for u, v, d in g.edges(data=True) if u in sw and v in sw
+            and g.nodes[u]["group"] != g.nodes[v]["group"]]
+    assert len(local) == 3 * 3 and all(d["cables"] == 2 for *_, d in local)
+    assert sum(d["cables"] for *_, d in glob) == 3 * 3              # 3 pairs x 3 cables
+    assert all(d["kind"] == "slingshot" for *_, d in local + glob)
+    m = CollectiveModel(t)
+    ids, fr = m.router.route(0, 8 * 2 * 8)                          # node 0 (sw 0) -> node 16 (sw 8)
+    kinds = [(m.links.kind[i]) for i in ids]
+    assert kinds.count("pcie") == 2 and kinds.count("slingshot") >= 3
+    # the flow's switch-to-switch share: every path's hops carry the whole flow once, <= 3 hops
+    sw_links = [i for i in ids if m.links.kind[i] == "slingshot"]
+    assert 1.0 <= sum(fr[ids.tolist().index(i)] for i in sw_links) - 2.0 <= 3.0   # minus NIC links
+
+
+def test_dragonfly_fields_only_on_a_dragonfly(tmp_path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(SMALL_PODS.replace("max_gpus: 131072", "max_gpus: 131072, global_links: 4"))
+    with pytest.raises(Exception, match=r"fabric.global_links: a field of a dragonfly"):
+        load_topology_spec(str(f))
+    f.write_text(SMALL_DRAGONFLY.replace(" global_links: 3,", ""))
+    with pytest.raises(Exception, match=r"fabric.global_links: required"):
+        load_topology_spec(str(f))
