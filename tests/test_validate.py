@@ -463,25 +463,26 @@ def test_real_classification_follows_the_rules() -> None:
     from sim.config import load_topology_spec
 
     runs, systems = _real_rows()
-    marks = {"EFA": "efa", "TCPXO": "tcpxo", "RoCE": "roce", "InfiniBand": "ib"}
+    marks = {"EFA": "efa", "TCPXO": "tcpxo", "RoCE": "roce", "InfiniBand": "ib", "Slingshot": "slingshot"}
     for r in runs:
         s, f = systems[r["file"]], r["file"]
         intra, inter, topo = r["interconnect_intra"], r["interconnect_inter"], s["topology"]
         if s["status"] == "supported":
             if topo == "gb200-nvl72":
                 assert "GB200" in r["hardware"] and "NVL72" in intra, f
-            elif topo == "hgx-h100-4gpu":
-                assert r["gpus_per_node"] == "4" and "no NVSwitch" in intra and "H100" in r["hardware"], f
+            elif topo in ("hgx-h100-4gpu", "polaris"):                 # 4-GPU NVLink meshes
+                assert r["gpus_per_node"] == "4" and "no NVSwitch" in intra, f
+                assert load_topology_spec(topo).chip.family in r["hardware"], f
             else:
                 assert r["gpus_per_node"] == "8" and "NVSwitch" in intra, f
-                assert ("B200" in r["hardware"]) == (topo == "dgx-b200"), f
+                assert ("B200" in r["hardware"]) == (load_topology_spec(topo).chip.name == "B200"), f
             if r["nodes"] != "1" and "within one NVL72 rack" not in inter:
                 named = next(t for m, t in marks.items() if m in inter)
                 assert load_topology_spec(topo).transport == named, f
         if r["nodes"] != "1" and "TCPX" in inter and "TCPXO" not in inter:
             assert s["status"] == "unsupported", f
         if "no NVSwitch" in intra and s["status"] == "supported":
-            assert topo == "hgx-h100-4gpu", f
+            assert load_topology_spec(topo).mesh_links > 0, f
     assert {f for f, s in systems.items() if s["sharp"] == "true"} == {
         "nccl_allreduce_96xH100_coreweave-sharp.csv", "nccl_allreduce_32xA100-80GB_coreweave-sharp-2023.csv"}
 

@@ -51,7 +51,8 @@ OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broad
 TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"}
                        | {"dgx-b200", "gb200-nvl72", "hgx-h100-4gpu"}   # scale-up domains (issue 16)
                        | {"aws-p5", "aws-p4de", "gcp-a3-mega", "gcp-a3-high", "gcp-a3-ultra",
-                          "oci-h200-roce", "oci-a100-roce"})             # scale-out fabrics (issue 16)
+                          "oci-h200-roce", "oci-a100-roce", "polaris", "gcp-a4",
+                          "aws-p6-b200"})                                 # scale-out fabrics (issue 16)
 
 BW_MIN_BYTES = 64 * MiB                # bandwidth regime: size_bytes >= this
 LAT_MAX_BYTES = 64 * KiB               # latency regime: size_bytes <= this
@@ -76,15 +77,17 @@ _GPU_NAME = types.MappingProxyType({"dgx-a100": "A100", "dgx-h100": "H100", "dgx
                                     "hgx-h100-4gpu": "H100",
                                     "aws-p5": "H100", "aws-p4de": "A100", "gcp-a3-mega": "H100",
                                     "gcp-a3-high": "H100", "gcp-a3-ultra": "H200",
-                                    "oci-h200-roce": "H200", "oci-a100-roce": "A100"})
+                                    "oci-h200-roce": "H200", "oci-a100-roce": "A100", "polaris": "A100",
+                                    "gcp-a4": "B200", "aws-p6-b200": "B200"})
 # GPUs per host as runs.csv counts nodes, where a topology's differ from GPUS_PER_NODE: an NVL72
 # rack's compute trays hold 4 GPUs each (topologies/gb200-nvl72.yaml), a 4-GPU HGX board is a host.
-_HOST_GPUS = types.MappingProxyType({"gb200-nvl72": 4, "hgx-h100-4gpu": 4})
+_HOST_GPUS = types.MappingProxyType({"gb200-nvl72": 4, "hgx-h100-4gpu": 4, "polaris": 4})
 # The scale-out fabric family of topologies that are not InfiniBand DGX/HGX clusters, as the report
 # labels a system ("H100 EFA multi-node"): errors are reported per fabric family.
 _FABRIC_FAMILY = types.MappingProxyType({"aws-p5": "EFA", "aws-p4de": "EFA", "gcp-a3-mega": "GCP",
                                          "gcp-a3-high": "GCP", "gcp-a3-ultra": "GCP",
-                                         "oci-h200-roce": "RoCE", "oci-a100-roce": "RoCE"})
+                                         "oci-h200-roce": "RoCE", "oci-a100-roce": "RoCE",
+                                         "polaris": "Slingshot", "gcp-a4": "GCP", "aws-p6-b200": "EFA"})
 # nccl-tests prints float unless told otherwise, and the torch.distributed benchmark in the data
 # (all_reduce_bench.py) all-reduces fp32 tensors; both leave the dtype column blank only there.
 _DEFAULT_DTYPE = "float"
