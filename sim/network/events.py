@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 import simpy
 
-from .fluid import maxmin_rates
+from .fluid import maxmin_rates, touched
 from .links import LinkTable
 from .routing import Router
 
@@ -77,7 +77,7 @@ class FluidNetwork:
         cols = np.repeat(np.arange(len(keys)), [len(self._flows[k]["ids"]) for k in keys])
         m = sp.csr_array((vals, (rows, cols)), shape=(len(self.links), len(keys)))
         m.sum_duplicates()
-        rates = maxmin_rates(m, self.links.capacity_Bps)
+        rates = maxmin_rates(*touched(m, self.links.capacity_Bps))
         for k, r in zip(keys, rates):
             self._flows[k]["rate"] = float(r)
         wait = min(max(self._flows[k]["left"], 0.0) / self._flows[k]["rate"] for k in keys)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Flow", "FlowSet", "maxmin_rates", "play_flows"]
+__all__ = ["Flow", "FlowSet", "maxmin_rates", "play_flows", "touched"]
 
 _EPS = 1e-12
 
@@ -82,14 +82,23 @@ def maxmin_rates(matrix: sp.csr_array, capacity_Bps: np.ndarray,
     return rates
 
 
+def touched(matrix: sp.csr_array, capacity_Bps: np.ndarray) -> tuple[sp.csr_array, np.ndarray]:
+    """The rows of *matrix* (and their capacities) that some flow crosses: a link no flow uses
+    constrains nothing, so max-min rates over these rows alone are the same (PERF: the 98,304-GPU
+    fabric has ~1.3 M directed links, a phase's flows a few thousand)."""
+    rows = np.flatnonzero(np.diff(matrix.indptr))
+    return matrix[rows], np.asarray(capacity_Bps)[rows]
+
+
 def play_flows(flows: FlowSet, capacity_Bps: np.ndarray) -> tuple[float, np.ndarray]:
     """Run all flows from time 0 with max-min sharing; (makespan s, finish time s of each flow)."""
+    matrix, capacity_Bps = touched(flows.matrix, capacity_Bps)
     remaining = flows.nbytes.copy()
     finish = np.zeros(len(flows))
     active = remaining > 0
     now = 0.0
     while active.any():
-        rates = maxmin_rates(flows.matrix, capacity_Bps, active)
+        rates = maxmin_rates(matrix, capacity_Bps, active)
         with np.errstate(divide="ignore", invalid="ignore"):
             dt_each = np.where(active, remaining / rates, np.inf)
         dt = float(dt_each.min())
