@@ -139,7 +139,7 @@ class SharedLinks:
         # (PERF: one vectorised pass over every flow's links instead of a loop per flow.)
         if flows:
             ids = np.concatenate([f.ids for f in flows])
-            hot = self.load[ids] > self.capacity[ids] * (1 + _TOL)
+            hot = self.load[ids] > np.concatenate([f.cap for f in flows])
         if flows and hot.any():
             c = np.repeat(np.arange(len(flows)), [len(f.ids) for f in flows])[hot]
             links, r = np.unique(ids[hot], return_inverse=True)
