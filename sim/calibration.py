@@ -26,6 +26,15 @@ LINK_EFFICIENCY: dict[str, float] = {
     "ib": 64 / 66,
 }
 
+# Host time per GPU of one nccl-tests iteration when one thread drives several GPUs (``-g N``):
+# the thread issues the N calls of an iteration one after another (a group of N launches), so an
+# iteration takes at least N x this (``sim.validate.predictors.CasePredictor``). Fitted by
+# ``sim.validate.fit_nccl_tests_launch_s`` on the calibration split's runs with -g > 1 (4xH100
+# Snellius all-reduce, -g 4: a flat 16.6-17.8 us from 4 B to 64 KiB, the same floor its all-gather
+# and reduce-scatter show with half the ring steps; 8xA100 stas00, -g 8): the median of measured
+# latency-regime time / N (tests/test_validation_budgets.py re-derives it).
+NCCL_TESTS_LAUNCH_PER_GPU_S = 4.2225e-6
+
 # ----------------------------------------------------------------------------- compute kernels
 #
 # Every constant below is fitted on the kernel tables measured for this project on one H100 SXM

@@ -34,6 +34,7 @@ from sim.validate import (
     family_of,
     family_of_spec,
     format_report,
+    gpus_per_thread,
     is_anomalous,
     load_budgets,
     nccl_version,
@@ -546,6 +547,14 @@ def test_nccl_version_is_read_where_a_run_states_it() -> None:
     assert nccl_version("2.18.5 (EFA installer 1.28.0, aws-ofi-nccl v1.7.3-aws)") == (2, 18)
     assert nccl_version("not stated") is None and nccl_version("") is None
     assert nccl_version("not stated for this table (default now NCCL v2.27.7)") is None
+
+
+def test_gpus_per_thread_is_nccl_tests_g_flag() -> None:
+    assert gpus_per_thread("NCCL_DEBUG=INFO; single process -g 4; -b 4 -e 128M") == 4
+    assert gpus_per_thread("./build/all_reduce_perf -b 32k -e 16G -f 2 -g 8 -n 50") == 8
+    assert gpus_per_thread("srun ... all_reduce_perf -b 8 -e 8G -f 2 -g 1") == 1
+    assert gpus_per_thread("defaults") == 1 and gpus_per_thread("") == 1
+    assert gpus_per_thread("NCCL_IB_GID_INDEX=0 -gdr 3") == 1          # not the -g flag
 
 
 def test_case_spec_carries_the_runs_nccl_release(data: Path) -> None:

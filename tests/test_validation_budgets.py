@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from sim.calibration import LINK_EFFICIENCY
-from sim.validate import check_budgets, fit_nvlink_efficiency, load_budgets, validate_collectives
+from sim.calibration import LINK_EFFICIENCY, NCCL_TESTS_LAUNCH_PER_GPU_S
+from sim.validate import (
+    CaseSpec,
+    check_budgets,
+    fit_nccl_tests_launch_s,
+    fit_nvlink_efficiency,
+    load_budgets,
+    validate_collectives,
+)
 from sim.validate.predictors import CasePredictor
 
 DATA = Path(__file__).resolve().parent.parent / "validation"
@@ -42,3 +49,24 @@ def test_nvlink_efficiency_is_the_calibration_fit() -> None:
     full = CasePredictor({"nvlink": 1.0, "ib": 1.0})
     fitted = fit_nvlink_efficiency(DATA / "collectives", full)
     assert LINK_EFFICIENCY["nvlink"] == pytest.approx(fitted, abs=0.005)
+
+
+def test_nccl_tests_launch_cost_is_the_calibration_fit() -> None:
+    fitted = fit_nccl_tests_launch_s(DATA / "collectives")
+    assert NCCL_TESTS_LAUNCH_PER_GPU_S == pytest.approx(fitted, rel=1e-3)
+
+
+def test_one_thread_driving_g_gpus_is_bound_by_g_launches() -> None:
+    """nccl-tests with -g 4 on the 4-GPU mesh: a 4-byte all-reduce takes 4 launches, not NCCL's
+    ring/LL latency (6.6 + 6 x 0.6 us), which is what it takes with one GPU per thread."""
+    predict = CasePredictor()
+    case = CaseSpec(topology="hgx-h100-4gpu", gpus=4, sharp=False, op="allreduce", size_bytes=4,
+                    dtype="float", nccl_version=(2, 22))
+    one = predict(case)
+    assert one == pytest.approx((6.6 + 6 * 0.6) * 1e-6, rel=0.05)
+    four = predict(CaseSpec(**{**{f: getattr(case, f) for f in case.__dataclass_fields__},
+                               "gpus_per_thread": 4}))
+    assert four == pytest.approx(4 * NCCL_TESTS_LAUNCH_PER_GPU_S)
+    big = dict(size_bytes=1 << 30, gpus_per_thread=4)
+    base = {f: getattr(case, f) for f in case.__dataclass_fields__}
+    assert predict(CaseSpec(**{**base, **big})) == predict(CaseSpec(**{**base, "size_bytes": 1 << 30}))

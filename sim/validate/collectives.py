@@ -43,7 +43,8 @@ from .stats import median, p90
 
 __all__ = ["BW_MIN_BYTES", "LAT_MAX_BYTES", "OPS", "SYSTEM_FAMILIES", "TOPOLOGIES", "CaseSpec",
            "CollectivesReport", "PointResult", "Predictor", "RegimeStats", "RunResult", "Summary",
-           "UnsupportedRun", "family_of", "family_of_spec", "is_anomalous", "nccl_version",
+           "UnsupportedRun", "family_of", "family_of_spec", "gpus_per_thread", "is_anomalous",
+           "nccl_version",
            "validate_collectives"]
 
 # The ops of nccl-tests runs: sim.collectives.OPS, listed in the order the data's errors name them.
@@ -99,12 +100,13 @@ class CaseSpec:
     dtype: str           # nccl-tests dtype name (float, double, half, bfloat16, ...)
     algo: str | None = None  # an algorithm the run forced (NCCL_ALGO=...), else the model chooses
     nccl_version: tuple[int, int] | None = None  # (major, minor) runs.csv states, else None
+    gpus_per_thread: int = 1  # GPUs one nccl-tests thread drives (its -g flag; runs.csv env)
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
             raise ConfigError(f"case: op must be one of {list(OPS)}, got {self.op!r}")
-        if self.gpus < 1 or self.size_bytes <= 0:
-            raise ConfigError(f"case: need gpus >= 1 and size_bytes > 0, got {self}")
+        if self.gpus < 1 or self.size_bytes <= 0 or self.gpus_per_thread < 1:
+            raise ConfigError(f"case: need gpus, gpus_per_thread >= 1 and size_bytes > 0, got {self}")
 
 
 Predictor = Callable[[CaseSpec], float]
@@ -135,6 +137,7 @@ class _RunMeta:
     reason: str
     family: str = ""                   # family_of(topology) for supported runs
     nccl_version: tuple[int, int] | None = None
+    gpus_per_thread: int = 1           # nccl-tests -g (runs.csv env), 1 where not stated
 
     @property
     def system(self) -> str:
@@ -161,6 +164,14 @@ def nccl_version(text: str) -> tuple[int, int] | None:
         return None
     m = re.search(r"(?<![\d.])(\d+)\.(\d+)(?:\.\d+)?", text or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def gpus_per_thread(env: str) -> int:
+    """GPUs one nccl-tests thread drives: the ``-g N`` flag a runs.csv ``env`` cell shows
+    ("... all_reduce_perf -b 8 -e 8G -f 2 -g 1", "single process -g 4"), else 1 (nccl-tests'
+    default, and one process per GPU under MPI or torchrun)."""
+    m = re.search(r"(?<!\S)-g\s*(\d+)\b", env or "")
+    return max(1, int(m.group(1))) if m else 1
 
 
 def _load_systems(path: Path) -> dict[str, tuple[int, dict[str, str]]]:
@@ -229,7 +240,8 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
                               split=row["split"], anomalous=is_anomalous(file, row["notes"]),
                               supported=status == "supported", topology=topology,
                               sharp=sharp == "true", algo=sys_row["algo"].strip() or None,
-                              reason=reason, nccl_version=nccl_version(row.get("nccl_version", ""))))
+                              reason=reason, nccl_version=nccl_version(row.get("nccl_version", "")),
+                              gpus_per_thread=gpus_per_thread(row.get("env", ""))))
     return metas
 
 
@@ -365,7 +377,7 @@ def _score_point(meta: _RunMeta, m: _Measured, predict: Predictor, factor: float
     """One size of *meta*'s run; *factor* is nccl-tests' busbw / algbw of the run's op and ranks."""
     case = CaseSpec(topology=meta.topology, gpus=meta.gpus, sharp=meta.sharp, op=meta.op,
                     size_bytes=m.size_bytes, dtype=m.dtype, algo=meta.algo,
-                    nccl_version=meta.nccl_version)
+                    nccl_version=meta.nccl_version, gpus_per_thread=meta.gpus_per_thread)
     raw = predict(case)
     pred_s = float(raw)
     if not (math.isfinite(pred_s) and pred_s > 0):

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .collectives import BW_MIN_BYTES, Predictor, _load_measured, _load_runs, _score_point
+from .collectives import BW_MIN_BYTES, LAT_MAX_BYTES, Predictor, _load_measured, _load_runs, _score_point
 from .stats import median
 from .training import _score
 from .training_map import map_runs
 
-__all__ = ["fit_nvlink_efficiency", "fit_stack_efficiency"]
+__all__ = ["fit_nccl_tests_launch_s", "fit_nvlink_efficiency", "fit_stack_efficiency"]
 
 
 def fit_nvlink_efficiency(data_dir: Path, predict_full_rate: Predictor) -> float:
@@ -43,6 +43,30 @@ def fit_nvlink_efficiency(data_dir: Path, predict_full_rate: Predictor) -> float
     fitted = median(ratios)
     if fitted is None:
         raise ConfigError(f"{data_dir}: no calibration points to fit the NVLink efficiency on")
+    return fitted
+
+
+def fit_nccl_tests_launch_s(data_dir: Path) -> float:
+    """Fit of ``sim.calibration.NCCL_TESTS_LAUNCH_PER_GPU_S`` on the calibration split.
+
+    A nccl-tests thread that drives g GPUs (``-g g``) issues each iteration's g calls one after
+    another (ncclGroupStart, one call per GPU, ncclGroupEnd: a kernel launch per device) and times
+    a stream of iterations, so no iteration completes faster than the host issues it: g launches.
+    Where the GPU's own time is shorter (the latency regime) the measured time is that floor. Over
+    the latency-regime points (<= 64 KiB, time measured) of supported, non-anomalous calibration
+    runs with g > 1: the median of measured time / g, seconds per GPU.
+    """
+    per_gpu: list[float] = []
+    for meta in _load_runs(data_dir):
+        if (meta.split != "calibration" or not meta.supported or meta.anomalous
+                or meta.gpus_per_thread <= 1):
+            continue
+        for m in _load_measured(data_dir / meta.file):
+            if m.size_bytes <= LAT_MAX_BYTES and m.time_s is not None:
+                per_gpu.append(m.time_s / meta.gpus_per_thread)
+    fitted = median(per_gpu)
+    if fitted is None:
+        raise ConfigError(f"{data_dir}: no calibration points to fit the nccl-tests launch cost on")
     return fitted
 
 

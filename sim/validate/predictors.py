@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..calibration import NCCL_TESTS_LAUNCH_PER_GPU_S
 from ..collectives import CollectiveModel
 from ..config import load_cluster, scenario_from_dict
 from ..results import StepResult
@@ -44,7 +45,10 @@ class CasePredictor:
 
     def __call__(self, case: CaseSpec) -> float:
         m = self.model(case.topology, case.gpus, case.sharp, case.nccl_version)
-        return m.time(case.op, int(case.size_bytes), algo=case.algo).time_s
+        t = m.time(case.op, int(case.size_bytes), algo=case.algo).time_s
+        # nccl-tests times a stream of iterations; a thread driving g GPUs issues g calls per
+        # iteration, so an iteration takes no less than g launches (sim.calibration)
+        return max(t, case.gpus_per_thread * NCCL_TESTS_LAUNCH_PER_GPU_S)
 
 
 @dataclass
