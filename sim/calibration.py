@@ -34,6 +34,13 @@ LINK_EFFICIENCY: dict[str, float] = {
 # and reduce-scatter show with half the ring steps; 8xA100 stas00, -g 8): the median of measured
 # latency-regime time / N (tests/test_validation_budgets.py re-derives it).
 NCCL_TESTS_LAUNCH_PER_GPU_S = 4.2225e-6
+# Host overhead of one torch.distributed all_reduce timed alone on an idle device (ml-engineering's
+# all_reduce_bench.py as the data's runs used it: barrier, start event, one call, end event; its
+# later docstring puts "PyTorch's per-call host overhead" at "some 20-30us"). Fitted by
+# ``sim.validate.fit_torch_call_overhead_s`` on the calibration split's run of that harness
+# (8xB200, sizes < 64 MiB): the median of measured minus predicted time
+# (tests/test_validation_budgets.py re-derives it).
+TORCH_CALL_OVERHEAD_S = 29.16e-6
 
 # ----------------------------------------------------------------------------- compute kernels
 #

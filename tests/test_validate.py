@@ -35,6 +35,7 @@ from sim.validate import (
     family_of_spec,
     format_report,
     gpus_per_thread,
+    harness_of,
     is_anomalous,
     load_budgets,
     nccl_version,
@@ -555,6 +556,16 @@ def test_gpus_per_thread_is_nccl_tests_g_flag() -> None:
     assert gpus_per_thread("srun ... all_reduce_perf -b 8 -e 8G -f 2 -g 1") == 1
     assert gpus_per_thread("defaults") == 1 and gpus_per_thread("") == 1
     assert gpus_per_thread("NCCL_IB_GID_INDEX=0 -gdr 3") == 1          # not the -g flag
+
+
+def test_harness_is_read_from_the_runs_env() -> None:
+    assert harness_of("python -m torch.distributed.run --nproc_per_node=8 all_reduce_bench.py") \
+        == "torch-single-call"
+    assert harness_of("all_reduce_perf -b 8 -e 8G -f 2 -g 1") == "nccl-tests"
+    assert harness_of("") == "nccl-tests"
+    with pytest.raises(ConfigError, match="harness"):
+        CaseSpec(topology="dgx-h100", gpus=8, sharp=False, op="allreduce", size_bytes=8,
+                 dtype="float", harness="mpi")
 
 
 def test_case_spec_carries_the_runs_nccl_release(data: Path) -> None:

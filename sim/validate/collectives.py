@@ -43,7 +43,8 @@ from .stats import median, p90
 
 __all__ = ["BW_MIN_BYTES", "LAT_MAX_BYTES", "OPS", "SYSTEM_FAMILIES", "TOPOLOGIES", "CaseSpec",
            "CollectivesReport", "PointResult", "Predictor", "RegimeStats", "RunResult", "Summary",
-           "UnsupportedRun", "family_of", "family_of_spec", "gpus_per_thread", "is_anomalous",
+           "HARNESSES", "UnsupportedRun", "family_of", "family_of_spec", "gpus_per_thread",
+           "harness_of", "is_anomalous",
            "nccl_version",
            "validate_collectives"]
 
@@ -101,10 +102,13 @@ class CaseSpec:
     algo: str | None = None  # an algorithm the run forced (NCCL_ALGO=...), else the model chooses
     nccl_version: tuple[int, int] | None = None  # (major, minor) runs.csv states, else None
     gpus_per_thread: int = 1  # GPUs one nccl-tests thread drives (its -g flag; runs.csv env)
+    harness: str = "nccl-tests"  # what timed it (HARNESSES; runs.csv env)
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
             raise ConfigError(f"case: op must be one of {list(OPS)}, got {self.op!r}")
+        if self.harness not in HARNESSES:
+            raise ConfigError(f"case: harness must be one of {list(HARNESSES)}, got {self.harness!r}")
         if self.gpus < 1 or self.size_bytes <= 0 or self.gpus_per_thread < 1:
             raise ConfigError(f"case: need gpus, gpus_per_thread >= 1 and size_bytes > 0, got {self}")
 
@@ -138,6 +142,7 @@ class _RunMeta:
     family: str = ""                   # family_of(topology) for supported runs
     nccl_version: tuple[int, int] | None = None
     gpus_per_thread: int = 1           # nccl-tests -g (runs.csv env), 1 where not stated
+    harness: str = "nccl-tests"        # harness_of(runs.csv env)
 
     @property
     def system(self) -> str:
@@ -172,6 +177,20 @@ def gpus_per_thread(env: str) -> int:
     default, and one process per GPU under MPI or torchrun)."""
     m = re.search(r"(?<!\S)-g\s*(\d+)\b", env or "")
     return max(1, int(m.group(1))) if m else 1
+
+
+# What timed a run: nccl-tests (a stream of back-to-back iterations, mean time per iteration) or
+# ml-engineering's all_reduce_bench.py as the data's runs used it (stas00/ml-engineering, network/
+# benchmarks/all_reduce_bench.py, ``timed_allreduce`` before the queued-calls rewrite: barrier,
+# start event, ONE dist.all_reduce, end event on an idle device, so the call's host overhead is
+# inside the timed span).
+HARNESSES = ("nccl-tests", "torch-single-call")
+
+
+def harness_of(env: str) -> str:
+    """The harness a runs.csv ``env`` cell names: all_reduce_bench.py is "torch-single-call", the
+    rest nccl-tests."""
+    return "torch-single-call" if "all_reduce_bench" in (env or "") else "nccl-tests"
 
 
 def _load_systems(path: Path) -> dict[str, tuple[int, dict[str, str]]]:
@@ -241,7 +260,8 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
                               supported=status == "supported", topology=topology,
                               sharp=sharp == "true", algo=sys_row["algo"].strip() or None,
                               reason=reason, nccl_version=nccl_version(row.get("nccl_version", "")),
-                              gpus_per_thread=gpus_per_thread(row.get("env", ""))))
+                              gpus_per_thread=gpus_per_thread(row.get("env", "")),
+                              harness=harness_of(row.get("env", ""))))
     return metas
 
 
@@ -377,7 +397,8 @@ def _score_point(meta: _RunMeta, m: _Measured, predict: Predictor, factor: float
     """One size of *meta*'s run; *factor* is nccl-tests' busbw / algbw of the run's op and ranks."""
     case = CaseSpec(topology=meta.topology, gpus=meta.gpus, sharp=meta.sharp, op=meta.op,
                     size_bytes=m.size_bytes, dtype=m.dtype, algo=meta.algo,
-                    nccl_version=meta.nccl_version, gpus_per_thread=meta.gpus_per_thread)
+                    nccl_version=meta.nccl_version, gpus_per_thread=meta.gpus_per_thread,
+                    harness=meta.harness)
     raw = predict(case)
     pred_s = float(raw)
     if not (math.isfinite(pred_s) and pred_s > 0):
