@@ -568,6 +568,34 @@ def test_harness_is_read_from_the_runs_env() -> None:
                  dtype="float", harness="mpi")
 
 
+def _with_nvl_domain(data: Path, domains: dict[str, str]) -> None:
+    path = data / "collectives" / "systems.csv"
+    rows = list(csv.reader(path.open(newline="")))
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(rows[0] + ["nvl_domain"])
+        for r in rows[1:]:
+            w.writerow(r + [domains.get(r[0], "")])
+
+
+def test_systems_csv_may_name_the_runs_nvl_domain(data: Path) -> None:
+    _with_nvl_domain(data, {"nccl_allgather_16xH100_b.csv": "8"})
+    seen: dict[str, set[int | None]] = {}
+
+    def predict(case: CaseSpec) -> float:
+        seen.setdefault(f"{case.op}{case.gpus}", set()).add(case.nvl_domain)
+        return exact(case)
+
+    validate_collectives(data / "collectives", predict)
+    assert seen["allgather16"] == {8} and seen["allreduce8"] == {None}
+
+
+def test_an_nvl_domain_that_does_not_divide_the_run_is_refused(data: Path) -> None:
+    _with_nvl_domain(data, {"nccl_allgather_16xH100_b.csv": "6"})
+    with pytest.raises(ConfigError, match=r"systems.csv:\d+: nvl_domain: 6 must divide"):
+        validate_collectives(data / "collectives", exact)
+
+
 def test_case_spec_carries_the_runs_nccl_release(data: Path) -> None:
     seen: list[CaseSpec] = []
 

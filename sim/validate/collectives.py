@@ -3,7 +3,8 @@
 ``clustersim validate --suite collectives`` (the default). Data: nccl-tests measurements in
 ``DIR/collectives/``. ``runs.csv`` describes each measured run (hardware, rank count, notes,
 calibration/test ``split``); ``systems.csv`` says, for every run, whether the simulator can model
-its system (``supported``, with the bundled topology and whether InfiniBand SHARP was used) or not
+its system (``supported``, with the bundled topology, whether InfiniBand SHARP was used and, in an
+optional last column ``nvl_domain``, the GPUs it used in each NVLink domain) or not
 (``unsupported``, with a reason); each run's own CSV holds the nccl-tests table
 ``size_bytes,count,dtype,time_us,algbw_GBps,busbw_GBps``.
 
@@ -62,6 +63,9 @@ SYSTEM_FAMILIES = ("DGX/HGX IB", "NVL72", "EFA", "GCP", "RoCE", "mesh+dragonfly"
 SYSTEMS_FILE = "systems.csv"
 RUN_COLUMNS = ("size_bytes", "count", "dtype", "time_us", "algbw_GBps", "busbw_GBps")
 SYSTEMS_COLUMNS = ("file", "status", "topology", "sharp", "algo", "reason")
+# Optional last column: the run's GPUs in each NVLink domain where it used only part of each rack
+# (cluster.nvl_domain), blank where it filled them.
+SYSTEMS_OPTIONAL = ("nvl_domain",)
 RUNS_REQUIRED = ("file", "collective", "hardware", "gpus", "nodes", "gpus_per_node", "notes", "split")
 
 # runs.csv `collective` -> op name; nccl-tests' binary names are accepted too.
@@ -101,6 +105,7 @@ class CaseSpec:
     dtype: str           # nccl-tests dtype name (float, double, half, bfloat16, ...)
     algo: str | None = None  # an algorithm the run forced (NCCL_ALGO=...), else the model chooses
     nccl_version: tuple[int, int] | None = None  # (major, minor) runs.csv states, else None
+    nvl_domain: int | None = None  # GPUs used per NVLink domain (systems.csv), None: all of it
     gpus_per_thread: int = 1  # GPUs one nccl-tests thread drives (its -g flag; runs.csv env)
     harness: str = "nccl-tests"  # what timed it (HARNESSES; runs.csv env)
 
@@ -143,6 +148,7 @@ class _RunMeta:
     nccl_version: tuple[int, int] | None = None
     gpus_per_thread: int = 1           # nccl-tests -g (runs.csv env), 1 where not stated
     harness: str = "nccl-tests"        # harness_of(runs.csv env)
+    nvl_domain: int | None = None      # systems.csv nvl_domain (GPUs per NVLink domain)
 
     @property
     def system(self) -> str:
@@ -195,8 +201,9 @@ def harness_of(env: str) -> str:
 
 def _load_systems(path: Path) -> dict[str, tuple[int, dict[str, str]]]:
     header, rows = read_csv(path)
-    if header != SYSTEMS_COLUMNS:
-        raise ConfigError(f"{path}: columns must be exactly {list(SYSTEMS_COLUMNS)}, got {list(header)}")
+    if header not in (SYSTEMS_COLUMNS, SYSTEMS_COLUMNS + SYSTEMS_OPTIONAL):
+        raise ConfigError(f"{path}: columns must be exactly {list(SYSTEMS_COLUMNS)} (optionally "
+                          f"followed by {list(SYSTEMS_OPTIONAL)}), got {list(header)}")
     out: dict[str, tuple[int, dict[str, str]]] = {}
     for line, row in rows:
         if row["file"] in out:
@@ -235,6 +242,11 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
         status, topology, sharp, reason = (sys_row[k].strip() for k in ("status", "topology", "sharp", "reason"))
         if sharp not in ("true", "false"):
             raise ConfigError(f"{sys_where}: sharp: expected true or false, got {sharp!r}")
+        domain_text = (sys_row.get("nvl_domain") or "").strip()
+        nvl_domain = required_integer(domain_text, sys_where, "nvl_domain") if domain_text else None
+        if nvl_domain is not None and (status != "supported" or gpus % nvl_domain):
+            raise ConfigError(f"{sys_where}: nvl_domain: {nvl_domain} must divide the supported "
+                              f"run's {gpus} GPUs (leave it blank for a run that fills its domains)")
         if not reason:
             raise ConfigError(f"{sys_where}: reason: must not be empty")
         if status == "supported":
@@ -261,7 +273,7 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
                               sharp=sharp == "true", algo=sys_row["algo"].strip() or None,
                               reason=reason, nccl_version=nccl_version(row.get("nccl_version", "")),
                               gpus_per_thread=gpus_per_thread(row.get("env", "")),
-                              harness=harness_of(row.get("env", ""))))
+                              harness=harness_of(row.get("env", "")), nvl_domain=nvl_domain))
     return metas
 
 
@@ -398,7 +410,7 @@ def _score_point(meta: _RunMeta, m: _Measured, predict: Predictor, factor: float
     case = CaseSpec(topology=meta.topology, gpus=meta.gpus, sharp=meta.sharp, op=meta.op,
                     size_bytes=m.size_bytes, dtype=m.dtype, algo=meta.algo,
                     nccl_version=meta.nccl_version, gpus_per_thread=meta.gpus_per_thread,
-                    harness=meta.harness)
+                    harness=meta.harness, nvl_domain=meta.nvl_domain)
     raw = predict(case)
     pred_s = float(raw)
     if not (math.isfinite(pred_s) and pred_s > 0):

@@ -39,20 +39,23 @@ class CasePredictor:
 
     def __init__(self, efficiency: dict[str, float] | None = None,
                  torch_call_s: float | None = None) -> None:
-        self._models: dict[tuple[str, int, bool, tuple[int, int] | None], CollectiveModel] = {}
+        self._models: dict[tuple[str, int, bool, tuple[int, int] | None, int | None],
+                           CollectiveModel] = {}
         self._efficiency = efficiency
         self._torch_call_s = TORCH_CALL_OVERHEAD_S if torch_call_s is None else torch_call_s
 
     def model(self, topology: str, chips: int, sharp: bool,
-              nccl_version: tuple[int, int] | None = None) -> CollectiveModel:
-        key = (topology, chips, sharp, nccl_version)
+              nccl_version: tuple[int, int] | None = None,
+              nvl_domain: int | None = None) -> CollectiveModel:
+        key = (topology, chips, sharp, nccl_version, nvl_domain)
         if key not in self._models:
-            cluster = load_cluster(topology, chips, sharp=sharp, where="validate")
+            cluster = load_cluster(topology, chips, sharp=sharp, where="validate",
+                                   nvl_domain=nvl_domain)
             self._models[key] = CollectiveModel(build_topology(cluster), self._efficiency, nccl_version)
         return self._models[key]
 
     def __call__(self, case: CaseSpec) -> float:
-        m = self.model(case.topology, case.gpus, case.sharp, case.nccl_version)
+        m = self.model(case.topology, case.gpus, case.sharp, case.nccl_version, case.nvl_domain)
         t = m.time(case.op, int(case.size_bytes), algo=case.algo).time_s
         if case.harness == "torch-single-call":
             return t + self._torch_call_s
