@@ -186,10 +186,10 @@ def gpus_per_thread(env: str) -> int:
 
 
 # What timed a run: nccl-tests (a stream of back-to-back iterations, mean time per iteration) or
-# ml-engineering's all_reduce_bench.py as the data's runs used it (stas00/ml-engineering, network/
-# benchmarks/all_reduce_bench.py, ``timed_allreduce`` before the queued-calls rewrite: barrier,
-# start event, ONE dist.all_reduce, end event on an idle device, so the call's host overhead is
-# inside the timed span).
+# ml-engineering's all_reduce_bench.py as the data's runs used it (GitHub stas00/ml-engineering,
+# its network benchmarks; ``timed_allreduce`` before the queued-calls rewrite: barrier, start
+# event, ONE dist.all_reduce, end event on an idle device, so the call's host overhead is inside
+# the timed span).
 HARNESSES = ("nccl-tests", "torch-single-call")
 
 
