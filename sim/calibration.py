@@ -43,8 +43,26 @@ LINK_EFFICIENCY: dict[str, float] = {
 # The NCCL net plugin's per-step network latency of a transport (us), for transports whose
 # topology files give none (``nccl.platform``): fitted on the calibration split's latency points
 # (sim.validate.fit_net_latency; tests/test_validation_budgets.py re-derives it). TCPXO: the A3
-# Mega 2-node all-reduce's 14 points of 8 B-64 KiB (the only TCPXO calibration run).
-NET_LATENCY_US: dict[str, float] = {"tcpxo": 55.7}
+# Mega 2-node all-reduce's 14 points of 8 B-64 KiB (the only TCPXO calibration run). Slingshot:
+# NCCL over aws-ofi-nccl on libfabric CXI (ALCF Polaris), the latency points of Polaris's four
+# calibration runs (2 to 540 nodes).
+NET_LATENCY_US: dict[str, float] = {"tcpxo": 54.5, "slingshot": 9.9}
+
+# Host time per GPU of one nccl-tests iteration when one thread drives several GPUs (``-g N``):
+# the thread issues the N calls of an iteration one after another (a group of N launches), so an
+# iteration takes at least N x this (``sim.validate.predictors.CasePredictor``). Fitted by
+# ``sim.validate.fit_nccl_tests_launch_s`` on the calibration split's runs with -g > 1 (4xH100
+# Snellius all-reduce, -g 4: a flat 16.6-17.8 us from 4 B to 64 KiB, the same floor its all-gather
+# and reduce-scatter show with half the ring steps; 8xA100 stas00, -g 8): the median of measured
+# latency-regime time / N (tests/test_validation_budgets.py re-derives it).
+NCCL_TESTS_LAUNCH_PER_GPU_S = 4.2225e-6
+# Host overhead of one torch.distributed all_reduce timed alone on an idle device (ml-engineering's
+# all_reduce_bench.py as the data's runs used it: barrier, start event, one call, end event; its
+# later docstring puts "PyTorch's per-call host overhead" at "some 20-30us"). Fitted by
+# ``sim.validate.fit_torch_call_overhead_s`` on the calibration split's run of that harness
+# (8xB200, sizes < 64 MiB): the median of measured minus predicted time
+# (tests/test_validation_budgets.py re-derives it).
+TORCH_CALL_OVERHEAD_S = 29.16e-6
 
 # ----------------------------------------------------------------------------- compute kernels
 #

@@ -30,7 +30,8 @@ def test_oversubscription_leaves_rail_aligned_rings_alone_but_slows_trees() -> N
     the step is unchanged, rightly. One 1 GiB all-reduce over all 1,024 GPUs is another matter:
     NCCL's double binary tree joins node i to nodes 2i+1 and 2i+2, so most tree edges cross
     scalable units and the uplinks are what limits it; at 4:1 the tree loses to the ring and the
-    call slows ~1.6x."""
+    call slows ~1.6x. (Unoversubscribed, NVLSTree, NVLS in the node and the same double binary tree
+    between nodes, is as fast as the plain tree: network-bound, NVLS's efficiency does not slow it.)"""
     base = {"cluster": {"topology": "dgx-h100", "chips": 1024}, "model": "llama3-70b",
             "training": {"seq_len": 8192, "global_batch": 512},
             "parallelism": {"tp": 8, "zero": 3}}
@@ -40,7 +41,7 @@ def test_oversubscription_leaves_rail_aligned_rings_alone_but_slows_trees() -> N
     assert thin[1].network_solves == 0
     nets = [CollectiveModel(build_topology(scenario_from_dict(r).cluster)) for r in (base, over)]
     a, b = (n.time("allreduce", GiB) for n in nets)
-    assert a.algo == "tree" and b.algo == "ring"
+    assert a.algo in ("tree", "nvls_tree") and b.algo == "ring"
     assert 1.4 < b.time_s / a.time_s < 1.8
 
 

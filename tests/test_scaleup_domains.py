@@ -15,7 +15,13 @@ import pytest
 
 from sim.calibration import LINK_EFFICIENCY
 from sim.collectives import CollectiveModel, busbw_factor
-from sim.collectives.nccl import NVLS_EFFICIENCY, nvls_chunk_bytes
+from sim.collectives.nccl import (
+    NVLS_EFFICIENCY,
+    busbw_cap_GBps,
+    nvls_chunk_bytes,
+    nvls_efficiency,
+    nvls_tree_fill_s,
+)
 from sim.config import load_cluster
 from sim.config.yamlio import parse_yaml
 from sim.errors import ConfigError
@@ -136,19 +142,20 @@ def test_tpu7x_pod_reaches_9216_chips_in_cubes() -> None:
 
 def test_nvls_over_nvl72_matches_the_in_switch_closed_form() -> None:
     """NVLS all-reduce in one NVL72 domain: each GPU sends S(1 + 1/n) into the switches and takes
-    as much back, on its 18 x 50 GB/s at the NVLink efficiency, slowed by NVLS's per-chunk cost
-    at the chunk NCCL picks for this call (72 heads x 16 channels shrink a 1 GiB call's chunks to
-    64 KiB: calcCollChunking), anchored at NCCL's Blackwell nvlsEfficiency for the 128 KiB chunk;
-    latency is NCCL's NVLS term (hwLat NVLink Simple)."""
+    as much back, on its 18 x 50 GB/s at the NVLink efficiency, slowed by NVLS's per-chunk sync
+    cost at the chunk NCCL gives a 1 GiB call on 72 GPUs (nvls_efficiency: NCCL's Blackwell
+    nvlsEfficiency at 128 KiB chunks); latency is NCCL's NVLS term (hwLat NVLink Simple)."""
     model = CollectiveModel(build_topology(load_cluster("gb200-nvl72", 72)))
     size, n = 2**30, 72
     r = model.time("allreduce", size)
     assert r.algo == "nvls"
     bw = 18 * 50e9 * LINK_EFFICIENCY["nvlink"]
     chunk = nvls_chunk_bytes("nvls", size, n, 1)
-    assert chunk == 65536
-    eff = chunk / (chunk + 131072 * (1 / NVLS_EFFICIENCY["blackwell"] - 1))
+    assert chunk == 64 * 1024                    # 1 GiB < 64 x (16 channels x 72 heads) x 128 KiB
+    eff = nvls_efficiency("blackwell", chunk)
+    assert eff == pytest.approx(65536 / (65536 + 131072 * (1 / NVLS_EFFICIENCY["blackwell"] - 1)))
     assert r.transfer_s == pytest.approx(size * (1 + 1 / n) / bw / eff, rel=1e-6)
+    assert r.busbw_GBps > 18 * 50 * LINK_EFFICIENCY["nvlink"]     # beyond any ring on the same links
     ring = model.time("allreduce", size, algo="ring")
     assert ring.time_s > r.time_s
 
@@ -240,3 +247,39 @@ def test_bad_mesh_file_is_one_line(tmp_path: Path) -> None:
     bad.write_text(text.replace("  mesh_links: 6 ", "  mesh_links: 4 ", 1))
     _one_line_exit_2(_cli("topo", "show", str(bad)), str(bad), "node.mesh_links",
                      "12 in all, but a H100-SXM has 18 NVLink links")
+
+
+def test_racks_cross_the_network_on_the_nvls_heads_and_ring_rails() -> None:
+    """An NVL72 rack is one node to NCCL, but its rings, trees and NVLSTree cross the network on
+    NET_RAILS of its 72 NICs (NCCL's graph channels: one NIC per channel pair, one NVLS head per
+    NVLS channel), not on all of them."""
+    from sim.collectives.algorithms import NET_RAILS, _rings
+
+    topo = build_topology(load_cluster("gb200-nvl72", 128, nvl_domain=64))
+    model = CollectiveModel(topo)
+    gi = model.group_info(None)
+    rings = _rings(gi)
+    assert len(rings) == NET_RAILS == 8
+    assert all(sorted(r) == list(range(128)) for r in rings)
+    # NVLSTree, two racks, 16 GiB: each head's NIC carries S/16 per tree each way (S/8 in all),
+    # slower than the NVLS part (S(1 + 1/64) on 18 x 50 GB/s at NVLS's 128 KiB-chunk efficiency)
+    size = 16 * 2**30
+    r = model.time("allreduce", size, algo="nvls_tree")
+    nic = 50e9 * LINK_EFFICIENCY["ib"]
+    net = size / NET_RAILS / nic
+    switch = size * (1 + 1 / 64) / (18 * 50e9 * LINK_EFFICIENCY["nvlink"]) / NVLS_EFFICIENCY["blackwell"]
+    assert switch < net
+    fill = nvls_tree_fill_s(size, 128, 2, nic)
+    ceiling = busbw_factor("allreduce", 128) * size / (busbw_cap_GBps("nvls_tree", "Simple", "blackwell", 2) * 1e9)
+    assert r.transfer_s == pytest.approx(max(net, ceiling) + fill, rel=1e-3)
+    assert net == pytest.approx(ceiling, rel=0.01)     # 8 NICs' worth is NCCL's own 8 x 96 GB/s
+    # DGX H100 nodes (8 GPUs, 8 NICs): every GPU is a head, the NVLS part is slower than the
+    # network, so NCCL's NVLS efficiency stretches the call (and NCCL's ceiling caps it)
+    dgx = CollectiveModel(build_topology(load_cluster("dgx-h100", 16)))
+    d = dgx.time("allreduce", size, algo="nvls_tree")
+    dnet = size / 8 / (50e9 * LINK_EFFICIENCY["ib"])
+    dswitch = size * (1 + 1 / 8) / (18 * 25e9 * LINK_EFFICIENCY["nvlink"]) / NVLS_EFFICIENCY["hopper"]
+    assert dswitch > dnet
+    dceiling = busbw_factor("allreduce", 16) * size / (busbw_cap_GBps("nvls_tree", "Simple", "hopper", 2) * 1e9)
+    dfill = nvls_tree_fill_s(size, 16, 2, 50e9 * LINK_EFFICIENCY["ib"])
+    assert d.transfer_s == pytest.approx(max(dswitch, dceiling) + dfill, rel=1e-3)

@@ -10,8 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from sim.calibration import LINK_EFFICIENCY
-from sim.validate import check_budgets, fit_nvlink_efficiency, load_budgets, validate_collectives
+from sim.calibration import LINK_EFFICIENCY, NCCL_TESTS_LAUNCH_PER_GPU_S, TORCH_CALL_OVERHEAD_S
+from sim.validate import (
+    CaseSpec,
+    check_budgets,
+    fit_nccl_tests_launch_s,
+    fit_nvlink_efficiency,
+    fit_torch_call_overhead_s,
+    load_budgets,
+    validate_collectives,
+)
 from sim.validate.predictors import CasePredictor
 
 DATA = Path(__file__).resolve().parent.parent / "validation"
@@ -59,3 +67,41 @@ def test_net_latency_is_the_calibration_fit() -> None:
     fitted = fit_net_latency(DATA / "collectives", transport_of,
                              lambda table: CasePredictor(net_latency_us=table))
     assert fitted == NET_LATENCY_US
+
+
+def test_nccl_tests_launch_cost_is_the_calibration_fit() -> None:
+    fitted = fit_nccl_tests_launch_s(DATA / "collectives")
+    assert NCCL_TESTS_LAUNCH_PER_GPU_S == pytest.approx(fitted, rel=1e-3)
+
+
+def test_one_thread_driving_g_gpus_is_bound_by_g_launches() -> None:
+    """nccl-tests with -g 4 on the 4-GPU mesh: a 4-byte all-reduce takes 4 launches, not NCCL's
+    ring/LL latency (6.6 + 6 x 0.6 us), which is what it takes with one GPU per thread."""
+    predict = CasePredictor()
+    case = CaseSpec(topology="hgx-h100-4gpu", gpus=4, sharp=False, op="allreduce", size_bytes=4,
+                    dtype="float", nccl_version=(2, 22))
+    one = predict(case)
+    assert one == pytest.approx((6.6 + 6 * 0.6) * 1e-6, rel=0.05)
+    four = predict(CaseSpec(**{**{f: getattr(case, f) for f in case.__dataclass_fields__},
+                               "gpus_per_thread": 4}))
+    assert four == pytest.approx(4 * NCCL_TESTS_LAUNCH_PER_GPU_S)
+    big = dict(size_bytes=1 << 30, gpus_per_thread=4)
+    base = {f: getattr(case, f) for f in case.__dataclass_fields__}
+    assert predict(CaseSpec(**{**base, **big})) == predict(CaseSpec(**{**base, "size_bytes": 1 << 30}))
+
+
+def test_torch_call_overhead_is_the_calibration_fit() -> None:
+    fitted = fit_torch_call_overhead_s(DATA / "collectives", CasePredictor(torch_call_s=0.0))
+    assert TORCH_CALL_OVERHEAD_S == pytest.approx(fitted, rel=1e-3)
+
+
+def test_a_single_timed_torch_call_adds_its_host_overhead() -> None:
+    """all_reduce_bench.py times one call on an idle device: the collective plus the call's host
+    overhead, at every size (nccl-tests' stream of calls hides it)."""
+    predict = CasePredictor()
+    base = dict(topology="dgx-h200", gpus=8, sharp=False, op="allreduce", dtype="float",
+                nccl_version=(2, 27))
+    for size in (32 << 10, 64 << 20, 1 << 30):
+        nccl = predict(CaseSpec(size_bytes=size, **base))
+        torch = predict(CaseSpec(size_bytes=size, harness="torch-single-call", **base))
+        assert torch - nccl == pytest.approx(TORCH_CALL_OVERHEAD_S, rel=1e-6)

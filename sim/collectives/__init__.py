@@ -184,9 +184,11 @@ class CollectiveModel:
             lat = hops * self._ici_hop_s + self._dcn_latency_s(op, gi)
             return CollectiveResult(op, algo, "ici", size, gi.n, lat + transfer, lat, transfer)
         w_intra, w_inter = self._wire_latency_s()
+        nvls_s = self._nvls_part(op, gi, algo) * size if algo in ("nvls", "nvls_tree") else None
         lat, transfer, tuned = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch,
                                                 transfer, busbw_factor(op, gi.n), w_intra, w_inter,
-                                                self._net_Bps(), self.hw.since(2, 23), self.hw.net_us)
+                                                self._net_Bps(), self.hw.since(2, 23), self.hw.net_us,
+                                                nvls_s)
         res = CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
         if tuner is not None:
             tuner[id(res)] = tuned
@@ -247,6 +249,21 @@ class CollectiveModel:
                 steps += max(p.steps * p.hops_per_step for p in stage)
             self._per_byte[key] = (total / ref, steps)
         return self._per_byte[key]
+
+    def _nvls_part(self, op: str, gi: GroupInfo, algo: str) -> float:
+        """Transfer seconds per byte of an NVLS / NVLSTree call's NVLink SHARP traffic alone (its
+        flows to and from the NVSwitches, without the network tree's); cached."""
+        key = ("nvls-part", op, gi.devices, algo)
+        if key not in self._per_byte:
+            ref = 1e6
+            empty = np.zeros(0, np.int64)
+            total = 0.0
+            for stage in build(algo, op, gi, ref, self.topo):
+                total += max(self.phase_time_s(Phase(p.name, p.steps, empty, empty, np.zeros(0),
+                                                     to_switch=p.to_switch, from_switch=p.from_switch))
+                             for p in stage)
+            self._per_byte[key] = (total / ref, 0)
+        return self._per_byte[key][0]
 
     def flowset(self, phase: Phase) -> FlowSet:
         """The phase's one-step flows routed on the graph (fast bulk routing where it applies)."""

@@ -105,7 +105,8 @@ def _phase(name: str, steps: int, pairs: list[tuple[int, int]], nbytes: float | 
 # --------------------------------------------------------------------------- GPU algorithms
 
 def _rings(gi: GroupInfo) -> list[list[int]]:
-    """NCCL-style rings: one per rank of a node, each crossing every node once on one rail.
+    """NCCL-style rings: one per rank of a node (at most one per ``NET_RAILS`` rail), each crossing
+    every node once on one rail.
 
     A ring enters a node on one rail and leaves on a neighbouring rail, alternating direction from
     node to node so that it closes on the rail it started from (no PXN detour on the way back),
@@ -121,7 +122,7 @@ def _rings(gi: GroupInfo) -> list[list[int]]:
     if ppn == 1:
         return [[gi.by_node[k][0] for k in nodes]]
     rings = []
-    for r in range(ppn):
+    for r in range(min(ppn, NET_RAILS)):       # one ring per network rail
         ring: list[int] = []
         entry = r
         for i, k in enumerate(nodes):
@@ -182,28 +183,31 @@ def _tree_edges(nodes: int) -> list[list[tuple[int, int]]]:
     return [t0, t1]
 
 
-def _tree_flows(gi: GroupInfo, size: float) -> tuple[list[tuple[int, int]], list[float]]:
-    """Flows of the two trees between nodes: each tree carries half the data, each rail its
-    1/ppn share (one channel per rail), up (reduce) and down (broadcast) at once."""
+def _tree_flows(gi: GroupInfo, size: float, rails: int | None = None
+                ) -> tuple[list[tuple[int, int]], list[float]]:
+    """Flows of the two trees between nodes: each tree carries half the data, each of *rails*
+    rails (default: every rank of a node) its 1/rails share (one channel per rail), up (reduce)
+    and down (broadcast) at once."""
     nodes = sorted(gi.by_node)
-    ppn = gi.ppn
+    k = gi.ppn if rails is None else max(1, min(rails, gi.ppn))
     pairs: list[tuple[int, int]] = []
     nbytes: list[float] = []
     for t in _tree_edges(len(nodes)):
         for c, p in t:
-            for r in range(ppn):
+            for r in range(k):
                 a, b = gi.by_node[nodes[c]][r], gi.by_node[nodes[p]][r]
                 pairs += [(a, b), (b, a)]
-                nbytes += [size / 2 / ppn] * 2
+                nbytes += [size / 2 / k] * 2
     return pairs, nbytes
 
 
 def tree(op: str, gi: GroupInfo, size: float) -> list[Stage]:
     """All-reduce: reduce up and broadcast down the two trees (half the data each), pipelined,
-    over every rail of the node; inside a node a chain over NVLink."""
+    over the node's rails (every GPU's NIC, at most ``NET_RAILS``); inside a node a chain over
+    NVLink."""
     nodes = sorted(gi.by_node)
     ppn = gi.ppn
-    pairs, nbytes = _tree_flows(gi, size)
+    pairs, nbytes = _tree_flows(gi, size, rails=NET_RAILS)
     for k in nodes:                               # intra-node chain, both trees, both directions
         local = gi.by_node[k]
         for i in range(ppn - 1):
@@ -234,10 +238,20 @@ def _intra_nvls(gi: GroupInfo, size: float) -> dict[str, Any]:
     return {"to_switch": (devs, vol), "from_switch": (devs, vol)}
 
 
+# The NICs of a node NCCL's graphs cross the network on: one NIC per ring/tree graph channel pair
+# (16 graph channels across nodes, two per NIC: sim.collectives.nccl.channels, from DGX logs) and
+# one NIC:GPU pair, the "head", per NVLS graph channel (NVIDIA/nccl src/graph/search.cc: "NVLS
+# search only tries to find NIC:GPU combinations to compute the heads"; src/graph/connect.cc
+# ``connectNvls``: nHeads = the NVLS graph's nChannels, 8 on DGX H100, NVIDIA/nccl#1197). On an
+# 8-GPU node that is every NIC; a 72-GPU NVL72 rack (one node to NCCL) crosses on 8 of its 72.
+NET_RAILS = 8
+
+
 def nvls_tree(op: str, gi: GroupInfo, size: float) -> list[Stage]:
-    """NVLSTree: NVLS reduce/multicast inside each node, a double binary tree between nodes with
-    each GPU carrying its 1/ppn shard over its own rail; pipelined."""
-    pairs, nbytes = _tree_flows(gi, size)
+    """NVLSTree: NVLS reduce/multicast inside each node, a double binary tree between nodes on
+    the node's NVLS heads (``NET_RAILS`` of its GPUs, each with its own NIC), each head carrying
+    a 1/heads shard; pipelined."""
+    pairs, nbytes = _tree_flows(gi, size, rails=NET_RAILS)
     ph = _phase("nvls_tree", 1, pairs, nbytes)
     return [(Phase(ph.name, 1, ph.src, ph.dst, ph.nbytes, **_intra_nvls(gi, size)),)]
 

@@ -42,7 +42,7 @@ from ..calibration import NET_LATENCY_US
 from ..errors import ConfigError
 from ..topology import GpuFabric, Topology
 from ..topology_spec import GpuClusterSpec
-from .algorithms import ALGORITHMS, GroupInfo
+from .algorithms import ALGORITHMS, NET_RAILS, GroupInfo
 
 __all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "channels_used",
            "choices", "fastest", "latency_s", "nvls_chunk_bytes", "nvls_efficiency", "nvls_tree_fill_s", "offered",
@@ -135,8 +135,14 @@ NVLS_CHUNK_MAX = 128 * 1024
 
 
 def nvls_chunk_bytes(algo: str, size: int, ranks: int, nodes: int) -> int:
-    """The chunk NCCL's NVLS / NVLSTree all-reduce moves for a call of *size* bytes."""
-    ops = 2 * channels(algo, nodes == 1) * max(1, ranks // max(nodes, 1))   # channels x heads
+    """The chunk NCCL's NVLS / NVLSTree all-reduce moves for a call of *size* bytes: it shrinks
+    while the call is small for its concurrent operations, channels x NVLS heads (enqueue.cc
+    ``calcCollChunking``: nChannels x nvls.nHeads). Across nodes the heads are the GPUs with the
+    NICs the tree runs on (``NET_RAILS`` at most); inside one node every GPU."""
+    heads = max(1, ranks // max(nodes, 1))
+    if algo == "nvls_tree":
+        heads = min(heads, NET_RAILS)
+    ops = 2 * channels(algo, nodes == 1) * heads
     if algo == "nvls":
         c = NVLS_CHUNK_MAX
         for mult, floor in ((64, 65536), (8, 32768), (2, 16384)):
@@ -400,7 +406,8 @@ def _why_not(algo: str, op: str, hw: Platform, avail: list[str]) -> str:
 def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: int, arch: str,
                 line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float,
                 net_Bps: float = 0.0, since_2_23: bool = True,
-                net_us: tuple[float, float] | None = None) -> tuple[float, float, float]:
+                net_us: tuple[float, float] | None = None,
+                nvls_s: float | None = None) -> tuple[float, float, float]:
     """(latency, transfer, tuner) seconds of one GPU call of *size* bytes.
 
     *line_s* is the transfer time at the links' rates (the flow model's); the protocol's share of
@@ -417,13 +424,22 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
     NVLSTree call also fills its pipeline first (``nvls_tree_fill_s``; *net_Bps*: one GPU's rate
     into the scale-out network, 0 for none; *since_2_23*: the NCCL release has 2.23's latency
     rules).
+
+    NVLS's efficiency is its switches' (NCCL: intraBw = bwIntra x nvlsEfficiency, then the smaller
+    of that and the network's bandwidth): *nvls_s*, the transfer time of the NVLS traffic alone at
+    the links' rates, is what it stretches; a call whose network part (*line_s* is the whole,
+    both parts at once) takes longer than the stretched NVLS part runs at the network's pace.
+    None: all of *line_s* is NVLS traffic.
     """
     base = line_s / protocol_factor(algo, proto, nodes)
     tuned = transfer = base
     if algo in ("nvls", "nvls_tree", "collnet"):
-        tuned = transfer = base / NVLS_EFFICIENCY.get(arch, 0.85)
+        switch = base if nvls_s is None or algo == "collnet" else nvls_s
+        tuned = max(base, switch / NVLS_EFFICIENCY.get(arch, 0.85))
+        transfer = tuned
         if algo != "collnet":
-            transfer = base / nvls_efficiency(arch, nvls_chunk_bytes(algo, size, ranks, nodes))
+            transfer = max(base, switch / nvls_efficiency(arch, nvls_chunk_bytes(algo, size, ranks,
+                                                                                  nodes)))
     cap = busbw_cap_GBps(algo, proto, arch, nodes)
     if math.isfinite(cap) and size > 0:
         floor = busbw_factor * size / (cap * 1e9)          # NCCL's ceiling on bus bandwidth
@@ -440,7 +456,7 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
         transfer += nvls_tree_fill_s(size, ranks, nodes, net_Bps)
     if algo in ("pairwise", "p2p"):
         lat = latency_s("ring", proto, "sendrecv", 2, min(nodes, 2), size, wire_intra_s, wire_inter_s,
-                        net_us)
+                        net_us=net_us)
     else:
         lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet", "pat") else "ring"
         lat_op = op if algo != "hierarchical" else "allreduce"

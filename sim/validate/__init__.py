@@ -42,6 +42,8 @@ from .collectives import (
     UnsupportedRun,
     family_of,
     family_of_spec,
+    gpus_per_thread,
+    harness_of,
     is_anomalous,
     nccl_version,
     validate_collectives,
@@ -49,7 +51,13 @@ from .collectives import (
 from .compute import GEMM_MIN_S, ComputeRow, ComputeSummary, predict_case, validate_compute
 from .data import default_data_dir
 from .failures import FailureCase, validate_failures
-from .fit import fit_net_latency, fit_nvlink_efficiency, fit_stack_efficiency
+from .fit import (
+    fit_nccl_tests_launch_s,
+    fit_net_latency,
+    fit_nvlink_efficiency,
+    fit_stack_efficiency,
+    fit_torch_call_overhead_s,
+)
 from .overlay import measured_points, sweep_overlay
 from .report import (
     compute_report_to_json,
@@ -92,8 +100,9 @@ __all__ = [
     "TrainingRunResult", "TrainingSummary", "UnsupportedRun", "UnsupportedTrainingRun",
     "add_parser", "check_budgets", "check_compute_budgets", "check_failure_budgets",
     "check_training_budgets", "compute_report_to_json", "default_data_dir",
-    "failures_report_to_json", "family_of", "family_of_spec", "fit_net_latency",
-    "fit_nvlink_efficiency", "fit_stack_efficiency", "flops_per_token",
+    "failures_report_to_json", "family_of", "family_of_spec", "fit_nccl_tests_launch_s",
+    "fit_net_latency", "fit_nvlink_efficiency", "fit_stack_efficiency", "fit_torch_call_overhead_s",
+    "flops_per_token", "gpus_per_thread", "harness_of",
     "format_compute_report", "format_failures", "format_report", "format_training_report",
     "is_anomalous", "load_budgets", "map_runs", "measured_points", "nccl_version", "predict_case",
     "report_to_json",

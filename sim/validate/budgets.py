@@ -13,16 +13,24 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..errors import ConfigError
-from .collectives import CollectivesReport
+from .collectives import SYSTEM_FAMILIES, CollectivesReport
 from .compute import ComputeSummary
 from .failures import FailureCase
 from .training import FAMILIES, TrainingReport
 
-__all__ = ["BUDGET_KEYS", "check_budgets", "check_compute_budgets", "check_failure_budgets",
+__all__ = ["BUDGET_KEYS", "FAMILY_KEYS", "check_budgets", "check_compute_budgets", "check_failure_budgets",
            "check_training_budgets", "load_budgets"]
 
 TRAINING_BUDGET_KEYS = frozenset({"step_median_abs_pct", "step_p90_abs_pct_A100", "step_p90_abs_pct_H100",
                                   "step_p90_abs_pct_TPU", "refused_max_pct"})
+_REGIMES = (("bw_median_abs_pct", "bandwidth"), ("ramp_median_abs_pct", "ramp"),
+            ("lat_median_abs_pct", "latency"))
+# Key suffix of each system family's own collectives budgets (``bw_median_abs_pct_efa``, ...).
+FAMILY_KEYS = types.MappingProxyType({
+    "DGX/HGX IB": "dgx_ib", "NVL72": "nvl72", "EFA": "efa", "GCP": "gcp", "RoCE": "roce",
+    "mesh+dragonfly": "mesh_dragonfly"})
+assert set(FAMILY_KEYS) == set(SYSTEM_FAMILIES)
+COLLECTIVES_FAMILY_KEYS = frozenset(f"{k}_{slug}" for k, _ in _REGIMES for slug in FAMILY_KEYS.values())
 BUDGET_KEYS = types.MappingProxyType({
     "collectives": frozenset({"bw_median_abs_pct", "ramp_median_abs_pct", "lat_median_abs_pct"}),
     "training": TRAINING_BUDGET_KEYS,       # per family (A100, H100, TPU) on the test split
@@ -61,8 +69,11 @@ def load_budgets(path: Path, suites: Iterable[str] | None = None) -> dict[str, d
             continue
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [{suite}]: table missing")
-        if unknown := sorted(set(table) - keys):
-            raise ConfigError(f"{path}: [{suite}]: unknown key(s) {unknown}; allowed {sorted(keys)}")
+        optional = COLLECTIVES_FAMILY_KEYS if suite == "collectives" else frozenset()
+        if unknown := sorted(set(table) - keys - optional):
+            raise ConfigError(f"{path}: [{suite}]: unknown key(s) {unknown}; allowed "
+                              f"{sorted(keys)}" + (", and per family {regime key}_{family}: "
+                                                   f"{sorted(FAMILY_KEYS.values())}" if optional else ""))
         if missing := sorted(keys - set(table)):
             raise ConfigError(f"{path}: [{suite}]: missing key(s) {missing}")
         for key, value in table.items():
@@ -102,6 +113,25 @@ def check_budgets(report: CollectivesReport | TrainingReport,
         elif stats.median_abs_pct > budget:
             out.append(f"collectives: test split {label} median abs error {stats.median_abs_pct:.2f}% "
                        f"> budget {key} = {budget:g}% ({stats.n} points)")
+    # Each system family with test runs is held to its own budgets too, one per regime it has
+    # points in. Where the table budgets families at all, a family with test points and no budget
+    # for them is a violation (a new family declares what it earns when it lands).
+    per_family = any(k in COLLECTIVES_FAMILY_KEYS for k in table)
+    for fam in report.families if per_family else ():
+        if fam.split != "test" or fam.system not in FAMILY_KEYS:
+            continue
+        for key, label in _REGIMES:
+            stats = {"bandwidth": fam.bandwidth, "ramp": fam.ramp, "latency": fam.latency}[label]
+            if stats.median_abs_pct is None:
+                continue
+            fkey = f"{key}_{FAMILY_KEYS[fam.system]}"
+            if fkey not in table:
+                out.append(f"collectives: family {fam.system} has {label}-regime test points but no "
+                           f"budget {fkey} in [collectives]")
+            elif stats.median_abs_pct > table[fkey]:
+                out.append(f"collectives: {fam.system} test {label} median abs error "
+                           f"{stats.median_abs_pct:.2f}% > budget {fkey} = {table[fkey]:g}% "
+                           f"({stats.n} points)")
     for r in report.runs:
         if r.split == "test" and not r.anomalous and r.error is not None:
             out.append(f"collectives: test run {r.file} not predicted ({r.error})")

@@ -3,7 +3,8 @@
 ``clustersim validate --suite collectives`` (the default). Data: nccl-tests measurements in
 ``DIR/collectives/``. ``runs.csv`` describes each measured run (hardware, rank count, notes,
 calibration/test ``split``); ``systems.csv`` says, for every run, whether the simulator can model
-its system (``supported``, with the bundled topology and whether InfiniBand SHARP was used) or not
+its system (``supported``, with the bundled topology, whether InfiniBand SHARP was used and, in an
+optional last column ``nvl_domain``, the GPUs it used in each NVLink domain) or not
 (``unsupported``, with a reason); each run's own CSV holds the nccl-tests table
 ``size_bytes,count,dtype,time_us,algbw_GBps,busbw_GBps``.
 
@@ -43,7 +44,9 @@ from .stats import median, p90
 
 __all__ = ["BW_MIN_BYTES", "LAT_MAX_BYTES", "OPS", "SYSTEM_FAMILIES", "TOPOLOGIES", "CaseSpec",
            "CollectivesReport", "PointResult", "Predictor", "RegimeStats", "RunResult", "Summary",
-           "UnsupportedRun", "family_of", "family_of_spec", "is_anomalous", "nccl_version",
+           "HARNESSES", "UnsupportedRun", "family_of", "family_of_spec", "gpus_per_thread",
+           "harness_of", "is_anomalous",
+           "nccl_version",
            "validate_collectives"]
 
 # The ops of nccl-tests runs: sim.collectives.OPS, listed in the order the data's errors name them.
@@ -63,6 +66,9 @@ SYSTEM_FAMILIES = ("DGX/HGX IB", "NVL72", "EFA", "GCP", "RoCE", "mesh+dragonfly"
 SYSTEMS_FILE = "systems.csv"
 RUN_COLUMNS = ("size_bytes", "count", "dtype", "time_us", "algbw_GBps", "busbw_GBps")
 SYSTEMS_COLUMNS = ("file", "status", "topology", "sharp", "algo", "reason")
+# Optional last column: the run's GPUs in each NVLink domain where it used only part of each rack
+# (cluster.nvl_domain), blank where it filled them.
+SYSTEMS_OPTIONAL = ("nvl_domain",)
 RUNS_REQUIRED = ("file", "collective", "hardware", "gpus", "nodes", "gpus_per_node", "notes", "split")
 
 # runs.csv `collective` -> op name; nccl-tests' binary names are accepted too.
@@ -112,12 +118,17 @@ class CaseSpec:
     dtype: str           # nccl-tests dtype name (float, double, half, bfloat16, ...)
     algo: str | None = None  # an algorithm the run forced (NCCL_ALGO=...), else the model chooses
     nccl_version: tuple[int, int] | None = None  # (major, minor) runs.csv states, else None
+    nvl_domain: int | None = None  # GPUs used per NVLink domain (systems.csv), None: all of it
+    gpus_per_thread: int = 1  # GPUs one nccl-tests thread drives (its -g flag; runs.csv env)
+    harness: str = "nccl-tests"  # what timed it (HARNESSES; runs.csv env)
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
             raise ConfigError(f"case: op must be one of {list(OPS)}, got {self.op!r}")
-        if self.gpus < 1 or self.size_bytes <= 0:
-            raise ConfigError(f"case: need gpus >= 1 and size_bytes > 0, got {self}")
+        if self.harness not in HARNESSES:
+            raise ConfigError(f"case: harness must be one of {list(HARNESSES)}, got {self.harness!r}")
+        if self.gpus < 1 or self.size_bytes <= 0 or self.gpus_per_thread < 1:
+            raise ConfigError(f"case: need gpus, gpus_per_thread >= 1 and size_bytes > 0, got {self}")
 
 
 Predictor = Callable[[CaseSpec], float]
@@ -148,6 +159,9 @@ class _RunMeta:
     reason: str
     family: str = ""                   # family_of(topology) for supported runs
     nccl_version: tuple[int, int] | None = None
+    gpus_per_thread: int = 1           # nccl-tests -g (runs.csv env), 1 where not stated
+    harness: str = "nccl-tests"        # harness_of(runs.csv env)
+    nvl_domain: int | None = None      # systems.csv nvl_domain (GPUs per NVLink domain)
 
     @property
     def system(self) -> str:
@@ -178,10 +192,33 @@ def nccl_version(text: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def gpus_per_thread(env: str) -> int:
+    """GPUs one nccl-tests thread drives: the ``-g N`` flag a runs.csv ``env`` cell shows
+    ("... all_reduce_perf -b 8 -e 8G -f 2 -g 1", "single process -g 4"), else 1 (nccl-tests'
+    default, and one process per GPU under MPI or torchrun)."""
+    m = re.search(r"(?<!\S)-g\s*(\d+)\b", env or "")
+    return max(1, int(m.group(1))) if m else 1
+
+
+# What timed a run: nccl-tests (a stream of back-to-back iterations, mean time per iteration) or
+# ml-engineering's all_reduce_bench.py as the data's runs used it (GitHub stas00/ml-engineering,
+# its network benchmarks; ``timed_allreduce`` before the queued-calls rewrite: barrier, start
+# event, ONE dist.all_reduce, end event on an idle device, so the call's host overhead is inside
+# the timed span).
+HARNESSES = ("nccl-tests", "torch-single-call")
+
+
+def harness_of(env: str) -> str:
+    """The harness a runs.csv ``env`` cell names: all_reduce_bench.py is "torch-single-call", the
+    rest nccl-tests."""
+    return "torch-single-call" if "all_reduce_bench" in (env or "") else "nccl-tests"
+
+
 def _load_systems(path: Path) -> dict[str, tuple[int, dict[str, str]]]:
     header, rows = read_csv(path)
-    if header != SYSTEMS_COLUMNS:
-        raise ConfigError(f"{path}: columns must be exactly {list(SYSTEMS_COLUMNS)}, got {list(header)}")
+    if header not in (SYSTEMS_COLUMNS, SYSTEMS_COLUMNS + SYSTEMS_OPTIONAL):
+        raise ConfigError(f"{path}: columns must be exactly {list(SYSTEMS_COLUMNS)} (optionally "
+                          f"followed by {list(SYSTEMS_OPTIONAL)}), got {list(header)}")
     out: dict[str, tuple[int, dict[str, str]]] = {}
     for line, row in rows:
         if row["file"] in out:
@@ -220,6 +257,11 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
         status, topology, sharp, reason = (sys_row[k].strip() for k in ("status", "topology", "sharp", "reason"))
         if sharp not in ("true", "false"):
             raise ConfigError(f"{sys_where}: sharp: expected true or false, got {sharp!r}")
+        domain_text = (sys_row.get("nvl_domain") or "").strip()
+        nvl_domain = required_integer(domain_text, sys_where, "nvl_domain") if domain_text else None
+        if nvl_domain is not None and (status != "supported" or gpus % nvl_domain):
+            raise ConfigError(f"{sys_where}: nvl_domain: {nvl_domain} must divide the supported "
+                              f"run's {gpus} GPUs (leave it blank for a run that fills its domains)")
         if not reason:
             raise ConfigError(f"{sys_where}: reason: must not be empty")
         if status == "supported":
@@ -244,7 +286,9 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
                               split=row["split"], anomalous=is_anomalous(file, row["notes"]),
                               supported=status == "supported", topology=topology,
                               sharp=sharp == "true", algo=sys_row["algo"].strip() or None,
-                              reason=reason, nccl_version=nccl_version(row.get("nccl_version", ""))))
+                              reason=reason, nccl_version=nccl_version(row.get("nccl_version", "")),
+                              gpus_per_thread=gpus_per_thread(row.get("env", "")),
+                              harness=harness_of(row.get("env", "")), nvl_domain=nvl_domain))
     return metas
 
 
@@ -380,7 +424,8 @@ def _score_point(meta: _RunMeta, m: _Measured, predict: Predictor, factor: float
     """One size of *meta*'s run; *factor* is nccl-tests' busbw / algbw of the run's op and ranks."""
     case = CaseSpec(topology=meta.topology, gpus=meta.gpus, sharp=meta.sharp, op=meta.op,
                     size_bytes=m.size_bytes, dtype=m.dtype, algo=meta.algo,
-                    nccl_version=meta.nccl_version)
+                    nccl_version=meta.nccl_version, gpus_per_thread=meta.gpus_per_thread,
+                    harness=meta.harness, nvl_domain=meta.nvl_domain)
     raw = predict(case)
     pred_s = float(raw)
     if not (math.isfinite(pred_s) and pred_s > 0):

@@ -18,7 +18,8 @@ from .stats import median
 from .training import _score
 from .training_map import map_runs
 
-__all__ = ["fit_net_latency", "fit_nvlink_efficiency", "fit_stack_efficiency"]
+__all__ = ["fit_nccl_tests_launch_s", "fit_net_latency", "fit_nvlink_efficiency",
+           "fit_stack_efficiency", "fit_torch_call_overhead_s"]
 
 
 def fit_nvlink_efficiency(data_dir: Path, predict_full_rate: Predictor) -> float:
@@ -86,6 +87,58 @@ def _median_signed_err(pts: list[tuple[Any, Any, float]], predict: Predictor) ->
     med = median(errs)
     assert med is not None
     return med
+
+
+def fit_nccl_tests_launch_s(data_dir: Path) -> float:
+    """Fit of ``sim.calibration.NCCL_TESTS_LAUNCH_PER_GPU_S`` on the calibration split.
+
+    A nccl-tests thread that drives g GPUs (``-g g``) issues each iteration's g calls one after
+    another (ncclGroupStart, one call per GPU, ncclGroupEnd: a kernel launch per device) and times
+    a stream of iterations, so no iteration completes faster than the host issues it: g launches.
+    Where the GPU's own time is shorter (the latency regime) the measured time is that floor. Over
+    the latency-regime points (<= 64 KiB, time measured) of supported, non-anomalous calibration
+    runs with g > 1: the median of measured time / g, seconds per GPU.
+    """
+    per_gpu: list[float] = []
+    for meta in _load_runs(data_dir):
+        if (meta.split != "calibration" or not meta.supported or meta.anomalous
+                or meta.gpus_per_thread <= 1):
+            continue
+        for m in _load_measured(data_dir / meta.file):
+            if m.size_bytes <= LAT_MAX_BYTES and m.time_s is not None:
+                per_gpu.append(m.time_s / meta.gpus_per_thread)
+    fitted = median(per_gpu)
+    if fitted is None:
+        raise ConfigError(f"{data_dir}: no calibration points to fit the nccl-tests launch cost on")
+    return fitted
+
+
+def fit_torch_call_overhead_s(data_dir: Path, predict_without: Predictor) -> float:
+    """Fit of ``sim.calibration.TORCH_CALL_OVERHEAD_S`` on the calibration split.
+
+    A run timed by all_reduce_bench.py's single call (harness "torch-single-call") measures the
+    call's host overhead plus the collective. Over the points below the bandwidth regime
+    (< 64 MiB, where the overhead is not lost in the transfer) of supported, non-anomalous
+    calibration runs of that harness: the median of measured time minus the time predicted
+    without the overhead (*predict_without*), seconds.
+    """
+    from ..collectives import busbw_factor  # lazily, as the collectives suite does
+
+    extra: list[float] = []
+    for meta in _load_runs(data_dir):
+        if (meta.split != "calibration" or not meta.supported or meta.anomalous
+                or meta.harness != "torch-single-call"):
+            continue
+        factor = busbw_factor(meta.op, meta.gpus)
+        for m in _load_measured(data_dir / meta.file):
+            if m.size_bytes < BW_MIN_BYTES:
+                point = _score_point(meta, m, predict_without, factor)
+                if point.measured_time_s is not None:
+                    extra.append(point.measured_time_s - point.predicted_time_s)
+    fitted = median(extra)
+    if fitted is None:
+        raise ConfigError(f"{data_dir}: no calibration points to fit the torch call overhead on")
+    return fitted
 
 
 def fit_stack_efficiency(data_dir: Path,

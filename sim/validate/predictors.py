@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..calibration import NCCL_TESTS_LAUNCH_PER_GPU_S, TORCH_CALL_OVERHEAD_S
 from ..collectives import CollectiveModel
 from ..config import load_cluster, scenario_from_dict
 from ..results import StepResult
@@ -28,27 +29,41 @@ class CasePredictor:
 
     Keeps one ``CollectiveModel`` per (topology, size, SHARP, NCCL release) so a run's sizes share
     the per-byte costs. *efficiency* overrides ``sim.calibration.LINK_EFFICIENCY`` and
-    *net_latency_us* ``sim.calibration.NET_LATENCY_US`` (for their fits).
+    *net_latency_us* ``sim.calibration.NET_LATENCY_US`` and *torch_call_s*
+    ``sim.calibration.TORCH_CALL_OVERHEAD_S`` (for their fits).
+
+    What the harness adds to the collective's own time: nccl-tests times a stream of iterations,
+    and a thread driving g GPUs issues g calls per iteration, so an iteration takes no less than g
+    launches; ml-engineering's all_reduce_bench.py (as the data's runs used it) times one
+    torch.distributed call on an idle device, its host overhead included (``HARNESSES``).
     """
 
     def __init__(self, efficiency: dict[str, float] | None = None,
-                 net_latency_us: dict[str, float] | None = None) -> None:
-        self._models: dict[tuple[str, int, bool, tuple[int, int] | None], CollectiveModel] = {}
+                 net_latency_us: dict[str, float] | None = None,
+                 torch_call_s: float | None = None) -> None:
+        self._models: dict[tuple[str, int, bool, tuple[int, int] | None, int | None],
+                           CollectiveModel] = {}
         self._efficiency = efficiency
         self._net_latency_us = net_latency_us
+        self._torch_call_s = TORCH_CALL_OVERHEAD_S if torch_call_s is None else torch_call_s
 
     def model(self, topology: str, chips: int, sharp: bool,
-              nccl_version: tuple[int, int] | None = None) -> CollectiveModel:
-        key = (topology, chips, sharp, nccl_version)
+              nccl_version: tuple[int, int] | None = None,
+              nvl_domain: int | None = None) -> CollectiveModel:
+        key = (topology, chips, sharp, nccl_version, nvl_domain)
         if key not in self._models:
-            cluster = load_cluster(topology, chips, sharp=sharp, where="validate")
+            cluster = load_cluster(topology, chips, sharp=sharp, where="validate",
+                                   nvl_domain=nvl_domain)
             self._models[key] = CollectiveModel(build_topology(cluster), self._efficiency, nccl_version,
                                                 self._net_latency_us)
         return self._models[key]
 
     def __call__(self, case: CaseSpec) -> float:
-        m = self.model(case.topology, case.gpus, case.sharp, case.nccl_version)
-        return m.time(case.op, int(case.size_bytes), algo=case.algo).time_s
+        m = self.model(case.topology, case.gpus, case.sharp, case.nccl_version, case.nvl_domain)
+        t = m.time(case.op, int(case.size_bytes), algo=case.algo).time_s
+        if case.harness == "torch-single-call":
+            return t + self._torch_call_s
+        return max(t, case.gpus_per_thread * NCCL_TESTS_LAUNCH_PER_GPU_S)
 
 
 @dataclass
