@@ -143,9 +143,11 @@ class SharedLinks:
         if flows and hot.any():
             c = np.repeat(np.arange(len(flows)), [len(f.ids) for f in flows])[hot]
             links, r = np.unique(ids[hot], return_inverse=True)
-            used, cc = np.unique(c, return_inverse=True)
-            m = np.zeros((len(links), len(used)))         # bytes/s at speed 1, overloaded links
-            np.add.at(m, (r, cc), np.concatenate([f.rate for f in flows])[hot])
+            first = np.r_[True, c[1:] != c[:-1]]          # c is sorted: its distinct flows
+            used, cc = c[first], np.cumsum(first) - 1
+            # bytes/s at speed 1 on the overloaded links, (link, flow) entries summed
+            m = np.bincount(r * len(used) + cc, weights=np.concatenate([f.rate for f in flows])[hot],
+                            minlength=len(links) * len(used)).reshape(len(links), len(used))
             speed[used] = _progressive_fill(m, self.capacity[links])
         self.slowed = int(np.sum(speed < 1.0 - _TOL))
         for f, x in zip(flows, speed.tolist()):
