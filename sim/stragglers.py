@@ -26,7 +26,7 @@ from scipy.special import ndtri
 from .config import Scenario, StragglersConfig
 from .workload.layout import Layout
 
-__all__ = ["ReplicaDraws", "draw_slow_devices", "jitter_for"]
+__all__ = ["ReplicaDraws", "draw_slow_devices", "jitter_for", "replica_jitter"]
 
 
 def draw_slow_devices(cfg: StragglersConfig, chips: int, rng: np.random.Generator) -> np.ndarray:
@@ -83,6 +83,16 @@ def jitter_for(draws: ReplicaDraws, sigma: float, group: int, rng: np.random.Gen
                 f *= float(np.exp(sigma * z))
         return f
     return jitter
+
+
+def replica_jitter(scn: Scenario, draws: ReplicaDraws, seed: int,
+                   keep: Callable[[int, str], bool] | None = None) -> Callable[[int, int], float]:
+    """``jitter_for`` of one replica of *scn* from the step's *seed*: every play of that replica
+    (the step, its timeline, each attribution subset) draws the same factors."""
+    cfg = scn.stragglers
+    assert cfg is not None
+    return jitter_for(draws, cfg.compute_jitter_sigma, scn.parallelism.tp * scn.parallelism.cp,
+                      np.random.default_rng([seed, 2, draws.replica]), keep)
 
 
 def degrade_links(topo, cfg: StragglersConfig, seed: int):  # type: ignore[no-untyped-def]

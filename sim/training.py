@@ -343,7 +343,7 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
     """Every data-parallel replica simulated with its own draws; the slowest sets the step."""
     import numpy as np
 
-    from .stragglers import draw_slow_devices, jitter_for, replica_draws
+    from .stragglers import draw_slow_devices, replica_draws, replica_jitter
 
     par, cfg = scn.parallelism, scn.stragglers
     assert cfg is not None
@@ -352,8 +352,7 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
     slow = draw_slow_devices(cfg, scn.cluster.chips, np.random.default_rng([seed, 1]))
     results = []
     for draws in replica_draws(scn, slow):
-        jit = jitter_for(draws, cfg.compute_jitter_sigma, par.tp * par.cp,
-                         np.random.default_rng([seed, 2, draws.replica]))
+        jit = replica_jitter(scn, draws, seed)
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
                        group=par.microbatch_group,
                        jitter=jit, capacity_Bps=capacity_Bps)
@@ -369,8 +368,7 @@ def _straggler_step(scn: Scenario, plans: list[StagePlan], wl: Workload, vs: int
         d = median[1]
         eng = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
                        group=par.microbatch_group,
-                       jitter=jitter_for(d, cfg.compute_jitter_sigma, par.tp * par.cp,
-                                         np.random.default_rng([seed, 2, d.replica])), trace=True,
+                       jitter=replica_jitter(scn, d, seed), trace=True,
                        capacity_Bps=capacity_Bps)
         # (the replay plays every segment for the timeline: the same times up to rounding)
         assert abs(eng.step_time_s - median[0]) <= 1e-9 * median[0], (eng.step_time_s, median[0])
@@ -399,17 +397,16 @@ def _straggler_attribution(scn: Scenario, wl: Workload, vs: int, seed: int, slow
     - ``by_stage`` / ``by_replica``: only that pipeline stage's (in every replica) / that
       data-parallel replica's compute stragglers (jitter and slow chips), on undegraded links;
     - ``by_cause``: only the jitter, only the slow chips, or only the degraded links.
-    The same draws as the step itself (``jitter_for(keep=...)``), so each is exact, not re-sampled.
+    The same draws as the step itself (``replica_jitter(keep=...)``), so each is exact, not
+    re-sampled. *results*: the step's (replica time, its draws, engine) per replica.
     """
-    import numpy as np
-
-    from .stragglers import jitter_for, replica_draws
+    from .stragglers import replica_jitter
     from .traces.whatif import slowdowns
 
     par, cfg = scn.parallelism, scn.stragglers
     assert cfg is not None
-    sigma, group = cfg.compute_jitter_sigma, par.tp * par.cp
-    draws = replica_draws(scn, slow)
+    sigma = cfg.compute_jitter_sigma
+    draws = [r[1] for r in results]
     links_degraded = plans is not clean_plans
 
     def play(plans: list[StagePlan], cap: Any, jitter: Any = None) -> float:
@@ -423,14 +420,13 @@ def _straggler_attribution(scn: Scenario, wl: Workload, vs: int, seed: int, slow
         if sigma <= 0 and not any(f > 1 and keep(s, "slow_chips")
                                   for s, f in enumerate(d.stage_slowdown)):
             return ideal_s                               # nothing of this replica acts
-        jit = jitter_for(d, sigma, group, np.random.default_rng([seed, 2, d.replica]), keep)
-        return play(clean_plans, clean_capacity_Bps, jit)
+        return play(clean_plans, clean_capacity_Bps, replica_jitter(scn, d, seed, keep))
 
     def step_with(keep: Any) -> float:
         return max(replica_s(d, keep) for d in draws)
 
     # A replica alone: the others run straggler-free, so the step is the longer of the two.
-    alone = ({d.replica: r[0] for r, d in zip(results, draws)} if not links_degraded
+    alone = ({d.replica: t for t, d, _ in results} if not links_degraded
              else {d.replica: replica_s(d, lambda s, c: True) for d in draws})
     causes: dict[str, Any] = {}
     if sigma > 0:

@@ -9,6 +9,7 @@ every layer and micro-batch).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 
 from .. import calibration as cal
@@ -74,10 +75,9 @@ def stack_efficiency_of(table: dict[tuple[str, str, str], float],
     if key in table:
         return table[key]
     for same in (lambda k: k[:2] == key[:2], lambda k: k[1] == key[1]):
-        values = sorted(v for k, v in table.items() if same(k))
+        values = [v for k, v in table.items() if same(k)]
         if values:
-            n = len(values)
-            return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+            return statistics.median(values)
     predecessor = cal.STACK_PREDECESSOR.get(key[1])
     if predecessor is not None and predecessor != key[1]:
         return stack_efficiency_of(table, (key[0], predecessor, key[2]))
