@@ -30,6 +30,7 @@ NVL72, EFA, GCP, RoCE, mesh nodes and dragonflies). Error budgets (``[collective
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -38,8 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, SimError
+from ..topology_spec import GpuClusterSpec
 from ..units import GB, KiB, MiB, us_to_s
-from .data import GPUS_PER_NODE, RUNS_FILE, SPLITS, number, read_csv, required_integer
+from .data import RUNS_FILE, SPLITS, number, read_csv, required_integer
 from .stats import median, p90
 
 __all__ = ["BW_MIN_BYTES", "LAT_MAX_BYTES", "OPS", "SYSTEM_FAMILIES", "TOPOLOGIES", "CaseSpec",
@@ -76,18 +78,32 @@ _OP_ALIASES = types.MappingProxyType({
     **{op: op for op in OPS},
     "all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
 })
-# The GPU's name as runs' hardware column writes it and the report labels a system ("H200 1 node"):
-# a name, not the catalogue's chip family (an H200 is family H100 there: sim.hardware).
-_GPU_NAME = types.MappingProxyType({"dgx-a100": "A100", "dgx-h100": "H100", "dgx-h200": "H200",
-                                    "dgx-b200": "B200", "gb200-nvl72": "GB200",
-                                    "hgx-h100-4gpu": "H100",
-                                    "aws-p5": "H100", "aws-p4de": "A100", "gcp-a3-mega": "H100",
-                                    "gcp-a3-high": "H100", "gcp-a3-ultra": "H200",
-                                    "oci-h200-roce": "H200", "oci-a100-roce": "A100", "polaris": "A100",
-                                    "gcp-a4": "B200", "aws-p6-b200": "B200"})
-# GPUs per host as runs.csv counts nodes, where a topology's differ from GPUS_PER_NODE: an NVL72
-# rack's compute trays hold 4 GPUs each (topologies/gb200-nvl72.yaml), a 4-GPU HGX board is a host.
-_HOST_GPUS = types.MappingProxyType({"gb200-nvl72": 4, "hgx-h100-4gpu": 4, "polaris": 4})
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(topology: str) -> GpuClusterSpec:
+    from ..config.topology_specs import load_topology_spec  # lazily: YAML only when scoring
+
+    spec = load_topology_spec(topology, where="systems.csv topology")
+    if not isinstance(spec, GpuClusterSpec):
+        raise ConfigError(f"systems.csv topology: {topology!r} is not a GPU cluster")
+    return spec
+
+
+def _gpu_name(topology: str) -> str:
+    """The GPU's name as runs' hardware column writes it and the report labels a system ("H200 1
+    node"): the catalogue chip's name up to its variant ("A100-SXM-80GB": A100), not its family
+    (an H200 is family H100 there: sim.hardware)."""
+    return _spec(topology).chip.name.split("-")[0]
+
+
+def _host_gpus(topology: str) -> int:
+    """GPUs per host as runs.csv counts nodes: an NVL72 rack's compute trays hold 4 GPUs each
+    (``gpus_per_host``), else the node is the host (a 4-GPU HGX board, an 8-GPU DGX)."""
+    spec = _spec(topology)
+    return spec.gpus_per_host or spec.gpus_per_node
+
+
 # The scale-out fabric family of topologies that are not InfiniBand DGX/HGX clusters, as the report
 # labels a system ("H100 EFA multi-node"): errors are reported per fabric family.
 _FABRIC_FAMILY = types.MappingProxyType({"aws-p5": "EFA", "aws-p4de": "EFA", "gcp-a3-mega": "GCP",
@@ -168,7 +184,7 @@ class _RunMeta:
         """Hardware family and scale, e.g. "H100 1 node" or "A100 multi-node"."""
         fabric = _FABRIC_FAMILY.get(self.topology)
         scale = '1 node' if self.nodes == 1 else 'multi-node'
-        return f"{_GPU_NAME[self.topology]} {fabric + ' ' if fabric else ''}{scale}"
+        return f"{_gpu_name(self.topology)} {fabric + ' ' if fabric else ''}{scale}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,12 +284,12 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
             if topology not in TOPOLOGIES:
                 raise ConfigError(f"{sys_where}: topology: expected one of {sorted(TOPOLOGIES)} "
                                   f"for a supported run, got {topology!r}")
-            host_gpus = _HOST_GPUS.get(topology, GPUS_PER_NODE)
+            host_gpus = _host_gpus(topology)
             if per_node != host_gpus or gpus != nodes * per_node:
                 raise ConfigError(f"{sys_where}: supported runs on {topology} need whole nodes of "
                                   f"{host_gpus} GPUs; "
                                   f"{where} has gpus={gpus}, nodes={nodes}, gpus_per_node={per_node}")
-            if _GPU_NAME[topology] not in row["hardware"]:
+            if _gpu_name(topology) not in row["hardware"]:
                 raise ConfigError(f"{sys_where}: topology {topology} does not match hardware "
                                   f"{row['hardware']!r} ({where})")
         elif status == "unsupported":
@@ -504,9 +520,7 @@ def family_of(topology: str) -> str:
     RoCE; Slingshot) or, for a node whose GPUs are wired straight to each other without NVSwitch
     (``mesh_links``), "mesh+dragonfly"; everything else (NVSwitch nodes on InfiniBand, the DGX
     and HGX designs) is "DGX/HGX IB". Fields a spec does not have count as absent."""
-    from ..config.topology_specs import load_topology_spec  # lazily: YAML only when scoring
-
-    return family_of_spec(load_topology_spec(topology, where="systems.csv topology"))
+    return family_of_spec(_spec(topology))
 
 
 def family_of_spec(spec: object) -> str:
