@@ -86,6 +86,11 @@ class GpuClusterSpec:
     # ``net_simple_overhead_s`` (completion handling), as aws-ofi-nccl's tuner does.
     net_latency_s: float | None = None
     net_simple_overhead_s: float = 0.0
+    # NCCL protocols a call that crosses nodes may use (``fabric.net_protocols``): all three unless
+    # the net plugin or the GPU-NIC path rules some out (aws-ofi-nccl forces Simple on P4d/P4de;
+    # NCCL enables LL128 across nodes only when GPU and NIC share a PCIe switch, or through PXN
+    # on Hopper and later).
+    net_protocols: tuple[str, ...] = ("LL", "LL128", "Simple")
     # Frontier-scale three-tier fabric (0: the SuperPOD layout above). Pods of ``pod_sus`` SUs,
     # each a non-blocking leaf-spine per rail plane (the spines of rail r join only rail r's
     # leaves); a core layer joins the pods' spines with ``core_oversubscription``:1 (Llama 3

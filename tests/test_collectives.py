@@ -217,3 +217,39 @@ def test_model_errors_name_fields_not_flags() -> None:
     topo = build_topology(load_cluster("dgx-h100", 16))
     with pytest.raises(ConfigError, match=r"^algo hierarchical: only for allreduce, got allgather"):
         hierarchical("allgather", GroupInfo(tuple(range(16))), 1.0, topo, [[0, 1], [8, 9]])
+
+
+def test_trees_are_nccls_in_order_double_binary_tree() -> None:
+    """The tree NCCL builds over 14 nodes (the diagram in NVIDIA/nccl src/graph/trees.cc): root 0
+    above 8, 8 above 4 and 12, leaves 1, 3, 5, ... under their rank-order neighbours; the second
+    tree mirrors it for an even count and shifts it by one for an odd count."""
+    from sim.collectives.algorithms import _tree_edges
+    t0, t1 = _tree_edges(14)
+    parent = dict(t0)
+    assert parent == {8: 0, 4: 8, 12: 8, 2: 4, 6: 4, 10: 12, 13: 12,
+                      1: 2, 3: 2, 5: 6, 7: 6, 9: 10, 11: 10}
+    assert dict(t1) == {13 - c: 13 - p for c, p in t0}
+    odd0, odd1 = _tree_edges(5)
+    assert dict(odd0) == {1: 2, 2: 4, 3: 2, 4: 0}
+    assert dict(odd1) == {(c + 1) % 5: (p + 1) % 5 for c, p in odd0}
+    # every node but the root has one parent and no node more than two children, in each tree
+    for n in (2, 7, 64, 540):
+        for t in _tree_edges(n):
+            up = dict(t)
+            assert len(up) == len(t) == n - 1                 # one parent each but the root
+            (root,) = set(range(n)) - set(up)
+            for c in up:                                       # every node reaches the root
+                seen = 0
+                while c != root and seen <= n:
+                    c, seen = up[c], seen + 1
+                assert c == root
+            assert max(sum(1 for _, p in t if p == q) for q in range(n)) <= 2
+
+
+def test_trees_keep_most_edges_under_one_switch() -> None:
+    """In rank order, half a tree's edges join neighbours: on Polaris's dragonfly (8 nodes a
+    switch) a 128-node tree all-reduce runs at its NICs' rate, as the ring does, instead of piling
+    its edges onto the switches' local links."""
+    m = CollectiveModel(build_topology(load_cluster("polaris", 512)))
+    tree, ring = m.time("allreduce", 2**30, algo="tree"), m.time("allreduce", 2**30, algo="ring")
+    assert tree.busbw_GBps > 0.9 * ring.busbw_GBps

@@ -102,6 +102,20 @@ def test_efa_latency_exceeds_infiniband_by_the_plugin_latency() -> None:
     assert efa.latency_s - ib.latency_s == pytest.approx(2 * (20.0 - 2.7) * 1e-6, rel=1e-9)
 
 
+def test_protocols_across_nodes_are_the_fabrics() -> None:
+    """aws-ofi-nccl forces Simple on P4de (``net_protocols: [Simple]``): a small 2-node all-reduce
+    runs the tree on Simple there, and on LL on the same nodes over InfiniBand; inside one node
+    every protocol stays."""
+    efa = CollectiveModel(topo("aws-p4de", 16))
+    ib = CollectiveModel(topo("dgx-a100", 16))
+    assert efa.time("allreduce", 1024).proto == "Simple"
+    assert ib.time("allreduce", 1024).proto == "LL"
+    assert CollectiveModel(topo("aws-p4de", 8)).time("allreduce", 1024).proto == "LL"
+    # Polaris (A100, NICs behind the host bridge): no LL128 across nodes, LL still
+    polaris = CollectiveModel(topo("polaris", 32))
+    assert {polaris.time("allreduce", 2**k).proto for k in range(10, 27)} <= {"LL", "Simple"}
+
+
 # --------------------------------------------------------------------------- bad input
 
 def _fabric_file(tmp_path: Path, old: str, new: str) -> Path:
@@ -121,6 +135,10 @@ def _fabric_file(tmp_path: Path, old: str, new: str) -> Path:
     ("port_Gbps: 100 ", "ib_port_Gbps: 100 ", "fabric.ib_port_Gbps: not a field of a efa fabric"),
     ("transport: efa", "transport: infiniband", "fabric.transport: got 'infiniband'; valid: ib, roce"),
     ("nic_Gbps: 100", "nic_Gbps: -1", "node.nic_Gbps: must be > 0"),
+    ("  transport: efa", "  transport: efa\n  net_protocols: [LL128]",
+     "fabric.net_protocols: must include Simple"),
+    ("  transport: efa", "  transport: efa\n  net_protocols: [Simple, LL9]",
+     "fabric.net_protocols: expected a non-empty list"),
 ])
 def test_bad_fabric_section_is_one_line_exit_2(tmp_path, old, new, fragment) -> None:
     f = _fabric_file(tmp_path, old, new)

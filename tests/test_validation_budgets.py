@@ -52,6 +52,15 @@ def test_nvlink_efficiency_is_the_calibration_fit() -> None:
     assert LINK_EFFICIENCY["nvlink"] == pytest.approx(fitted, abs=0.005)
 
 
+def test_slingshot_efficiency_is_the_calibration_fit() -> None:
+    """``LINK_EFFICIENCY["slingshot"]`` re-derived from the calibration split's Slingshot runs."""
+    from sim.validate import fit_link_efficiency
+
+    fitted = fit_link_efficiency(DATA / "collectives", "slingshot", {"polaris"},
+                                 lambda x: CasePredictor({**LINK_EFFICIENCY, "slingshot": x}))
+    assert LINK_EFFICIENCY["slingshot"] == pytest.approx(fitted, abs=1e-9)
+
+
 def test_net_latency_is_the_calibration_fit() -> None:
     """``NET_LATENCY_US`` re-derived from the calibration split: transports whose topology file
     gives no ``net_latency_us`` and are not NCCL's own IB verbs (InfiniBand, RoCE)."""

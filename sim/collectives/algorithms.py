@@ -173,13 +173,28 @@ def ring(op: str, gi: GroupInfo, size: float, mesh: bool = False) -> list[Stage]
     raise AssertionError(op)
 
 
+def _btree_parent(rank: int, nranks: int) -> int:
+    """Parent of *rank* in NCCL's binary tree over *nranks* (src/graph/trees.cc ``ncclGetBtree``,
+    root 0): the tree is in-order, so a leaf's parent is its neighbour in rank order and a level's
+    edges span twice the level below's. With b the lowest set bit of the rank, the parent is the
+    rank with b cleared and 2b set, or, when that is past the last rank, the rank with b cleared."""
+    bit = rank & -rank
+    up = (rank ^ bit) | (bit << 1)
+    return up if up < nranks else rank ^ bit
+
+
 def _tree_edges(nodes: int) -> list[list[tuple[int, int]]]:
-    """NCCL's double binary tree over node indices: (child, parent) edges of the two trees."""
-    def btree(k: int) -> list[tuple[int, int]]:
-        return [(i, (i - 1) // 2) for i in range(1, k)]
-    t0 = btree(nodes)
-    # Second tree: the mirror (node i -> nodes-1-i), so a node inner in one is a leaf in the other.
-    t1 = [(nodes - 1 - c, nodes - 1 - p) for c, p in t0]
+    """NCCL's double binary tree over node indices: (child, parent) edges of the two trees.
+
+    Tree 0 is ``_btree_parent``'s; tree 1 is its mirror (node i -> nodes-1-i) for an even count,
+    its shift by one (node i -> i+1 mod nodes) for an odd count (``ncclGetDtree``), so a node inner
+    in one tree is a leaf in the other. Most edges join ranks close in order, which a fabric with
+    locality (leaf switches, dragonfly groups) keeps under one switch."""
+    t0 = [(i, _btree_parent(i, nodes)) for i in range(1, nodes)]
+    if nodes % 2 == 0:
+        t1 = [(nodes - 1 - c, nodes - 1 - p) for c, p in t0]
+    else:
+        t1 = [((c + 1) % nodes, (p + 1) % nodes) for c, p in t0]
     return [t0, t1]
 
 

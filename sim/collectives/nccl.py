@@ -285,6 +285,8 @@ class Platform:
     # The scale-out transport's own per-step network latency and Simple-protocol overhead (us),
     # where its net plugin models one (``latency_s``); None: NCCL's NET table.
     net_us: tuple[float, float] | None = None
+    # Protocols a call across nodes may use (the topology's ``fabric.net_protocols``)
+    net_protocols: tuple[str, ...] = PROTOCOLS
 
     def since(self, major: int, minor: int) -> bool:
         """Whether the NCCL release has what (major, minor) introduced (unknown: yes)."""
@@ -302,14 +304,16 @@ def platform(topo: Topology, nccl_version: tuple[int, int] | None = None,
     fab = topo.fabric
     nvls, sharp = (fab.nvls, fab.sharp) if isinstance(fab, GpuFabric) else (False, False)
     net_us: tuple[float, float] | None = None
+    net_protocols: tuple[str, ...] = PROTOCOLS
     spec = topo.spec
     if isinstance(spec, GpuClusterSpec):
+        net_protocols = spec.net_protocols
         if spec.net_latency_s is not None:
             net_us = (spec.net_latency_s * 1e6, spec.net_simple_overhead_s * 1e6)
         elif spec.transport in table:
             net_us = (table[spec.transport], spec.net_simple_overhead_s * 1e6)
     return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp,
-                    nccl_version, net_us)
+                    nccl_version, net_us, net_protocols)
 
 
 def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
@@ -364,7 +368,11 @@ def choices(op: str, gi: GroupInfo, hw: Platform, algo: str | None = None) -> li
         algos = [algo]
     else:
         algos = [a for a in avail if a != "hierarchical" or hw.tpu]
-    return [(a, p) for a in algos for p in protocols(a, hw.tpu)]
+    pairs = [(a, p) for a in algos for p in protocols(a, hw.tpu)]
+    if gi.nodes > 1 and not hw.tpu:
+        # across nodes only what the net plugin and the GPU-NIC path allow (fabric.net_protocols)
+        pairs = [(a, p) for a, p in pairs if p in hw.net_protocols]
+    return pairs
 
 
 class _Timed(Protocol):

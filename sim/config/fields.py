@@ -86,6 +86,15 @@ class Section:
             raise ConfigError(f"{self.at(key)}: expected true or false, got {show(v)}")
         return v
 
+    def text_list(self, key: str, default: tuple[str, ...], choices: tuple[str, ...]) -> tuple[str, ...]:
+        """A non-empty list of distinct names from *choices* (in *choices*' order)."""
+        v = self.raw.get(key, list(default))
+        if (not isinstance(v, list) or not v or any(not isinstance(x, str) or x not in choices for x in v)
+                or len(set(v)) != len(v)):
+            raise ConfigError(f"{self.at(key)}: expected a non-empty list of distinct names from "
+                              f"{', '.join(choices)}, got {show(v)}")
+        return tuple(c for c in choices if c in v)
+
     def int_list(self, key: str) -> tuple[int, ...]:
         v = self.raw.get(key)
         if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, int)

@@ -28,13 +28,15 @@ _GPU_NODE_KEYS = frozenset({"gpus", "nvswitches", "gpu_switch_links", "nvlink_la
 _GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf_down_ports",
                               "leaf_up_ports", "two_tier_max_sus", "max_gpus", "sharp",
                               "oversubscription", "transport", "port_Gbps", "link_latency_us",
-                              "net_latency_us", "net_simple_overhead_us", "pod_sus",
+                              "net_latency_us", "net_simple_overhead_us", "net_protocols", "pod_sus",
                               "core_oversubscription", "layout", "group_switches",
                               "local_links", "global_links"})
 LAYOUTS = ("fat-tree", "dragonfly")
 # Scale-out transports (topologies/README.md "Fabrics"). InfiniBand names its port fields ib_*;
 # the others port_Gbps / link_latency_us.
 TRANSPORTS = ("ib", "roce", "efa", "tcpxo", "tcpx", "slingshot")
+# NCCL's protocols, for ``fabric.net_protocols`` (sim.collectives.nccl.PROTOCOLS)
+NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 _TPU_KEYS = frozenset({"name", "kind", "chip", "default_chips", "ndims", "cube", "max_shape",
                        "subcube_shapes", "pod_shapes", "wrap_len", "chips_per_host", "ici_latency_us",
                        "pcie_GBps", "pcie_latency_us", "dcn_latency_us", "twisted_allowed",
@@ -86,6 +88,16 @@ def _chip(s: Section) -> Chip:
     return get_chip(s.text("chip"), s.at("chip"))
 
 
+def _net_protocols(fab: Section) -> tuple[str, ...]:
+    """``fabric.net_protocols``: NCCL's protocols a call across nodes may use; Simple is always
+    among them (every algorithm has it; the others are NCCL's low-latency variants)."""
+    names = fab.text_list("net_protocols", NCCL_PROTOCOLS, NCCL_PROTOCOLS)
+    if "Simple" not in names:
+        raise ConfigError(f"{fab.at('net_protocols')}: must include Simple (every NCCL algorithm "
+                          f"runs it), got {list(names)}")
+    return names
+
+
 def _gpu_spec(s: Section) -> GpuClusterSpec:
     node = s.section("node", _GPU_NODE_KEYS)
     fab = s.section("fabric", _GPU_FABRIC_KEYS)
@@ -133,6 +145,7 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         transport=transport, nics_per_gpu=nics_per_gpu,
         net_latency_s=None if net_lat is None else us_to_s(net_lat),
         net_simple_overhead_s=us_to_s(fab.number("net_simple_overhead_us", 0.0)),
+        net_protocols=_net_protocols(fab),
         pod_sus=fab.integer("pod_sus", 0, minimum=0),
         core_oversubscription=fab.number("core_oversubscription", 1.0, minimum=1.0),
         layout=layout,

@@ -52,6 +52,7 @@ from .compute import GEMM_MIN_S, ComputeRow, ComputeSummary, predict_case, valid
 from .data import default_data_dir
 from .failures import FailureCase, validate_failures
 from .fit import (
+    fit_link_efficiency,
     fit_nccl_tests_launch_s,
     fit_net_latency,
     fit_nvlink_efficiency,
@@ -100,7 +101,7 @@ __all__ = [
     "TrainingRunResult", "TrainingSummary", "UnsupportedRun", "UnsupportedTrainingRun",
     "add_parser", "check_budgets", "check_compute_budgets", "check_failure_budgets",
     "check_training_budgets", "compute_report_to_json", "default_data_dir",
-    "failures_report_to_json", "family_of", "family_of_spec", "fit_nccl_tests_launch_s",
+    "failures_report_to_json", "family_of", "family_of_spec", "fit_link_efficiency", "fit_nccl_tests_launch_s",
     "fit_net_latency", "fit_nvlink_efficiency", "fit_stack_efficiency", "fit_torch_call_overhead_s",
     "flops_per_token", "gpus_per_thread", "harness_of",
     "format_compute_report", "format_failures", "format_report", "format_training_report",

@@ -18,7 +18,7 @@ from .stats import median
 from .training import _score
 from .training_map import map_runs
 
-__all__ = ["fit_nccl_tests_launch_s", "fit_net_latency", "fit_nvlink_efficiency",
+__all__ = ["fit_link_efficiency", "fit_nccl_tests_launch_s", "fit_net_latency", "fit_nvlink_efficiency",
            "fit_stack_efficiency", "fit_torch_call_overhead_s"]
 
 
@@ -79,6 +79,40 @@ def fit_net_latency(data_dir: Path, transport_of: Callable[[str], str | None],
                 else (lo, mid)
         fitted[transport] = round((lo + hi) / 2, 1)
     return fitted
+
+
+def fit_link_efficiency(data_dir: Path, kind: str, topologies: set[str],
+                        predictor_for: Callable[[float], Predictor]) -> float:
+    """Fit of ``sim.calibration.LINK_EFFICIENCY[kind]`` for a scale-out transport on the
+    calibration split.
+
+    Over the bandwidth-regime points (>= 64 MiB) of the supported, non-anomalous calibration runs
+    on *topologies* (those whose links are of *kind*): the efficiency at which the median signed
+    error of the predicted bus bandwidth is zero, by bisection on [0.2, 1] (predicted bandwidth
+    grows with it; the NICs are not every point's bottleneck, so it is a fit, not a ratio).
+    *predictor_for(x)* builds a predictor whose ``LINK_EFFICIENCY[kind]`` is x. Rounded to 0.005.
+    """
+    from ..collectives import busbw_factor  # lazily, as the collectives suite does
+
+    pts = [(meta, m, busbw_factor(meta.op, meta.gpus)) for meta in _load_runs(data_dir)
+           if meta.split == "calibration" and meta.supported and not meta.anomalous
+           and meta.topology in topologies
+           for m in _load_measured(data_dir / meta.file) if m.size_bytes >= BW_MIN_BYTES]
+    if not pts:
+        raise ConfigError(f"{data_dir}: no calibration points to fit the {kind} efficiency on")
+
+    def err(x: float) -> float:
+        predict = predictor_for(x)
+        med = median([_score_point(meta, m, predict, f).predicted_busbw_GBps / m.busbw_GBps - 1
+                      for meta, m, f in pts])
+        assert med is not None
+        return med
+
+    lo, hi = 0.2, 1.0
+    for _ in range(8):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if err(mid) < 0 else (lo, mid)
+    return round((lo + hi) / 2 / 0.005) * 0.005
 
 
 def _median_signed_err(pts: list[tuple[Any, Any, float]], predict: Predictor) -> float:
