@@ -20,6 +20,12 @@ def test_topo_show_json_fields(capsys) -> None:
     for field in ("chips", "nodes", "switches", "links", "bisection_GBps", "diameter_hops"):
         assert field in info
     assert info["chips"] == 1024 and info["nodes"] == 128
+    assert info["transport"] == "ib" and info["net_protocols"] == ["LL", "LL128", "Simple"]
+
+
+def test_topo_show_names_the_protocols_a_fabric_allows_across_nodes(capsys) -> None:
+    assert main(["topo", "show", "aws-p4de", "--chips", "16"]) == 0
+    assert "network          efa; NCCL protocols across nodes: Simple" in capsys.readouterr().out
 
 
 def test_topo_show_table(capsys) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import maximum_flow
 
+from ..topology_spec import GpuClusterSpec
 from . import Topology, TpuFabric
 
 __all__ = ["bisection_GBps", "diameter_hops", "halvings", "summarize"]
@@ -51,6 +52,10 @@ def summarize(topo: Topology) -> dict[str, Any]:
         out["fabric_tiers"] = f.tiers
         out["scalable_units"] = f.scalable_units
         out["oversubscription"] = f.oversubscription
+        spec = topo.spec
+        if isinstance(spec, GpuClusterSpec):
+            out["transport"] = spec.transport
+            out["net_protocols"] = list(spec.net_protocols)
     return out
 
 
