@@ -91,6 +91,10 @@ class GpuClusterSpec:
     # NCCL enables LL128 across nodes only when GPU and NIC share a PCIe switch, or through PXN
     # on Hopper and later).
     net_protocols: tuple[str, ...] = ("LL", "LL128", "Simple")
+    # The net plugin's own tuner (``fabric.tuner_plugin``): a table of sim.collectives.plugin_tuner
+    # that picks algorithm and protocol where it has a region for the call (NCCL >= 2.19); None:
+    # NCCL's tuner alone.
+    tuner_plugin: str | None = None
     # Frontier-scale three-tier fabric (0: the SuperPOD layout above). Pods of ``pod_sus`` SUs,
     # each a non-blocking leaf-spine per rail plane (the spines of rail r join only rail r's
     # leaves); a core layer joins the pods' spines with ``core_oversubscription``:1 (Llama 3

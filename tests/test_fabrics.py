@@ -139,6 +139,7 @@ def _fabric_file(tmp_path: Path, old: str, new: str) -> Path:
      "fabric.net_protocols: must include Simple"),
     ("  transport: efa", "  transport: efa\n  net_protocols: [Simple, LL9]",
      "fabric.net_protocols: expected a non-empty list"),
+    ("tuner_plugin: aws-p5", "tuner_plugin: aws-p9", "fabric.tuner_plugin: got 'aws-p9'; valid: aws-p5"),
 ])
 def test_bad_fabric_section_is_one_line_exit_2(tmp_path, old, new, fragment) -> None:
     f = _fabric_file(tmp_path, old, new)
@@ -245,3 +246,35 @@ def test_dragonfly_fields_only_on_a_dragonfly(tmp_path) -> None:
     f.write_text(SMALL_DRAGONFLY.replace(" global_links: 3,", ""))
     with pytest.raises(Exception, match=r"fabric.global_links: required"):
         load_topology_spec(str(f))
+
+
+# --------------------------------------------------------------------------- plugin tuner
+
+def test_aws_plugin_tuner_regions_pick_by_size_and_ranks() -> None:
+    """aws-ofi-nccl's P5 table for whole nodes: tree/LL128 up to 30 MiB at 16 ranks, NVLSTree
+    above (a degenerate region along 16 ranks, its edge counting as inside); other layouts and
+    points beyond the tables' 100 GiB are NCCL's."""
+    from sim.collectives.plugin_tuner import _extend, plugin_choice
+    assert plugin_choice("aws-p5", "allreduce", 8, 16, 2) == ("tree", "LL128")
+    assert plugin_choice("aws-p5", "allreduce", 31457280, 16, 2) == ("tree", "LL128")
+    assert plugin_choice("aws-p5", "allreduce", 31457281, 16, 2) == ("nvls_tree", "Simple")
+    assert plugin_choice("aws-p5", "allreduce", 1 << 20, 8, 2) is None          # 4 GPUs a node
+    assert plugin_choice("aws-p5", "allgather", 1 << 20, 16, 2) is None         # no table
+    assert plugin_choice("aws-p5", "allreduce", 200 * 2**30, 16, 2) is None     # past 100 GiB
+    assert plugin_choice("aws-p6", "allreduce", 65536, 32, 4) == ("tree", "LL")
+    # the extension of (8053063680, 160)-(9663676416, 192), a slope-1 line in log2 space, meets
+    # the 100 GiB bound at 160 x 100 GiB / 8053063680 ranks
+    x, y = _extend((8053063680, 160), (9663676416, 192))
+    assert 2 ** x == pytest.approx(100 * 2**30) and 2 ** y == pytest.approx(160 * 100 * 2**30 / 8053063680)
+
+
+def test_aws_plugin_tuner_drives_p5_calls_from_nccl_2_19() -> None:
+    """On P5 a small 2-node all-reduce runs the plugin's tree/LL128: latency 14 + 2 x (7 x 1.25
+    + 20 us + the wire's excess over NCCL's reference) instead of NCCL's own pick, tree/LL; with
+    NCCL 2.18 (no tuner plugins yet) NCCL's pick stands."""
+    from sim.collectives import CollectiveModel as CM
+    t = topo("aws-p5", 16)
+    new, old = CM(t).time("allreduce", 1024), CM(t, nccl_version=(2, 18)).time("allreduce", 1024)
+    assert (new.algo, new.proto) == ("tree", "LL128") and (old.algo, old.proto) == ("tree", "LL")
+    wire_excess = (new.latency_s * 1e6 - 14 - 2 * (7 * 1.25 + 20)) / 2
+    assert 0 <= wire_excess < 1.0

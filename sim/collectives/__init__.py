@@ -124,6 +124,11 @@ class CollectiveModel:
         # the time the call then takes; the candidates stay alive here, so their ids are unique
         tuner: dict[int, float] = {}
         cands = [self._predict(op, int(size_bytes), gi, a, proto, tuner=tuner) for a, proto in pairs]
+        # a net plugin's tuner picks first where its table covers the call (and NCCL offers it)
+        pick = nccl.plugin_pick(op, gi, self.hw, int(size_bytes)) if algo is None else None
+        forced = [r for r in cands if (r.algo, r.proto) == pick]
+        if forced:
+            return forced[0]
         return nccl.fastest(cands, lambda r: tuner.get(id(r), r.time_s))
 
     def time_concurrent(self, op: str, size_bytes: int, groups: Sequence[Sequence[int]],

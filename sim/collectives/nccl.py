@@ -43,10 +43,11 @@ from ..errors import ConfigError
 from ..topology import GpuFabric, Topology
 from ..topology_spec import GpuClusterSpec
 from .algorithms import ALGORITHMS, NET_RAILS, GroupInfo
+from .plugin_tuner import plugin_choice
 
 __all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "channels_used",
-           "choices", "fastest", "latency_s", "nvls_chunk_bytes", "nvls_efficiency", "nvls_tree_fill_s", "offered",
-           "platform", "protocol_factor", "protocols", "tree_correction"]
+           "choices", "fastest", "latency_s", "nvls_chunk_bytes", "nvls_efficiency", "nvls_tree_fill_s",
+           "offered", "plugin_pick", "platform", "protocol_factor", "protocols", "tree_correction"]
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 _P = {p: i for i, p in enumerate(PROTOCOLS)}
@@ -287,6 +288,8 @@ class Platform:
     net_us: tuple[float, float] | None = None
     # Protocols a call across nodes may use (the topology's ``fabric.net_protocols``)
     net_protocols: tuple[str, ...] = PROTOCOLS
+    # The net plugin's tuner table (``fabric.tuner_plugin``; sim.collectives.plugin_tuner)
+    tuner_plugin: str | None = None
 
     def since(self, major: int, minor: int) -> bool:
         """Whether the NCCL release has what (major, minor) introduced (unknown: yes)."""
@@ -305,15 +308,17 @@ def platform(topo: Topology, nccl_version: tuple[int, int] | None = None,
     nvls, sharp = (fab.nvls, fab.sharp) if isinstance(fab, GpuFabric) else (False, False)
     net_us: tuple[float, float] | None = None
     net_protocols: tuple[str, ...] = PROTOCOLS
+    tuner_plugin = None
     spec = topo.spec
     if isinstance(spec, GpuClusterSpec):
         net_protocols = spec.net_protocols
+        tuner_plugin = spec.tuner_plugin
         if spec.net_latency_s is not None:
             net_us = (spec.net_latency_s * 1e6, spec.net_simple_overhead_s * 1e6)
         elif spec.transport in table:
             net_us = (table[spec.transport], spec.net_simple_overhead_s * 1e6)
     return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp,
-                    nccl_version, net_us, net_protocols)
+                    nccl_version, net_us, net_protocols, tuner_plugin)
 
 
 def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
@@ -381,6 +386,15 @@ class _Timed(Protocol):
 
 
 R = TypeVar("R", bound=_Timed)
+
+
+def plugin_pick(op: str, gi: GroupInfo, hw: Platform, size: int) -> tuple[str, str] | None:
+    """The (algorithm, protocol) the net plugin's tuner forces on this call, if any: only with a
+    tuner table for the fabric, across nodes, and on NCCL 2.19 or later (tuner plugins' first
+    release)."""
+    if hw.tuner_plugin is None or gi.nodes < 2 or not hw.since(2, 19):
+        return None
+    return plugin_choice(hw.tuner_plugin, op, size, gi.n, gi.nodes)
 
 
 def fastest(predictions: Iterable[R], cost: Callable[[R], float] | None = None) -> R:

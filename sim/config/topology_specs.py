@@ -28,13 +28,15 @@ _GPU_NODE_KEYS = frozenset({"gpus", "nvswitches", "gpu_switch_links", "nvlink_la
 _GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf_down_ports",
                               "leaf_up_ports", "two_tier_max_sus", "max_gpus", "sharp",
                               "oversubscription", "transport", "port_Gbps", "link_latency_us",
-                              "net_latency_us", "net_simple_overhead_us", "net_protocols", "pod_sus",
+                              "net_latency_us", "net_simple_overhead_us", "net_protocols", "tuner_plugin", "pod_sus",
                               "core_oversubscription", "layout", "group_switches",
                               "local_links", "global_links"})
 LAYOUTS = ("fat-tree", "dragonfly")
 # Scale-out transports (topologies/README.md "Fabrics"). InfiniBand names its port fields ib_*;
 # the others port_Gbps / link_latency_us.
 TRANSPORTS = ("ib", "roce", "efa", "tcpxo", "tcpx", "slingshot")
+# Net plugins' tuner tables, for ``fabric.tuner_plugin`` (sim.collectives.plugin_tuner.PLATFORMS)
+TUNER_PLUGINS = ("aws-p5", "aws-p6")
 # NCCL's protocols, for ``fabric.net_protocols`` (sim.collectives.nccl.PROTOCOLS)
 NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 _TPU_KEYS = frozenset({"name", "kind", "chip", "default_chips", "ndims", "cube", "max_shape",
@@ -146,6 +148,7 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         net_latency_s=None if net_lat is None else us_to_s(net_lat),
         net_simple_overhead_s=us_to_s(fab.number("net_simple_overhead_us", 0.0)),
         net_protocols=_net_protocols(fab),
+        tuner_plugin=fab.text("tuner_plugin", choices=TUNER_PLUGINS) if fab.has("tuner_plugin") else None,
         pod_sus=fab.integer("pod_sus", 0, minimum=0),
         core_oversubscription=fab.number("core_oversubscription", 1.0, minimum=1.0),
         layout=layout,
