@@ -278,3 +278,17 @@ def test_aws_plugin_tuner_drives_p5_calls_from_nccl_2_19() -> None:
     assert (new.algo, new.proto) == ("tree", "LL128") and (old.algo, old.proto) == ("tree", "LL")
     wire_excess = (new.latency_s * 1e6 - 14 - 2 * (7 * 1.25 + 20)) / 2
     assert 0 <= wire_excess < 1.0
+
+
+def test_aws_whole_node_tables_cover_the_plane() -> None:
+    """A transcription check: AWS's whole-node tables leave no call from 16 to 4,096 ranks and
+    8 B to 16 GiB to NCCL (a vertex typed wrong opens a hole or makes an edge cross)."""
+    from sim.collectives.plugin_tuner import PLATFORMS, plugin_choice
+    for platform, table in PLATFORMS.items():
+        for op, ppn in table:
+            if ppn != 8:
+                continue
+            for ranks in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
+                for k in range(3, 35):
+                    assert plugin_choice(platform, op, 2**k, ranks, ranks // 8) is not None, \
+                        (platform, op, ranks, 2**k)

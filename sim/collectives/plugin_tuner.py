@@ -30,9 +30,9 @@ MAX_SIZE = 100.0 * 1024 ** 3
 MAX_RANKS = 1024.0 * 1024
 _EPS = 1e-6
 
-# A vertex is (bytes, ranks); ("x", a, b), the extension of the line through a and b; or a
-# coordinate of an extension: ("y0", ext, _) its ranks at 0 bytes, ("x17", ext, _) its bytes at
-# 17 ranks.
+# A vertex is (bytes, ranks); ("x", a, b), the extension of the line through a and b;
+# ("ranks of", e, bytes), the point at *bytes* with extension e's ranks; ("bytes of", e, ranks),
+# the point at *ranks* with e's bytes.
 Vertex = tuple[Any, ...]
 Region = tuple[str, str, tuple[Vertex, ...]]
 
@@ -49,7 +49,7 @@ _P5_NVLST = _x((8053063680, 160), (9663676416, 192))
 _P5_AR_8: tuple[Region, ...] = (
     ("tree", "LL128", ((0, 16), (31457280, 16), (37748736, 32), (117440512, 64), (301989888, 128),
                        (301989888, 256), (335544320, 512), (536870912, 1024), (402653184, 2048),
-                       (402653184, 4096), _P5_TREE_LL128, ("y0", _P5_TREE_LL128, (0, 0)))),
+                       (402653184, 4096), _P5_TREE_LL128, ("ranks of", _P5_TREE_LL128, 0))),
     ("nvls_tree", "Simple", ((31457281, 16), (_M, 16), (31457281, 16))),
     ("ring", "LL128", ((31457280, 17), (1073741824, 17), (2147483648, 64), (2147483648, 128),
                        (1342177280, 160), (2147483648, 256), (1074790400, 256), (444596224, 160),
@@ -60,7 +60,7 @@ _P5_AR_8: tuple[Region, ...] = (
                              (301989888, 256), (310378496, 160), (444596224, 160),
                              (1074790400, 256), (2684354560, 256), (2147483648, 224),
                              (1342177280, 160))),
-    ("ring", "Simple", ((1073741824, 17), ("x17", _P5_NVLST, (0, 0)), _P5_NVLST, (9663676416, 192),
+    ("ring", "Simple", ((1073741824, 17), ("bytes of", _P5_NVLST, 17), _P5_NVLST, (9663676416, 192),
                         (8053063680, 160), (2684354560, 64), (1610612736, 32))),
 )
 # P5 / P5e, one rank a node
@@ -155,16 +155,13 @@ def _extend(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, floa
 
 def _vertex(v: Vertex) -> tuple[float, float]:
     """A vertex in log2 space."""
-    if isinstance(v[0], str):
-        tag, a, b = v
-        if tag == "x":
-            return _extend(a, b)
-        ex, ey = _vertex(a)
-        if tag == "y0":                              # (0, the extended point's ranks)
-            return _log2((0, 1))[0], ey
-        if tag == "x17":                             # (the extended point's bytes, 17 ranks)
-            return ex, math.log2(17)
-        raise AssertionError(tag)
+    tag = v[0]
+    if tag == "x":
+        return _extend(v[1], v[2])
+    if tag == "ranks of":
+        return _log2((v[2], 1))[0], _vertex(v[1])[1]
+    if tag == "bytes of":
+        return _vertex(v[1])[0], math.log2(v[2])
     return _log2((float(v[0]), float(v[1])))
 
 
