@@ -77,6 +77,25 @@ def test_fewer_channels_mean_proportionally_less_bandwidth() -> None:
     assert big[1].transfer_s / big[0].transfer_s == pytest.approx(2, rel=1e-6)
 
 
+def test_ring_ll_ceiling_bounds_the_call_not_each_channel() -> None:
+    """LL's ceiling (llMaxBw, 141 GB/s on one Hopper node) bounds a ring LL call as a whole: at
+    768 KiB on 24 channels the call runs at the ceiling; at 64 KiB its 2 channels run at their
+    links' share, which is more than 2/24 of the ceiling (what charging each channel a share of
+    it gave). Trees keep the channels' share: 64 KiB tree LL over 16 of 32 channels takes
+    twice its time at the 2-node LL ceiling (39 GB/s)."""
+    m = model("dgx-h100", 8)
+    full = m.time("allreduce", 768 * KiB, algo="ring")
+    assert full.proto == "LL"
+    assert busbw_factor("allreduce", 8) * 768 * KiB / full.transfer_s / 1e9 == pytest.approx(141.0, rel=1e-6)
+    small = m.time("allreduce", 64 * KiB, algo="ring")
+    assert small.proto == "LL"
+    assert busbw_factor("allreduce", 8) * 64 * KiB / small.transfer_s / 1e9 > 2 / 24 * 141.0 * 1.2
+    tree = model("dgx-h100", 16).time("allreduce", 64 * KiB, algo="tree")
+    assert tree.proto == "LL"
+    ceiling_s = busbw_factor("allreduce", 16) * 64 * KiB / 39e9
+    assert tree.transfer_s == pytest.approx(2 * ceiling_s, rel=1e-6)
+
+
 # --------------------------------------------------------------------------- NVLS chunks
 
 def test_nvls_chunks_shrink_with_the_call_like_nccl() -> None:

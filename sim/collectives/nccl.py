@@ -463,9 +463,17 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
             transfer = max(base, switch / nvls_efficiency(arch, nvls_chunk_bytes(algo, size, ranks,
                                                                                   nodes)))
     cap = busbw_cap_GBps(algo, proto, arch, nodes)
+    floor = 0.0
+    # A ring LL call bounds its whole self by LL's ceiling (llMaxBw) whatever its channels: NCCL
+    # gives each ring LL channel nRanks times the bytes of any other before it adds one, and the
+    # few channels a small call runs on each stream at their links' share; elsewhere the ceiling
+    # is shared by the channels, so a call on fewer gets their share of it.
+    whole_call = algo == "ring" and proto == "LL"
     if math.isfinite(cap) and size > 0:
         floor = busbw_factor * size / (cap * 1e9)          # NCCL's ceiling on bus bandwidth
-        tuned, transfer = max(tuned, floor), max(transfer, floor)
+        tuned = max(tuned, floor)
+        if not whole_call:
+            transfer = max(transfer, floor)
     used, full = channels_used(algo, proto, size, ranks, nodes)
     slowdown = full / used
     if algo == "tree" and op == "allreduce":
@@ -474,6 +482,8 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
         tuned /= tree_correction(proto, size)
         slowdown = max(slowdown, 1 / tree_correction(proto, size))
     transfer *= slowdown
+    if whole_call:
+        transfer = max(transfer, floor)
     if algo == "nvls_tree" and net_Bps > 0:
         transfer += nvls_tree_fill_s(size, ranks, nodes, net_Bps)
     if algo in ("pairwise", "p2p"):
