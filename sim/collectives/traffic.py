@@ -80,7 +80,7 @@ def _link_bytes(net: CollectiveModel, op: str, algo: str,
         if len(phase.nbytes) == 0 and not phase.extra and phase.to_switch is None:
             continue
         fs = net.flowset(phase)
-        total += (fs.matrix @ fs.nbytes) * phase.steps
+        total[fs.links] += fs.link_bytes() * phase.steps
     ids = np.flatnonzero(total > 0)
     hit = (ids, total[ids] / _REF_BYTES)
     if len(net.link_bytes_cache) < 10_000:
