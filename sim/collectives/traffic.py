@@ -63,7 +63,7 @@ def p2p_traffic(net: CollectiveModel, pairs: Sequence[tuple[int, int]], nbytes: 
 def _link_bytes(net: CollectiveModel, op: str, algo: str,
                 groups: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """(link ids, bytes per byte of size) of *algo* run by all *groups*; cached."""
-    key = (op, algo, tuple(tuple(int(d) for d in g) for g in groups))
+    key = (op, algo, tuple(tuple(map(int, g)) for g in groups))
     hit = net.link_bytes_cache.get(key)
     if hit is not None:
         return hit
