@@ -78,8 +78,9 @@ class SharedLinks:
         rate = traffic.link_Bps if share == 1.0 else traffic.link_Bps * share
         f = _Flow(traffic.link_ids, rate, cap, traffic.work_s, traffic.latency_s, done, env.now)
         self.flows.add(f)
-        self.load[f.ids] += f.rate
-        over = self.load[f.ids] > f.cap
+        load = self.load[f.ids] + f.rate                  # (one gather for both uses)
+        self.load[f.ids] = load
+        over = load > f.cap
         if not hit[2]:
             self._hot = None
         if not over.any():
