@@ -6,6 +6,7 @@ compute model, collectives through the network model on the scenario's topology.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +19,7 @@ from .errors import ConfigError, InfeasibleError
 from .network.traffic import Traffic
 from .results import StepResult
 from .software import resolve_software
-from .topology import Topology, build_topology
+from .topology import Topology, build_topology, frozen_gc, paused_gc
 from .units import GiB
 from .workload.activations import offload_exposed_s
 from .workload.layout import Layout
@@ -226,26 +227,45 @@ def run_step(scn: Scenario, seed: int | None = None, *, per_rank: bool = False,
     *max_events*: refuse (ConfigError) before running when *steps* such steps would process more
     simpy events than this (``sim.engine.estimate_events``); None: no limit.
     """
+    # PERF: a large cluster's graph and link tables are millions of long-lived objects that each
+    # full collection would walk again (~1 s of the 98,304-GPU step in
+    # benchmarks/test_bench_training.py): built with the collector off, then out of its sight
+    # until the step is done.
+    with frozen_gc() as freeze:
+        return _run_step(scn, seed, per_rank=per_rank, trace=trace, topo=topo, net=net,
+                         stack_efficiency=stack_efficiency, max_events=max_events, steps=steps,
+                         freeze=freeze)
+
+
+def _run_step(scn: Scenario, seed: int | None, *, per_rank: bool, trace: bool,
+              topo: Topology | None, net: CollectiveModel | None,
+              stack_efficiency: dict[tuple[str, str, str], float] | None,
+              max_events: int | None, steps: int,
+              freeze: Callable[[], None]) -> tuple[StepResult, Any]:
+    """``run_step``; *freeze* hides what is alive from the garbage collector (``frozen_gc``)."""
     wl = build_workload(scn)
     mem = memory_per_chip(wl)
     check_fits(wl, mem)
-    neighbour = _neighbour(scn) if scn.cluster.shared_with else None
-    if neighbour is not None:
-        if per_rank or scn.stragglers is not None:
-            raise ConfigError(f"{scn.source}: cluster.shared_with plays both jobs with one rank per "
-                              "stage; drop stragglers / per-rank tracing to use it")
-        topo = build_topology(replace(scn.cluster, chips=scn.cluster.chips + neighbour.cluster.chips,
-                                      shared_with=None))
-        net = None
-    topo = topo or build_topology(scn.cluster)
-    clean: tuple[Topology, CollectiveModel] | None = None     # the links before degradation
-    if scn.stragglers is not None and scn.stragglers.link_degrade_fraction > 0:
-        from .stragglers import degrade_links
+    with paused_gc():
+        neighbour = _neighbour(scn) if scn.cluster.shared_with else None
+        if neighbour is not None:
+            if per_rank or scn.stragglers is not None:
+                raise ConfigError(f"{scn.source}: cluster.shared_with plays both jobs with one rank "
+                                  "per stage; drop stragglers / per-rank tracing to use it")
+            topo = build_topology(replace(scn.cluster,
+                                          chips=scn.cluster.chips + neighbour.cluster.chips,
+                                          shared_with=None))
+            net = None
+        topo = topo or build_topology(scn.cluster)
+        clean: tuple[Topology, CollectiveModel] | None = None     # the links before degradation
+        if scn.stragglers is not None and scn.stragglers.link_degrade_fraction > 0:
+            from .stragglers import degrade_links
 
-        clean = (topo, net or CollectiveModel(topo))
-        topo = degrade_links(topo, scn.stragglers, scn.seed)
-        net = CollectiveModel(topo)
-    net = net or CollectiveModel(topo)
+            clean = (topo, net or CollectiveModel(topo))
+            topo = degrade_links(topo, scn.stragglers, scn.seed)
+            net = CollectiveModel(topo)
+        net = net or CollectiveModel(topo)
+        freeze()
     plans = plan_stages(wl, topo, net, stack_efficiency)
     par = scn.parallelism
     vs = par.virtual_stages             # 1 unless interleaved (the config's rule)

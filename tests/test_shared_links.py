@@ -194,3 +194,54 @@ def test_per_rank_equals_one_rank_per_stage_where_transfers_meet() -> None:
     every, e2 = run_step(scn, per_rank=True)
     assert e1.network_solves > 0 and e2.network_solves > 0
     assert every.step_time_s == pytest.approx(one.step_time_s, rel=1e-12)
+
+
+class _Checked(SharedLinks):
+    """Shared links that also solve every step by reading all links, and compare."""
+
+    def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray) -> None:
+        super().__init__(env, capacity_Bps)
+        self.looked_up = 0                            # solves that took the candidate lookup
+
+    def _overloaded(self, flows):  # type: ignore[no-untyped-def]
+        fast = super()._overloaded(flows)
+        hot, self._hot = self._hot, None
+        if hot is not None and self._few_hot_of(hot, flows):
+            self.looked_up += 1
+        scan = super()._overloaded(flows)             # every flow's links read
+        self._hot = hot
+        for a, b in zip(fast, scan, strict=True):
+            assert a.tolist() == b.tolist()
+        return fast
+
+    def _few_hot_of(self, hot: np.ndarray, flows) -> bool:  # type: ignore[no-untyped-def]
+        self._hot = hot
+        try:
+            return self._few_hot(flows)
+        finally:
+            self._hot = None
+
+
+@pytest.mark.parametrize("seed, top_Bps", [(0, 3.0), (1, 3.0), (2, 8.0)])
+def test_candidate_link_lookup_finds_the_entries_of_the_scan(seed: int, top_Bps: float) -> None:
+    """The solve's lookup of the few links that can be over capacity (PERF, ``_hot``) finds the
+    same (flow, link, load) entries in the same order as reading every flow's links, at every
+    solve of random overlapping transfers (a few links over capacity, most not; with the lower
+    loads some solves find none: a transfer's end that frees every link)."""
+    rng = np.random.default_rng(seed)
+    n_links = 5000
+    capacity = rng.uniform(5.0, 20.0, n_links)
+    env = simpy.Environment()
+    links = _Checked(env, capacity)
+
+    def go(at: float, tr: Traffic):  # type: ignore[no-untyped-def]
+        yield env.timeout(at)
+        yield links.transfer(tr)
+
+    for _ in range(40):
+        ids = np.sort(rng.choice(n_links, int(rng.integers(200, 1500)), replace=False))
+        tr = Traffic(float(rng.uniform(0.5, 2.0)), ids, rng.uniform(0.5, top_Bps, len(ids)),
+                     latency_s=float(rng.uniform(0.0, 0.1)))
+        env.process(go(float(rng.uniform(0.0, 3.0)), tr))
+    env.run()
+    assert links.solves > 10 and links.looked_up > 0 and not links.flows

@@ -26,7 +26,7 @@ from ..network.links import LinkTable
 from ..network.routing import Router
 from ..topology import Topology
 from . import nccl
-from .algorithms import ALGORITHMS, GroupInfo, Phase, Stage, build, group_info
+from .algorithms import ALGORITHMS, GroupInfo, Phase, Stage, build, group_info, island_of_devices
 
 __all__ = ["OPS", "ALGORITHMS", "CollectiveModel", "CollectiveResult", "busbw_factor",
            "DTYPE_BYTES"]
@@ -90,6 +90,7 @@ class CollectiveModel:
         self._net: float | None = None
         # (op, algo, groups) -> (link ids, bytes per byte of size): ``sim.collectives.traffic``
         self.link_bytes_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._island_of: dict[int, int] | None = None     # device -> node (slice), read once
 
     # ------------------------------------------------------------------ public
 
@@ -141,7 +142,7 @@ class CollectiveModel:
         if len(groups) == 1 or first.ranks <= 1 or first.transfer_s <= 0:
             return first
         gi = self._group(groups[0])
-        key = ("concurrent", op, first.algo, tuple(tuple(int(d) for d in g) for g in groups))
+        key = ("concurrent", op, first.algo, tuple(tuple(map(int, g)) for g in groups))
         if key not in self._per_byte:
             ref = 1e6
             built = [build(first.algo, op, self._group(g), ref, self.topo) for g in groups]
@@ -167,14 +168,17 @@ class CollectiveModel:
 
     def _group(self, group: Sequence[int] | None) -> GroupInfo:
         devs = self.topo.devices
+        if self._island_of is None:
+            self._island_of = island_of_devices(self.topo)
         if group is None:
-            return group_info(self.topo, devs)
+            return group_info(self.topo, devs, self._island_of)
         members = list(group)
         if len(members) > len(devs):
             raise ConfigError(f"group: {len(members)} ranks but the topology has {len(devs)} chips")
-        if len(set(members)) != len(members) or any(not (0 <= m < len(devs)) for m in members):
+        if members and (len(set(members)) != len(members) or min(members) < 0
+                        or max(members) >= len(devs)):
             raise ConfigError(f"group: ranks must be distinct chips in 0..{len(devs) - 1}")
-        return group_info(self.topo, members)
+        return group_info(self.topo, members, self._island_of)
 
     def _predict(self, op: str, size: int, gi: GroupInfo, algo: str, proto: str,
                  per_byte: float | None = None, tuner: dict[int, float] | None = None) -> CollectiveResult:

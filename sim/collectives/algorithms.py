@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,17 +80,29 @@ class GroupInfo:
         return len({len(v) for v in self.by_pod.values()}) <= 1
 
 
-def group_info(topo: Topology, devices: Sequence[int]) -> GroupInfo:
-    """*devices* grouped by GPU node (``by_node``) or, on TPU slices, by slice (``by_pod``)."""
-    g = topo.graph
+def group_info(topo: Topology, devices: Sequence[int],
+               island_of: Mapping[int, int] | None = None) -> GroupInfo:
+    """*devices* grouped by GPU node (``by_node``) or, on TPU slices, by slice (``by_pod``).
+
+    *island_of*: the node (slice) of each device, at least of *devices* (``island_of_devices``;
+    PERF: a caller asking for many groups reads the graph once, benchmarks/test_bench_training.py);
+    read from the graph when None."""
     by: dict[int, list[int]] = {}
-    key = "pod" if topo.is_tpu else "node"
+    if island_of is None:
+        island_of = island_of_devices(topo, devices)
     for d in devices:
-        by.setdefault(g.nodes[d][key], []).append(d)
+        by.setdefault(island_of[d], []).append(d)
     groups = {k: tuple(v) for k, v in by.items()}
     if topo.is_tpu:
         return GroupInfo(tuple(devices), by_pod=groups)
     return GroupInfo(tuple(devices), by_node=groups)
+
+
+def island_of_devices(topo: Topology, devices: Sequence[int] | None = None) -> dict[int, int]:
+    """The GPU node (TPU slice) of each of *devices* (all of *topo*'s when None), from the graph."""
+    nodes = topo.graph.nodes
+    key = "pod" if topo.is_tpu else "node"
+    return {d: nodes[d][key] for d in (topo.devices if devices is None else devices)}
 
 
 def _phase(name: str, steps: int, pairs: list[tuple[int, int]], nbytes: float | Sequence[float],

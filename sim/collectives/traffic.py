@@ -63,7 +63,7 @@ def p2p_traffic(net: CollectiveModel, pairs: Sequence[tuple[int, int]], nbytes: 
 def _link_bytes(net: CollectiveModel, op: str, algo: str,
                 groups: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """(link ids, bytes per byte of size) of *algo* run by all *groups*; cached."""
-    key = (op, algo, tuple(tuple(int(d) for d in g) for g in groups))
+    key = (op, algo, tuple(tuple(map(int, g)) for g in groups))
     hit = net.link_bytes_cache.get(key)
     if hit is not None:
         return hit
@@ -80,7 +80,7 @@ def _link_bytes(net: CollectiveModel, op: str, algo: str,
         if len(phase.nbytes) == 0 and not phase.extra and phase.to_switch is None:
             continue
         fs = net.flowset(phase)
-        total += (fs.matrix @ fs.nbytes) * phase.steps
+        total[fs.links] += fs.link_bytes() * phase.steps
     ids = np.flatnonzero(total > 0)
     hit = (ids, total[ids] / _REF_BYTES)
     if len(net.link_bytes_cache) < 10_000:

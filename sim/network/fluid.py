@@ -30,14 +30,35 @@ class Flow:
 
 
 class FlowSet:
-    """Flows with their routes as a sparse (links x flows) matrix of rate fractions."""
+    """Flows with their routes as a sparse (links x flows) matrix of rate fractions.
+
+    ``links`` are the links some flow crosses and ``routes`` the matrix's rows of those links
+    alone (``touched``); ``matrix`` has a row for every link of the table.
+    """
 
     def __init__(self, n_links: int, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
                  nbytes: Sequence[float] | np.ndarray) -> None:
         self.nbytes = np.asarray(nbytes, dtype=float)
-        self.matrix = sp.csr_array((vals, (rows, cols)), shape=(n_links, len(self.nbytes)))
-        self.matrix.sum_duplicates()
-        self.links = np.unique(rows)            # the links some flow crosses
+        self.n_links = n_links
+        # PERF: the rows of the links used only, built as such: a CSR matrix over all ~1.3 M
+        # links of the 98,304-GPU fabric costs more than its few thousand entries
+        # (benchmarks/test_bench_training.py). Each row holds the same entries in the same order
+        # as the full matrix's, so duplicates sum the same.
+        self.links, local = np.unique(rows, return_inverse=True)
+        self.routes = sp.csr_array((vals, (local.reshape(-1), cols)),
+                                   shape=(len(self.links), len(self.nbytes)))
+        self.routes.sum_duplicates()
+
+    @property
+    def matrix(self) -> sp.csr_array:
+        """The (all links x flows) matrix of rate fractions."""
+        m = self.routes.tocoo()
+        return sp.csr_array((m.data, (self.links[m.row], m.col)),
+                            shape=(self.n_links, len(self.nbytes)))
+
+    def link_bytes(self) -> np.ndarray:
+        """Bytes each of ``links`` carries in one play of the flows."""
+        return self.routes @ self.nbytes
 
     @classmethod
     def from_routes(cls, n_links: int, routes: Sequence[tuple[np.ndarray, np.ndarray]],
@@ -96,7 +117,7 @@ def touched(matrix: sp.csr_array, capacity_Bps: np.ndarray,
 
 def play_flows(flows: FlowSet, capacity_Bps: np.ndarray) -> tuple[float, np.ndarray]:
     """Run all flows from time 0 with max-min sharing; (makespan s, finish time s of each flow)."""
-    matrix, capacity_Bps = touched(flows.matrix, capacity_Bps, flows.links)
+    matrix, capacity_Bps = flows.routes, np.asarray(capacity_Bps)[flows.links]
     remaining = flows.nbytes.copy()
     finish = np.zeros(len(flows))
     active = remaining > 0

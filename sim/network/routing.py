@@ -89,13 +89,16 @@ class Router:
         leaf_ids: dict[str, int] = {}
         leaf_of_nic: dict[str, str] = {}
         nodes_view = g.nodes
+        switches: list[str] = []
+        switches_of = -1                                  # the node whose switches those are
         for d in devs:
             n = d // gpn
             attrs = nodes_view[d]
             r = attrs["rail"]
             assert attrs["node"] == n and r == self._rail_of(d % gpn)
             rail_l.append(r)
-            switches = [f"n{n}/nvs{s}" for s in range(nsw)]
+            if n != switches_of:
+                switches, switches_of = [f"n{n}/nvs{s}" for s in range(nsw)], n
             up_l.extend([idx[(d, x)] for x in switches])
             dn_l.extend([idx[(x, d)] for x in switches])
             nic = f"n{n}/nic{r}"

@@ -53,8 +53,15 @@ class SharedLinks:
         self.flows: set[_Flow] = set()
         self.slowed = 0                                   # flows now below their speed alone
         self.solves = 0
-        # per traffic: (the traffic, its links' capacities); the value keeps the key's object alive
-        self._caps: dict[int, tuple[Traffic, np.ndarray]] = {}
+        # per traffic: (the traffic, its links' capacities, whether its link ids are sorted and
+        # distinct); the value keeps the key's object alive
+        self._caps: dict[int, tuple[Traffic, np.ndarray, bool]] = {}
+        # PERF: every link that can be over capacity (sorted ids; a superset, pruned at each
+        # solve): a link only goes over when a transfer starts on it, so while they are few a
+        # solve looks them up in each flow's sorted ids instead of reading the load of all its
+        # ~25,000 links; the same entries either way (benchmarks/test_bench_training.py,
+        # 98,304 GPUs). None once a flow's ids are not sorted and distinct: always the scan.
+        self._hot: np.ndarray | None = np.zeros(0, np.int64)
 
     def transfer(self, traffic: Traffic, share: float = 1.0) -> simpy.Event:
         """The event of *traffic* delivered (*share* of its load: one group of several)."""
@@ -64,22 +71,50 @@ class SharedLinks:
         done = env.event()
         hit = self._caps.get(id(traffic))
         if hit is None:
-            hit = self._caps[id(traffic)] = (traffic, self.capacity[traffic.link_ids] * (1 + _TOL))
+            ids = traffic.link_ids
+            hit = self._caps[id(traffic)] = (traffic, self.capacity[ids] * (1 + _TOL),
+                                             bool(np.all(ids[1:] > ids[:-1])))
         cap = hit[1]
         rate = traffic.link_Bps if share == 1.0 else traffic.link_Bps * share
         f = _Flow(traffic.link_ids, rate, cap, traffic.work_s, traffic.latency_s, done, env.now)
         self.flows.add(f)
-        self.load[f.ids] += f.rate
-        if self._fits(f):
+        load = self.load[f.ids] + f.rate                  # (one gather for both uses)
+        self.load[f.ids] = load
+        over = load > f.cap
+        if not hit[2]:
+            self._hot = None
+        if not over.any():
             # Its links carry no more than their capacity even with every flow at full speed:
             # it runs at its speed alone and constrains nobody (rates are at most those loads).
             self._arm(f, split=f.tail_s > 0)
         else:
+            if self._hot is not None:
+                # both sorted: a stable sort merges the two runs in one pass
+                both = np.concatenate([self._hot, f.ids[over]])
+                both.sort(kind="stable")
+                self._hot = both[np.r_[True, both[1:] != both[:-1]]]
             self._reshare()
         return done
 
     def _fits(self, f: _Flow) -> bool:
+        if self._few_hot([f]):
+            at = self._hot_at(f)[1]
+            return not (self.load[f.ids[at]] > f.cap[at]).any()
         return not (self.load[f.ids] > f.cap).any()
+
+    def _few_hot(self, flows: list[_Flow]) -> bool:
+        """Whether looking the candidate links up in *flows* beats reading all their links (a
+        binary search costs some 16 reads)."""
+        return self._hot is not None and 16 * len(self._hot) * len(flows) < sum(
+            len(f.ids) for f in flows)
+
+    def _hot_at(self, f: _Flow) -> tuple[np.ndarray, np.ndarray]:
+        """The candidate links *f* runs on: their positions in ``_hot`` and in ``f.ids``."""
+        hot = self._hot
+        assert hot is not None
+        pos = np.searchsorted(f.ids, hot)
+        k = np.flatnonzero(f.ids[np.minimum(pos, len(f.ids) - 1)] == hot)
+        return k, pos[k]
 
     # ------------------------------------------------------------------ internals
 
@@ -135,18 +170,14 @@ class SharedLinks:
                 self._release(f)
         flows = list(self.flows)
         speed = np.ones(len(flows))
-        # Only links over capacity at full speed can bind: the columns of the flows through them.
-        # (PERF: one vectorised pass over every flow's links instead of a loop per flow.)
-        if flows:
-            ids = np.concatenate([f.ids for f in flows])
-            hot = self.load[ids] > np.concatenate([f.cap for f in flows])
-        if flows and hot.any():
-            c = np.repeat(np.arange(len(flows)), [len(f.ids) for f in flows])[hot]
-            links, r = np.unique(ids[hot], return_inverse=True)
+        # Only links over capacity at full speed can bind: the columns of the flows through them,
+        # as (flow, link index into *links*, bytes/s at speed 1) entries in flow order.
+        c, r, rates, links = self._overloaded(flows)
+        if len(c):
             first = np.r_[True, c[1:] != c[:-1]]          # c is sorted: its distinct flows
             used, cc = c[first], np.cumsum(first) - 1
             # bytes/s at speed 1 on the overloaded links, (link, flow) entries summed
-            m = np.bincount(r * len(used) + cc, weights=np.concatenate([f.rate for f in flows])[hot],
+            m = np.bincount(r * len(used) + cc, weights=rates,
                             minlength=len(links) * len(used)).reshape(len(links), len(used))
             speed[used] = _progressive_fill(m, self.capacity[links])
         self.slowed = int(np.sum(speed < 1.0 - _TOL))
@@ -156,9 +187,60 @@ class SharedLinks:
                 f.speed = x
                 self._arm(f, split=True)
 
+    def _overloaded(self, flows: list[_Flow]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                       np.ndarray]:
+        """The (flow, link) entries of *flows* on links over capacity: flow indices (sorted),
+        the indices of their links into the sorted overloaded links, their bytes/s at speed 1,
+        and those links."""
+        empty = np.zeros(0, np.int64)
+        if not flows:
+            return empty, empty, np.zeros(0), empty
+        if self._hot is not None:                         # prune: those over capacity now
+            self._hot = self._hot[self.load[self._hot] > self.capacity[self._hot] * (1 + _TOL)]
+        if not self._few_hot(flows):
+            # (PERF: one vectorised pass over every flow's links instead of a loop per flow.)
+            ids = np.concatenate([f.ids for f in flows])
+            over = self.load[ids] > np.concatenate([f.cap for f in flows])
+            c = np.repeat(np.arange(len(flows)), [len(f.ids) for f in flows])[over]
+            links, r = _unique_sorted_runs(ids[over])
+            if self._hot is not None:
+                self._hot = links                         # the overloaded links any flow uses
+            return c, r, np.concatenate([f.rate for f in flows])[over], links
+        # The same entries from the candidate links: each flow's ids are sorted, so its entries
+        # come out in the same (link) order as the scan of its ids gives them.
+        hot = self._hot
+        assert hot is not None
+        cs, ks, rs = [], [], []
+        for i, f in enumerate(flows):
+            k, at = self._hot_at(f)
+            if len(k):
+                cs.append(np.full(len(k), i))
+                ks.append(k)
+                rs.append(f.rate[at])
+        if not cs:
+            return empty, empty, np.zeros(0), empty
+        k = np.concatenate(ks)
+        seen = np.zeros(len(hot), bool)
+        seen[k] = True                                    # the candidates some flow uses
+        return np.concatenate(cs), (np.cumsum(seen) - 1)[k], np.concatenate(rs), hot[seen]
+
 
 def _succeed(event: simpy.Event, _trigger: object = None) -> None:
     event.succeed()
+
+
+def _unique_sorted_runs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` for *x* made of a few sorted runs (each flow's links).
+
+    PERF: a stable sort merges the runs in one pass where ``np.unique``'s quicksort starts over
+    (benchmarks/test_bench_training.py, 98,304 GPUs); the values and the inverse are the same."""
+    order = np.argsort(x, kind="stable")
+    s = x[order]
+    first = np.ones(len(s), bool)
+    first[1:] = s[1:] != s[:-1]
+    inverse = np.empty(len(x), np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return s[first], inverse
 
 
 def _progressive_fill(m: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -178,9 +260,9 @@ def _progressive_fill(m: np.ndarray, capacity: np.ndarray) -> np.ndarray:
             break
         level += inc
         residual[used] -= inc * load[used]
-        full = used[residual[used] <= _TOL * capacity[used]]
-        full = np.union1d(full, used[k:k + 1])            # at least the tightest link
-        hit = free & (m[full] > 0).any(axis=0)
+        is_full = residual[used] <= _TOL * capacity[used]
+        is_full[k] = True                                 # at least the tightest link
+        hit = free & (m[used[is_full]] > 0).any(axis=0)
         x[hit] = level
         free &= ~hit
     return x
