@@ -50,7 +50,9 @@ class SharedLinks:
         self.env = env
         self.capacity = np.asarray(capacity_Bps, float)
         self.load = np.zeros(len(self.capacity))          # bytes/s of the flows at speed 1
-        self.flows: set[_Flow] = set()
+        # insertion-ordered (a dict, not a set: a set of these would iterate in the order of
+        # their addresses, and the solve's sums with it)
+        self.flows: dict[_Flow, None] = {}
         self.slowed = 0                                   # flows now below their speed alone
         self.solves = 0
         # per traffic: (the traffic, its links' capacities, whether its link ids are sorted and
@@ -77,7 +79,7 @@ class SharedLinks:
         cap = hit[1]
         rate = traffic.link_Bps if share == 1.0 else traffic.link_Bps * share
         f = _Flow(traffic.link_ids, rate, cap, traffic.work_s, traffic.latency_s, done, env.now)
-        self.flows.add(f)
+        self.flows[f] = None
         load = self.load[f.ids] + f.rate                  # (one gather for both uses)
         self.load[f.ids] = load
         over = load > f.cap
@@ -135,7 +137,7 @@ class SharedLinks:
         if f not in self.flows:
             return False
         binding = bool(self.slowed) and not self._fits(f)
-        self.flows.discard(f)
+        del self.flows[f]
         self.load[f.ids] -= f.rate
         return binding
 
