@@ -55,6 +55,18 @@ LINK_EFFICIENCY: dict[str, float] = {
 # calibration runs (2 to 540 nodes).
 NET_LATENCY_US: dict[str, float] = {"tcpxo": 54.5, "slingshot": 11.5}
 
+# Time a GPU's network proxy spends on each channel's step of an LL128 call across nodes (us).
+# NCCL sends a step to the network only when the whole step is written and fenced and the GPU's
+# one proxy thread, which serves the channels of its NIC one after another, has seen it and
+# posted the send behind the receiver's clear-to-send (NVIDIA/nccl src/device/prims_ll128.h
+# postSend, src/transport/net.cc sendProxyProgress, src/proxy.cc; src/transport/net_ib/p2p.cc),
+# so each network step of the call waits for the proxy to get round its channels: 4 at full width
+# (two graph channels per NIC, doubled at run time), fewer for a call on fewer channels. NCCL's
+# tuner leaves this out. Fitted by ``sim.validate.fit_proxy_step_us`` on the calibration split's
+# points that run LL128 across nodes (32 x H100 all-reduce on 4 nodes, 8 x H100 reduce-scatter
+# on 2 nodes; 9 points): the value at which their median signed time error is zero
+# (tests/test_validation_budgets.py re-derives it).
+PROXY_STEP_US = 7.3
 # Host time per GPU of one nccl-tests iteration when one thread drives several GPUs (``-g N``):
 # the thread issues the N calls of an iteration one after another (a group of N launches), so an
 # iteration takes at least N x this (``sim.validate.predictors.CasePredictor``). Fitted by

@@ -245,3 +245,26 @@ def test_pat_needs_nccl_2_23() -> None:
     # before 2.23 a ring at one rank per node prices its network steps at the ring's own latency
     current_ring = CollectiveModel(topo).time("allgather", 1024, g, algo="ring")
     assert old.time("allgather", 1024, g).latency_s < current_ring.latency_s
+
+
+def test_ll128_across_nodes_waits_for_the_proxy_per_network_step() -> None:
+    """Each network step of an LL128 call waits for the NIC's proxy to serve its channels, 4 at
+    full width (sim.calibration.PROXY_STEP_US each): a 4 MiB tree all-reduce on 2 nodes (all 32
+    channels) pays 2 hops x 4 x the step, a ring all-reduce its 2 steps between nodes, a call on
+    half the channels half as much; other protocols and one node pay nothing, and NCCL's tuner
+    (the pick) does not see it."""
+    from sim.calibration import PROXY_STEP_US
+    step = PROXY_STEP_US * 1e-6
+    assert nccl.proxy_wait_s("allreduce", "tree", "LL128", 4 * MiB, 16, 2, step) == pytest.approx(2 * 4 * step)
+    assert nccl.proxy_wait_s("allreduce", "ring", "LL128", 4 * MiB, 16, 2, step) == pytest.approx(2 * 4 * step)
+    assert nccl.proxy_wait_s("allgather", "ring", "LL128", 4 * MiB, 32, 4, step) == pytest.approx(3 * 4 * step)
+    used, full = nccl.channels_used("tree", "LL128", 80 * KiB, 16, 2)
+    assert (used, full) == (16, 32)
+    assert nccl.proxy_wait_s("allreduce", "tree", "LL128", 80 * KiB, 16, 2, step) == pytest.approx(2 * 2 * step)
+    assert nccl.proxy_wait_s("allreduce", "tree", "LL", 4 * MiB, 16, 2, step) == 0.0
+    assert nccl.proxy_wait_s("allreduce", "ring", "LL128", 4 * MiB, 8, 1, step) == 0.0
+    t = build_topology(load_cluster("dgx-h100", 16))
+    with_wait, without = CollectiveModel(t), CollectiveModel(t, proxy_step_us=0.0)
+    a, b = with_wait.time("allreduce", 4 * MiB), without.time("allreduce", 4 * MiB)
+    assert (a.algo, a.proto) == (b.algo, b.proto) == ("tree", "LL128")
+    assert a.latency_s - b.latency_s == pytest.approx(2 * 4 * step)

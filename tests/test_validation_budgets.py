@@ -61,6 +61,16 @@ def test_slingshot_efficiency_is_the_calibration_fit() -> None:
     assert LINK_EFFICIENCY["slingshot"] == pytest.approx(fitted, abs=1e-9)
 
 
+def test_proxy_step_is_the_calibration_fit() -> None:
+    """``PROXY_STEP_US`` re-derived from the calibration split's points that run LL128 across
+    nodes."""
+    from sim.calibration import PROXY_STEP_US
+    from sim.validate import fit_proxy_step_us
+
+    fitted = fit_proxy_step_us(DATA / "collectives", lambda us: CasePredictor(proxy_step_us=us))
+    assert fitted == PROXY_STEP_US
+
+
 def test_net_latency_is_the_calibration_fit() -> None:
     """``NET_LATENCY_US`` re-derived from the calibration split: transports whose topology file
     gives no ``net_latency_us`` and are not NCCL's own IB verbs (InfiniBand, RoCE)."""

@@ -72,7 +72,8 @@ class CollectiveModel:
 
     def __init__(self, topo: Topology, efficiency: dict[str, float] | None = None,
                  nccl_version: tuple[int, int] | None = None,
-                 net_latency_us: dict[str, float] | None = None) -> None:
+                 net_latency_us: dict[str, float] | None = None,
+                 proxy_step_us: float | None = None) -> None:
         self.topo = topo
         self.links = LinkTable(topo, LINK_EFFICIENCY if efficiency is None else efficiency)
         self.router = Router(topo, self.links)
@@ -83,7 +84,7 @@ class CollectiveModel:
         # what the tuner may offer here (nccl.offered); *nccl_version* (major, minor) where the
         # release changes it, None for a current NCCL; *net_latency_us* replaces
         # sim.calibration.NET_LATENCY_US (for its fit)
-        self.hw = nccl.platform(topo, nccl_version, net_latency_us)
+        self.hw = nccl.platform(topo, nccl_version, net_latency_us, proxy_step_us)
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
         self._wire: tuple[float, float] | None = None
@@ -197,7 +198,7 @@ class CollectiveModel:
         lat, transfer, tuned = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch,
                                                 transfer, busbw_factor(op, gi.n), w_intra, w_inter,
                                                 self._net_Bps(), self.hw.since(2, 23), self.hw.net_us,
-                                                nvls_s)
+                                                nvls_s, self.hw.proxy_step_s)
         res = CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
         if tuner is not None:
             tuner[id(res)] = tuned

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from ..calibration import NET_LATENCY_US
+from ..calibration import NET_LATENCY_US, PROXY_STEP_US
 from ..errors import ConfigError
 from ..topology import GpuFabric, Topology
 from ..topology_spec import GpuClusterSpec
@@ -47,7 +47,7 @@ from .plugin_tuner import plugin_choice
 
 __all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "channels_used",
            "choices", "fastest", "latency_s", "nvls_chunk_bytes", "nvls_efficiency", "nvls_tree_fill_s",
-           "offered", "plugin_pick", "platform", "protocol_factor", "protocols", "tree_correction"]
+           "offered", "plugin_pick", "platform", "proxy_wait_s", "protocol_factor", "protocols", "tree_correction"]
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 _P = {p: i for i, p in enumerate(PROTOCOLS)}
@@ -290,6 +290,8 @@ class Platform:
     net_protocols: tuple[str, ...] = PROTOCOLS
     # The net plugin's tuner table (``fabric.tuner_plugin``; sim.collectives.plugin_tuner)
     tuner_plugin: str | None = None
+    # The proxy's time per channel step of an LL128 call across nodes (sim.calibration.PROXY_STEP_US)
+    proxy_step_s: float = PROXY_STEP_US * 1e-6
 
     def since(self, major: int, minor: int) -> bool:
         """Whether the NCCL release has what (major, minor) introduced (unknown: yes)."""
@@ -297,13 +299,16 @@ class Platform:
 
 
 def platform(topo: Topology, nccl_version: tuple[int, int] | None = None,
-             net_latency_us: dict[str, float] | None = None) -> Platform:
+             net_latency_us: dict[str, float] | None = None,
+             proxy_step_us: float | None = None) -> Platform:
     """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction
     and the transport's network latency (the topology file's ``net_latency_us``, else the value
     fitted for the transport in ``sim.calibration.NET_LATENCY_US`` or the *net_latency_us* table
     that replaces it, else NCCL's table); *nccl_version* (major, minor) where the release matters
-    (PAT: 2.23), None for a current one."""
+    (PAT: 2.23), None for a current one; *proxy_step_us* replaces
+    ``sim.calibration.PROXY_STEP_US`` (for its fit)."""
     table = NET_LATENCY_US if net_latency_us is None else net_latency_us
+    step_us = PROXY_STEP_US if proxy_step_us is None else proxy_step_us
     fab = topo.fabric
     nvls, sharp = (fab.nvls, fab.sharp) if isinstance(fab, GpuFabric) else (False, False)
     net_us: tuple[float, float] | None = None
@@ -318,7 +323,7 @@ def platform(topo: Topology, nccl_version: tuple[int, int] | None = None,
         elif spec.transport in table:
             net_us = (table[spec.transport], spec.net_simple_overhead_s * 1e6)
     return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp,
-                    nccl_version, net_us, net_protocols, tuner_plugin)
+                    nccl_version, net_us, net_protocols, tuner_plugin, step_us * 1e-6)
 
 
 def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
@@ -388,6 +393,28 @@ class _Timed(Protocol):
 R = TypeVar("R", bound=_Timed)
 
 
+# Channels a NIC's proxy serves at full width: two graph channels per NIC (sim.collectives.nccl
+# _CHANNELS: 16 across nodes on 8 NICs), doubled at run time (``channels_used``).
+PROXY_CHANNELS = 4
+
+
+def proxy_wait_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: int,
+                 step_s: float) -> float:
+    """What an LL128 ring or tree call across nodes waits on its GPUs' network proxies beyond
+    NCCL's latency model: at each of its network steps (a tree's 2 log2(nodes) hops, a ring's
+    steps between nodes) the proxy gets round its channels one step each (*step_s*, see
+    ``sim.calibration.PROXY_STEP_US``), PROXY_CHANNELS of them at full width and that share of
+    them for a call on fewer channels. Not part of the tuner's cost, as it is not of NCCL's."""
+    if proto != "LL128" or nodes < 2 or algo not in ("ring", "tree") or step_s <= 0:
+        return 0.0
+    if algo == "tree":
+        steps = 2 * math.log2(nodes)
+    else:
+        steps = 2 * (nodes - 1) if op == "allreduce" else nodes - 1
+    used, full = channels_used(algo, proto, size, ranks, nodes)
+    return steps * PROXY_CHANNELS * used / full * step_s
+
+
 def plugin_pick(op: str, gi: GroupInfo, hw: Platform, size: int) -> tuple[str, str] | None:
     """The (algorithm, protocol) the net plugin's tuner forces on this call, if any: only with a
     tuner table for the fabric, across nodes, and on NCCL 2.19 or later (tuner plugins' first
@@ -429,7 +456,7 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
                 line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float,
                 net_Bps: float = 0.0, since_2_23: bool = True,
                 net_us: tuple[float, float] | None = None,
-                nvls_s: float | None = None) -> tuple[float, float, float]:
+                nvls_s: float | None = None, proxy_step_s: float = 0.0) -> tuple[float, float, float]:
     """(latency, transfer, tuner) seconds of one GPU call of *size* bytes.
 
     *line_s* is the transfer time at the links' rates (the flow model's); the protocol's share of
@@ -494,4 +521,4 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
         lat_op = op if algo != "hierarchical" else "allreduce"
         lat = latency_s(lat_algo, proto, lat_op, ranks, nodes, size, wire_intra_s, wire_inter_s,
                         exposed_net=since_2_23, net_us=net_us)
-    return lat, transfer, lat + tuned
+    return lat + proxy_wait_s(op, algo, proto, size, ranks, nodes, proxy_step_s), transfer, lat + tuned

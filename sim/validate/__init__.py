@@ -56,6 +56,7 @@ from .fit import (
     fit_nccl_tests_launch_s,
     fit_net_latency,
     fit_nvlink_efficiency,
+    fit_proxy_step_us,
     fit_stack_efficiency,
     fit_torch_call_overhead_s,
 )
@@ -102,7 +103,8 @@ __all__ = [
     "add_parser", "check_budgets", "check_compute_budgets", "check_failure_budgets",
     "check_training_budgets", "compute_report_to_json", "default_data_dir",
     "failures_report_to_json", "family_of", "family_of_spec", "fit_link_efficiency", "fit_nccl_tests_launch_s",
-    "fit_net_latency", "fit_nvlink_efficiency", "fit_stack_efficiency", "fit_torch_call_overhead_s",
+    "fit_net_latency", "fit_nvlink_efficiency", "fit_proxy_step_us", "fit_stack_efficiency",
+    "fit_torch_call_overhead_s",
     "flops_per_token", "gpus_per_thread", "harness_of",
     "format_compute_report", "format_failures", "format_report", "format_training_report",
     "is_anomalous", "load_budgets", "map_runs", "measured_points", "nccl_version", "predict_case",

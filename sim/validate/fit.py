@@ -19,6 +19,7 @@ from .training import _score
 from .training_map import map_runs
 
 __all__ = ["fit_link_efficiency", "fit_nccl_tests_launch_s", "fit_net_latency", "fit_nvlink_efficiency",
+           "fit_proxy_step_us",
            "fit_stack_efficiency", "fit_torch_call_overhead_s"]
 
 
@@ -113,6 +114,44 @@ def fit_link_efficiency(data_dir: Path, kind: str, topologies: set[str],
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if err(mid) < 0 else (lo, mid)
     return round((lo + hi) / 2 / 0.005) * 0.005
+
+
+def fit_proxy_step_us(data_dir: Path, predictor_for: Callable[[float], Any]) -> float:
+    """Fit of ``sim.calibration.PROXY_STEP_US`` on the calibration split.
+
+    Over the points of supported, non-anomalous calibration runs across nodes whose call the
+    model runs on LL128 (the protocol the term applies to; NCCL's tuner, and so the choice, does
+    not see it): the proxy time per channel step at which the median signed time error is zero,
+    by bisection on [0, 100] us (predicted times grow with it). *predictor_for(us)* builds a
+    ``CasePredictor`` whose ``PROXY_STEP_US`` is *us*. Rounded to 0.1 us.
+    """
+    from ..collectives import busbw_factor  # lazily, as the collectives suite does
+
+    probe = predictor_for(0.0)
+    pts = []
+    for meta in _load_runs(data_dir):
+        if meta.split != "calibration" or not meta.supported or meta.anomalous or meta.nodes < 2:
+            continue
+        model = probe.model(meta.topology, meta.gpus, meta.sharp, meta.nccl_version, meta.nvl_domain)
+        for m in _load_measured(data_dir / meta.file):
+            if model.time(meta.op, int(m.size_bytes)).proto == "LL128":
+                pts.append((meta, m, busbw_factor(meta.op, meta.gpus)))
+    if not pts:
+        raise ConfigError(f"{data_dir}: no calibration points run LL128 across nodes to fit on")
+
+    def err(us: float) -> float:
+        predict = predictor_for(us)
+        med = median([(p.predicted_time_s - p.measured_time_s) / p.measured_time_s
+                       for p in (_score_point(meta, m, predict, f) for meta, m, f in pts)
+                       if p.measured_time_s])
+        assert med is not None
+        return med
+
+    lo, hi = 0.0, 100.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if err(mid) < 0 else (lo, mid)
+    return round((lo + hi) / 2, 1)
 
 
 def _median_signed_err(pts: list[tuple[Any, Any, float]], predict: Predictor) -> float:
