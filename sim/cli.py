@@ -12,6 +12,7 @@ the command quietly, as other Unix tools do.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -54,6 +55,13 @@ def _size(text: str) -> int:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive byte count, got {text!r}")
     return v
+
+
+def _nccl_version(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)(?:\.\d+)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected an NCCL release MAJOR.MINOR like 2.23, got {text!r}")
+    return int(m.group(1)), int(m.group(2))
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
@@ -108,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     coll.add_argument("--min-bytes", type=_size, default=8, help="smallest size (default 8)")
     coll.add_argument("--max-bytes", type=_size, default=128 * 2**20, help="largest (default 128M)")
     coll.add_argument("--factor", type=_positive_int, default=2, help="size multiplier (default 2)")
+    coll.add_argument("--nccl-version", type=_nccl_version, metavar="MAJOR.MINOR",
+                      help="the NCCL release the calls run (e.g. 2.18: no PAT, no tuner plugins); "
+                           "default: a current one")
     coll.add_argument("--dtype", default="float", help="element type (default float)")
     coll.add_argument("--csv", action="store_true", help="CSV with nccl-tests' columns")
     coll.set_defaults(func=_cmd_collective)
@@ -275,7 +286,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     if args.group is not None and args.group > topo.chips:
         raise ConfigError(f"--group: {args.group} ranks but the topology has {topo.chips} chips")
     group = list(range(args.group)) if args.group else None
-    model = CollectiveModel(topo)
+    model = CollectiveModel(topo, nccl_version=args.nccl_version)
     tsize = DTYPE_BYTES[args.dtype]
     results = []
     size = args.min_bytes

@@ -63,3 +63,18 @@ def test_collective_names_the_flag_of_a_model_error(capsys) -> None:
     assert main(["collective", "--topology", "dgx-h100", "--chips", "4096", "--op", "alltoall"]) == 2
     assert ("clustersim: error: --op alltoall: groups of more than 2048 ranks are not modelled yet, "
             "got 4096") in capsys.readouterr().err
+
+
+def test_collective_takes_the_nccl_release(capsys) -> None:
+    """--nccl-version: on P5, NCCL 2.18 (before tuner plugins) picks its own tree/LL for a small
+    all-reduce, a current release runs AWS's tree/LL128; a malformed release is one line, exit 2."""
+    base = ["collective", "--topology", "aws-p5", "--chips", "16", "--op", "allreduce",
+            "--min-bytes", "1K", "--max-bytes", "1K"]
+    assert main(base + ["--nccl-version", "2.18"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("tree/LL")
+    assert main(base) == 0
+    assert capsys.readouterr().out.rstrip().endswith("tree/LL128")
+    r = subprocess.run([sys.executable, "-m", "sim", *base, "--nccl-version", "two"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "--nccl-version: expected an NCCL release MAJOR.MINOR" in r.stderr
