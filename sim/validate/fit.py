@@ -73,12 +73,10 @@ def fit_net_latency(data_dir: Path, transport_of: Callable[[str], str | None],
                 points.setdefault(transport, []).append((meta, m, busbw_factor(meta.op, meta.gpus)))
     fitted: dict[str, float] = {}
     for transport, pts in sorted(points.items()):
-        lo, hi = 0.0, 1000.0
-        for _ in range(40):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if _median_signed_err(pts, predictor_for({**fitted, transport: mid})) < 0 \
-                else (lo, mid)
-        fitted[transport] = round((lo + hi) / 2, 1)
+        def err(us: float, transport: str = transport, pts: list[tuple[Any, Any, float]] = pts) -> float:
+            return _median_signed_err(pts, predictor_for({**fitted, transport: us}))
+
+        fitted[transport] = round(_root(err, 0.0, 1000.0, 40), 1)
     return fitted
 
 
@@ -109,11 +107,7 @@ def fit_link_efficiency(data_dir: Path, kind: str, topologies: set[str],
         assert med is not None
         return med
 
-    lo, hi = 0.2, 1.0
-    for _ in range(8):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if err(mid) < 0 else (lo, mid)
-    return round((lo + hi) / 2 / 0.005) * 0.005
+    return round(_root(err, 0.2, 1.0, 8) / 0.005) * 0.005
 
 
 def fit_proxy_step_us(data_dir: Path, predictor_for: Callable[[float], Any]) -> float:
@@ -147,11 +141,16 @@ def fit_proxy_step_us(data_dir: Path, predictor_for: Callable[[float], Any]) -> 
         assert med is not None
         return med
 
-    lo, hi = 0.0, 100.0
-    for _ in range(30):
+    return round(_root(err, 0.0, 100.0, 30), 1)
+
+
+def _root(err: Callable[[float], float], lo: float, hi: float, iters: int) -> float:
+    """Bisection: the middle of [lo, hi] narrowed *iters* times towards where *err*, which grows
+    with its argument, changes sign."""
+    for _ in range(iters):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if err(mid) < 0 else (lo, mid)
-    return round((lo + hi) / 2, 1)
+    return (lo + hi) / 2
 
 
 def _median_signed_err(pts: list[tuple[Any, Any, float]], predict: Predictor) -> float:
