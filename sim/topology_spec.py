@@ -35,6 +35,10 @@ def shape_str(shape: SliceShape) -> str:
     return "x".join(str(d) for d in shape)
 
 
+# NCCL's protocols, in NCCL's order (sim.collectives.nccl.PROTOCOLS; ``fabric.net_protocols``)
+NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+
+
 @dataclass(frozen=True, slots=True)
 class GpuClusterSpec:
     """NVLink/NVSwitch nodes joined by a rail-optimized InfiniBand fat-tree (DGX SuperPOD RA).
@@ -90,7 +94,7 @@ class GpuClusterSpec:
     # the net plugin or the GPU-NIC path rules some out (aws-ofi-nccl forces Simple on P4d/P4de;
     # NCCL enables LL128 across nodes only when GPU and NIC share a PCIe switch, or through PXN
     # on Hopper and later).
-    net_protocols: tuple[str, ...] = ("LL", "LL128", "Simple")
+    net_protocols: tuple[str, ...] = NCCL_PROTOCOLS
     # The net plugin's own tuner (``fabric.tuner_plugin``): a table of sim.collectives.plugin_tuner
     # that picks algorithm and protocol where it has a region for the call (NCCL >= 2.19); None:
     # NCCL's tuner alone.

@@ -292,3 +292,9 @@ def test_aws_whole_node_tables_cover_the_plane() -> None:
                 for k in range(3, 35):
                     assert plugin_choice(platform, op, 2**k, ranks, ranks // 8) is not None, \
                         (platform, op, ranks, 2**k)
+
+
+def test_tuner_plugin_names_are_the_tables() -> None:
+    from sim.collectives.plugin_tuner import PLATFORMS
+    from sim.config.topology_specs import TUNER_PLUGINS
+    assert set(TUNER_PLUGINS) == set(PLATFORMS)

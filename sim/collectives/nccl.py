@@ -41,7 +41,7 @@ from typing import Protocol, TypeVar
 from ..calibration import NET_LATENCY_US, PROXY_STEP_US
 from ..errors import ConfigError
 from ..topology import GpuFabric, Topology
-from ..topology_spec import GpuClusterSpec
+from ..topology_spec import NCCL_PROTOCOLS, GpuClusterSpec
 from .algorithms import ALGORITHMS, NET_RAILS, GroupInfo
 from .plugin_tuner import plugin_choice
 
@@ -49,7 +49,7 @@ __all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels",
            "choices", "fastest", "latency_s", "nvls_chunk_bytes", "nvls_efficiency", "nvls_tree_fill_s",
            "offered", "plugin_pick", "platform", "proxy_wait_s", "protocol_factor", "protocols", "tree_correction"]
 
-PROTOCOLS = ("LL", "LL128", "Simple")
+PROTOCOLS = NCCL_PROTOCOLS
 _P = {p: i for i, p in enumerate(PROTOCOLS)}
 
 # baseLatencies [LL, LL128, Simple], microseconds

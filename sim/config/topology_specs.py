@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hardware import Chip, get_chip
-from ..topology_spec import GpuClusterSpec, TopologySpec, TpuPodSpec
+from ..topology_spec import NCCL_PROTOCOLS, GpuClusterSpec, TopologySpec, TpuPodSpec
 from ..units import GB, Gbps_to_Bps, us_to_s
 from .fields import Section
 from .paths import topology_dir
@@ -35,10 +35,9 @@ LAYOUTS = ("fat-tree", "dragonfly")
 # Scale-out transports (topologies/README.md "Fabrics"). InfiniBand names its port fields ib_*;
 # the others port_Gbps / link_latency_us.
 TRANSPORTS = ("ib", "roce", "efa", "tcpxo", "tcpx", "slingshot")
-# Net plugins' tuner tables, for ``fabric.tuner_plugin`` (sim.collectives.plugin_tuner.PLATFORMS)
+# Net plugins' tuner tables, for ``fabric.tuner_plugin``: sim.collectives.plugin_tuner.PLATFORMS's
+# keys (not imported: sim.collectives loads the config package; a test keeps the two equal)
 TUNER_PLUGINS = ("aws-p5", "aws-p6")
-# NCCL's protocols, for ``fabric.net_protocols`` (sim.collectives.nccl.PROTOCOLS)
-NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 _TPU_KEYS = frozenset({"name", "kind", "chip", "default_chips", "ndims", "cube", "max_shape",
                        "subcube_shapes", "pod_shapes", "wrap_len", "chips_per_host", "ici_latency_us",
                        "pcie_GBps", "pcie_latency_us", "dcn_latency_us", "twisted_allowed",
