@@ -45,13 +45,13 @@ def _positive_int(text: str) -> int:
 
 
 def _size(text: str) -> int:
-    """A byte count: 1048576, 64K, 64M, 8G (binary multiples, as nccl-tests reads them)."""
-    t = text.strip().upper().rstrip("B")
+    """A byte count: 1048576, 64K, 64M, 8G, 64MiB (binary multiples, as nccl-tests reads them)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(t[-1:], 1)
     try:
         v = int(t[:-1] if mult > 1 else t) * mult
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive byte count like 8, 64K, 8G; got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive byte count like 8, 64K, 8G, 64MiB; got {text!r}") from None
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive byte count, got {text!r}")
     return v

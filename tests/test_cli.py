@@ -78,3 +78,21 @@ def test_collective_takes_the_nccl_release(capsys) -> None:
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "--nccl-version: expected an NCCL release MAJOR.MINOR" in r.stderr
+
+
+@pytest.mark.parametrize("text, size", [("65536", 65536), ("64K", 65536), ("64KB", 65536),
+                                        ("64KiB", 65536), ("8MiB", 8 * 2**20), ("1g", 2**30)])
+def test_byte_counts_read_as_nccl_tests_does(capsys, text, size) -> None:
+    """--min-bytes/--max-bytes take nccl-tests' K/M/G (binary) with or without B or iB."""
+    assert main(["collective", "--topology", "dgx-h100", "--op", "allreduce", "--csv",
+                 "--min-bytes", text, "--max-bytes", text]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert len(rows) == 2 and rows[1].split(",")[0] == str(size)
+
+
+@pytest.mark.parametrize("text", ["0", "-8", "64Q", "MiB", "1.5M"])
+def test_bad_byte_counts_are_one_line(capsys, text) -> None:
+    assert main(["collective", "--topology", "dgx-h100", "--op", "allreduce",
+                 "--min-bytes", text]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--min-bytes" in err and repr(text) in err

@@ -150,6 +150,27 @@ def test_bad_fabric_section_is_one_line_exit_2(tmp_path, old, new, fragment) -> 
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("old, new, fragment", [
+    ("max_gpus: 4608", "max_gpus: 4600", "fabric.max_gpus: the largest cluster is whole 72-GPU nodes"),
+    ("gpus_per_host: 4 ", "gpus_per_host: 0 ", "node.gpus_per_host: must be >= 1, got 0"),
+    ("gpus_per_host: 4 ", "gpus_per_host: 5 ", "node.gpus_per_host: must divide node.gpus (72), got 5"),
+    ("nics: 72 ", "nics: 70 ", "node.nics: rail-optimized fabrics need the node's 72 GPUs spread evenly"),
+    ("ib_latency_us: 0.3", "# no latency", "fabric.ib_latency_us: required"),
+])
+def test_bad_nvl72_file_is_one_line_exit_2(tmp_path, old, new, fragment) -> None:
+    """An NVL72 file whose NVLink domain, hosts or size limit do not fit together: the file, the
+    field and what would be valid, on one line (0 is not 'absent': leave the field out for that)."""
+    text = (TOPOLOGIES / "gb200-nvl72.yaml").read_text()
+    assert old in text
+    f = tmp_path / "bad-nvl72.yaml"
+    f.write_text(text.replace(old, new))
+    r = subprocess.run([sys.executable, "-m", "sim", "topo", "show", str(f)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2, r.stderr
+    assert fragment in r.stderr and str(f) in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
 # --------------------------------------------------------------------------- frontier scale
 
 SMALL_PODS = """

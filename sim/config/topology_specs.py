@@ -105,7 +105,7 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
     chip = _chip(s)
     gpus = node.integer("gpus")
     nvswitches, links, mesh = _nvlink_layout(node, chip, gpus)
-    host = node.integer("gpus_per_host", 0, minimum=0)
+    host = node.opt_int("gpus_per_host") or 0
     if host and gpus % host:
         raise ConfigError(f"{node.at('gpus_per_host')}: must divide node.gpus ({gpus}), got {host}")
     transport = fab.text("transport", "ib", choices=TRANSPORTS)
@@ -148,7 +148,7 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         net_simple_overhead_s=us_to_s(fab.number("net_simple_overhead_us", 0.0)),
         net_protocols=_net_protocols(fab),
         tuner_plugin=fab.text("tuner_plugin", choices=TUNER_PLUGINS) if fab.has("tuner_plugin") else None,
-        pod_sus=fab.integer("pod_sus", 0, minimum=0),
+        pod_sus=fab.opt_int("pod_sus") or 0,
         core_oversubscription=fab.number("core_oversubscription", 1.0, minimum=1.0),
         layout=layout,
         group_switches=fab.integer("group_switches") if df else 0,
@@ -159,6 +159,9 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need the node's {gpus} GPUs "
                           f"spread evenly over its NICs; valid: a divisor or a multiple of {gpus}, got "
                           f"{spec.nics_per_node}")
+    if spec.max_gpus % gpus:
+        raise ConfigError(f"{fab.at('max_gpus')}: the largest cluster is whole {gpus}-GPU nodes "
+                          f"(node.gpus); valid: a multiple of {gpus}, got {spec.max_gpus}")
     spec.resolve_chips(spec.default_chips, s.at("default_chips"))
     return spec
 
@@ -210,7 +213,7 @@ def _tpu_spec(s: Section) -> TpuPodSpec:
         dcn_latency_s=us_to_s(s.number("dcn_latency_us")),
         twisted_allowed=s.flag("twisted_allowed", False), multi_pod=s.flag("multi_pod", False),
         default_chips=s.integer("default_chips", math.prod(max_shape)),
-        max_cubes=s.integer("max_cubes", 0, minimum=0),
+        max_cubes=s.opt_int("max_cubes") or 0,
     )
     if spec.max_cubes and ndims != 3:
         raise ConfigError(f"{s.at('max_cubes')}: only 3-D slices of cubes have one, got ndims: {ndims}")
