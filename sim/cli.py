@@ -51,7 +51,8 @@ def _size(text: str) -> int:
     try:
         v = int(t[:-1] if mult > 1 else t) * mult
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive byte count like 8, 64K, 8G, 64MiB; got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a positive byte count like 8, 64K, 8G, 64MiB; got {text!r}") from None
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive byte count, got {text!r}")
     return v
