@@ -204,3 +204,48 @@ def test_generated_command_lines(capsys: pytest.CaptureFixture[str], command: li
     if argv[0] == "run":
         argv += FAST
     answer(argv, capsys)
+
+
+# ----------------------------------------------------------------------------- topology files
+
+# The fabrics issue 16 added, one file per kind of scale-up domain and transport.
+NEW_FABRICS = ["aws-p5", "aws-p4de", "gb200-nvl72", "gcp-a3-mega", "gcp-a3-ultra", "polaris",
+               "hgx-h100-4gpu", "h100-3tier", "oci-h200-roce", "slingshot-dragonfly", "tpu7x"]
+TOPO_VALUES = st.one_of(
+    st.sampled_from([None, "DELETE", 0, -1, 1, 3, 5, 72, 0.5, 1e300, "abc", True, [1, 2], [],
+                     ["Simple"], ["LL", "LL9"], {"a": 1}, "efa", "roce", "dragonfly"]),
+    st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**9, 10**9),
+)
+
+
+def _topo_fields(name: str) -> list[tuple[str, ...]]:
+    raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
+    return [(k, kk) if isinstance(v, dict) else (k,)
+            for k, v in raw.items() for kk in (v if isinstance(v, dict) else [None])]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data(), name=st.sampled_from(NEW_FABRICS))
+def test_generated_topology_files(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  data: st.DataObject, name: str) -> None:
+    """A new fabric's file with one to three fields deleted or set to anything: topo show and a
+    collective on it answer (``answer``'s contract), and a refusal names the file (the field and
+    what would be valid follow it; tests/test_fabrics.py checks those for the cases users hit)."""
+    raw = yaml.safe_load((REPO / "topologies" / f"{name}.yaml").read_text())
+    for path in data.draw(st.lists(st.sampled_from(_topo_fields(name)), min_size=1, max_size=3)):
+        value = data.draw(TOPO_VALUES)
+        parent = raw if len(path) == 1 else raw.get(path[0])
+        if not isinstance(parent, dict):
+            continue
+        if value == "DELETE":
+            parent.pop(path[-1], None)
+        else:
+            parent[path[-1]] = value
+    f = tmp_path / f"{name}-mutated.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    for argv in (["topo", "show", str(f)],
+                 ["collective", "--topology", str(f), "--op", "allreduce", "--min-bytes", "1K",
+                  "--max-bytes", "64M", "--factor", "256"]):
+        code, _, err = answer(argv, capsys)
+        assert code != 2 or str(f) in err, err
