@@ -393,9 +393,9 @@ class _Timed(Protocol):
 R = TypeVar("R", bound=_Timed)
 
 
-# Channels a NIC's proxy serves at full width: two graph channels per NIC (sim.collectives.nccl
-# _CHANNELS: 16 across nodes on 8 NICs), doubled at run time (``channels_used``).
-PROXY_CHANNELS = 4
+# Channels a NIC's proxy serves at full width: the graph's channels across nodes (_CHANNELS: 16)
+# over the NET_RAILS NICs they run on, doubled at run time (``channels_used``): 4.
+PROXY_CHANNELS = 2 * channels("tree", False) // NET_RAILS
 
 
 def proxy_wait_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: int,

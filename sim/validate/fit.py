@@ -133,15 +133,7 @@ def fit_proxy_step_us(data_dir: Path, predictor_for: Callable[[float], Any]) -> 
     if not pts:
         raise ConfigError(f"{data_dir}: no calibration points run LL128 across nodes to fit on")
 
-    def err(us: float) -> float:
-        predict = predictor_for(us)
-        med = median([(p.predicted_time_s - p.measured_time_s) / p.measured_time_s
-                       for p in (_score_point(meta, m, predict, f) for meta, m, f in pts)
-                       if p.measured_time_s])
-        assert med is not None
-        return med
-
-    return round(_root(err, 0.0, 100.0, 30), 1)
+    return round(_root(lambda us: _median_signed_err(pts, predictor_for(us)), 0.0, 100.0, 30), 1)
 
 
 def _root(err: Callable[[float], float], lo: float, hi: float, iters: int) -> float:
@@ -154,9 +146,11 @@ def _root(err: Callable[[float], float], lo: float, hi: float, iters: int) -> fl
 
 
 def _median_signed_err(pts: list[tuple[Any, Any, float]], predict: Predictor) -> float:
-    errs = [(_score_point(meta, m, predict, f).predicted_time_s - m.time_s) / m.time_s
-            for meta, m, f in pts]
-    med = median(errs)
+    """Median of (predicted - measured) / measured time over *pts*' points that have a measured
+    time (timed, or implied by a published busbw as the collectives suite scores it)."""
+    scored = (_score_point(meta, m, predict, f) for meta, m, f in pts)
+    med = median([(p.predicted_time_s - p.measured_time_s) / p.measured_time_s
+                  for p in scored if p.measured_time_s])
     assert med is not None
     return med
 
