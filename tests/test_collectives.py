@@ -37,6 +37,18 @@ def test_ring_allreduce_on_a_switch_is_the_alpha_beta_form(n: int) -> None:
     assert t == pytest.approx(2 * (n - 1) / n * GiB / 450e9, rel=1e-9)
 
 
+@pytest.mark.parametrize("name, switch_reduces", [("dgx-a100", False), ("dgx-h100", True)])
+def test_collnet_node_traffic_follows_the_switches(name: str, switch_reduces: bool) -> None:
+    # SHARP all-reduce over 4 nodes, whose NICs are not the bottleneck: without NVLink SHARP the
+    # node's part is the GPUs' own reduce-scatter + all-gather, 2 (ppn-1)/ppn of the buffer each
+    # way through each GPU's NVLinks (12 x 25 GB/s on A100); with it the switch reduces and
+    # multicasts, S + S/ppn each way (18 x 25 GB/s on H100).
+    m = model(name, 32, sharp=True)
+    nvlink_Bps = {"dgx-a100": 300e9, "dgx-h100": 450e9}[name]
+    vol = GiB * (1 + 1 / 8) if switch_reduces else 2 * GiB * 7 / 8
+    assert transfer_s(m, "allreduce", GiB, "collnet") == pytest.approx(vol / nvlink_Bps, rel=1e-9)
+
+
 def test_ring_allgather_across_nodes_is_node_egress_bound() -> None:
     # SB-GPU: cross-node all-gather ~ B / W_node_egress = B / (8 x 50 GB/s) for large n; exact for
     # the rail rings: each node sends (n-1)/n of the buffer over its 8 NICs.

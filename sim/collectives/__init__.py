@@ -198,7 +198,7 @@ class CollectiveModel:
         lat, transfer, tuned = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch,
                                                 transfer, busbw_factor(op, gi.n), w_intra, w_inter,
                                                 self._net_Bps(), self.hw.since(2, 23), self.hw.net_us,
-                                                nvls_s, self.hw.proxy_step_s)
+                                                nvls_s, self.hw.proxy_step_s, self.hw.nvls)
         res = CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
         if tuner is not None:
             tuner[id(res)] = tuned

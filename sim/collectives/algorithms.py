@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..topology import Topology, TpuFabric
+from ..topology import GpuFabric, Topology, TpuFabric
 from ..topology_spec import GpuClusterSpec
 
 __all__ = ["Phase", "Stage", "GroupInfo", "build", "ALGORITHMS"]
@@ -258,10 +258,13 @@ def nvls(op: str, gi: GroupInfo, size: float) -> list[Stage]:
                    from_switch=(devs, down)),)]
 
 
-def _intra_nvls(gi: GroupInfo, size: float) -> dict[str, Any]:
-    """All-reduce inside each node through NVLink SHARP: S + S/ppn up and down every GPU."""
+def _intra_nvls(gi: GroupInfo, size: float, switch_reduces: bool = True) -> dict[str, Any]:
+    """All-reduce inside each node through the NVSwitches: with NVLink SHARP (*switch_reduces*)
+    S + S/ppn up and down every GPU; without it the GPUs reduce-scatter and all-gather among
+    themselves through the switches, 2 (ppn - 1) / ppn x S each way."""
     devs = np.asarray(gi.devices, dtype=np.int64)
-    vol = size * (1 + 1 / gi.ppn)
+    ppn = gi.ppn
+    vol = size * (1 + 1 / ppn) if switch_reduces else 2 * size * (ppn - 1) / ppn
     return {"to_switch": (devs, vol), "from_switch": (devs, vol)}
 
 
@@ -283,16 +286,20 @@ def nvls_tree(op: str, gi: GroupInfo, size: float) -> list[Stage]:
     return [(Phase(ph.name, 1, ph.src, ph.dst, ph.nbytes, **_intra_nvls(gi, size)),)]
 
 
-def collnet(op: str, gi: GroupInfo, size: float, leaf_of: dict[int, str]) -> list[Stage]:
-    """InfiniBand SHARP (CollNet) all-reduce: NVLS (or NVLink) reduce-scatter in the node, each GPU's
-    shard up to its leaf's reduction engine and the result back, multicast in the node; pipelined."""
+def collnet(op: str, gi: GroupInfo, size: float, leaf_of: dict[int, str],
+            switch_reduces: bool = True) -> list[Stage]:
+    """InfiniBand SHARP (CollNet Direct) all-reduce: reduce-scatter in the node (NVLS where the
+    NVSwitches reduce, *switch_reduces*; else the GPUs' own reduce-scatter over NVLink), each
+    GPU's shard up to its leaf's reduction engine and the result back, then the node's
+    all-gather (NVLS multicast, or the GPUs' own); pipelined."""
     ppn = gi.ppn
     extra = []
     for d in gi.devices:
         leaf = leaf_of[d]
         extra += [(d, ("sharp", leaf), size / ppn), (("sharp", leaf), d, size / ppn)]
     empty = np.zeros(0, np.int64)
-    return [(Phase("collnet", 1, empty, empty, np.zeros(0), tuple(extra), **_intra_nvls(gi, size)),)]
+    return [(Phase("collnet", 1, empty, empty, np.zeros(0), tuple(extra),
+                   **_intra_nvls(gi, size, switch_reduces)),)]
 
 
 def pat(op: str, gi: GroupInfo, size: float) -> list[Stage]:
@@ -458,7 +465,8 @@ def build(algo: str, op: str, gi: GroupInfo, size: float, topo: Topology) -> lis
         g = topo.graph
         leaf_of = {d: next(x for x in g[f"n{g.nodes[d]['node']}/nic{g.nodes[d]['rail']}"]
                            if g.nodes[x]["kind"] == "leaf") for d in gi.devices}
-        return collnet(op, gi, size, leaf_of)
+        fab = topo.fabric
+        return collnet(op, gi, size, leaf_of, isinstance(fab, GpuFabric) and fab.nvls)
     if algo == "pat":
         return pat(op, gi, size)
     if algo == "pairwise":

@@ -456,7 +456,8 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
                 line_s: float, busbw_factor: float, wire_intra_s: float, wire_inter_s: float,
                 net_Bps: float = 0.0, since_2_23: bool = True,
                 net_us: tuple[float, float] | None = None,
-                nvls_s: float | None = None, proxy_step_s: float = 0.0) -> tuple[float, float, float]:
+                nvls_s: float | None = None, proxy_step_s: float = 0.0,
+                nvls: bool = True) -> tuple[float, float, float]:
     """(latency, transfer, tuner) seconds of one GPU call of *size* bytes.
 
     *line_s* is the transfer time at the links' rates (the flow model's); the protocol's share of
@@ -478,11 +479,13 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
     of that and the network's bandwidth): *nvls_s*, the transfer time of the NVLS traffic alone at
     the links' rates, is what it stretches; a call whose network part (*line_s* is the whole,
     both parts at once) takes longer than the stretched NVLS part runs at the network's pace.
-    None: all of *line_s* is NVLS traffic.
+    None: all of *line_s* is NVLS traffic. CollNet's node-local part is NVLS traffic only where
+    the NVSwitches reduce (*nvls*); elsewhere the GPUs' own reduce-scatter and all-gather carry it
+    at the links' rate.
     """
     base = line_s / protocol_factor(algo, proto, nodes)
     tuned = transfer = base
-    if algo in ("nvls", "nvls_tree", "collnet"):
+    if algo in ("nvls", "nvls_tree") or (algo == "collnet" and nvls):
         switch = base if nvls_s is None or algo == "collnet" else nvls_s
         tuned = max(base, switch / NVLS_EFFICIENCY.get(arch, 0.85))
         transfer = tuned
