@@ -234,6 +234,35 @@ def test_trees_lose_nccls_correction_at_medium_sizes() -> None:
     assert m.time("allreduce", size).time_s > 0
 
 
+def test_deep_trees_on_simple_wait_for_their_pipeline_to_fill() -> None:
+    # NCCL's tree depth: ppn - 1 + log2i(nodes) (connect.cc); 540 Polaris nodes x 4 GPUs: 3 + 9
+    assert nccl.tree_depth(2160, 540) == 12
+    assert nccl.tree_depth(16, 2) == 8
+    # Simple chunks (enqueue.cc calcCollChunking): a 512 KiB step, halved while a channel gets fewer
+    # than depth x 8 chunks (floor 128 KiB), depth x 4 (64 KiB), depth (32 KiB)
+    assert nccl.tree_chunk_bytes(GiB, 16, 12) == 512 * KiB          # 128 chunks >= 96
+    assert nccl.tree_chunk_bytes(64 * MiB, 16, 12) == 64 * KiB      # 32 < 48 at 128 KiB; 64 at 64 KiB
+    assert nccl.tree_chunk_bytes(4 * MiB, 16, 12) == 32 * KiB       # 8 chunks of 32 KiB < 12
+    # a channel's n chunks take n + 2 depth - 1 chunk times
+    assert nccl.tree_fill_factor(4 * MiB, 2160, 540, 16) == pytest.approx(1 + 23 / 8)
+    assert nccl.tree_fill_factor(GiB, 2160, 540, 16) == pytest.approx(1 + 23 / 128)
+    # in the call: the larger of it and NCCL's tree correction (0.7 at log2(4 MiB / 64) = 16 for
+    # Simple), on Simple only, and not in what the tuner believes
+    used, _ = nccl.channels_used("tree", "Simple", 4 * MiB, 2160, 540)
+    fill = nccl.tree_fill_factor(4 * MiB, 2160, 540, used)
+    assert fill > 1 / 0.7
+    _, transfer, tuned = nccl.call_time_s("allreduce", "tree", "Simple", 4 * MiB, 2160, 540, "ampere",
+                                          1e-4, busbw_factor("allreduce", 2160), 0.5e-6, 1.6e-6)
+    assert transfer == pytest.approx(1e-4 * fill, rel=1e-9)
+    assert tuned - transfer < 0
+    # two nodes of 8: depth 8, so a 1 GiB call on 32 channels (64 chunks of 512 KiB) loses 15/64,
+    # more than NCCL's correction there (1.0)
+    # (at 10 ms, under NCCL's bandwidth ceilings)
+    _, t2, _ = nccl.call_time_s("allreduce", "tree", "Simple", GiB, 16, 2, "hopper", 1e-2,
+                                busbw_factor("allreduce", 16), 0.5e-6, 1.6e-6)
+    assert t2 == pytest.approx(1e-2 * (1 + 15 / 64), rel=1e-9)
+
+
 def test_pat_needs_nccl_2_23() -> None:
     topo = build_topology(load_cluster("dgx-h100", 128))
     g = list(range(0, 128, 8))

@@ -16,7 +16,9 @@ algorithm; the channels a call runs on (NCCL drops channels while a call has too
 thread, ``channels_used``; bandwidth scales with them); and NVLS's chunk size, which NCCL shrinks
 for smaller calls, each chunk paying a fixed synchronisation cost (``nvls_efficiency``), and
 NVLSTree's pipeline, which fills one chunk per network stage before it streams
-(``nvls_tree_fill_s``). Trees lose bandwidth at medium sizes by NCCL's treeCorrectionFactor. The
+(``nvls_tree_fill_s``). Trees lose bandwidth at medium sizes by NCCL's treeCorrectionFactor or,
+where the tree is deep, by more: on Simple a tree moves whole chunks stage to stage, and a call
+with few chunks per channel for its depth waits for its pipeline to fill (``tree_fill_factor``). The
 tuner itself prices calls on all channels, with NVLS's fixed efficiency and its tree correction,
 so it can pick what is not fastest, as NCCL does.
 
@@ -47,6 +49,7 @@ from .plugin_tuner import plugin_choice
 
 __all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "channels_used",
            "choices", "fastest", "latency_s", "nvls_chunk_bytes", "nvls_efficiency", "nvls_tree_fill_s",
+           "tree_chunk_bytes", "tree_depth", "tree_fill_factor",
            "offered", "plugin_pick", "platform", "proxy_wait_s", "protocol_factor", "protocols", "tree_correction"]
 
 PROTOCOLS = NCCL_PROTOCOLS
@@ -176,6 +179,41 @@ def nvls_tree_fill_s(size: int, ranks: int, nodes: int, net_Bps: float) -> float
     stages = 2 * math.log2(max(nodes, 1)) + 1
     chunk = nvls_chunk_bytes("nvls_tree", size, ranks, nodes)
     return stages * chunk / (net_Bps / (2 * channels("nvls_tree", False)))
+
+
+# The Simple protocol's step: its buffer (NCCL_BUFFSIZE, 4 MiB by default) over NCCL_STEPS (8)
+TREE_SIMPLE_STEP = 4 * 2**20 // 8
+
+
+def tree_depth(ranks: int, nodes: int) -> int:
+    """NCCL's tree depth: the node's chain plus log2(nodes) hops between nodes
+    (src/graph/connect.cc ``connectTrees``: nRanks/nNodes - 1 + log2i(nNodes))."""
+    return max(1, ranks // max(nodes, 1)) - 1 + max(0, int(math.log2(max(nodes, 1))))
+
+
+def tree_chunk_bytes(size: int, channels_: int, depth: int) -> int:
+    """The chunk NCCL's tree all-reduce moves per step on the Simple protocol: one buffer step,
+    halved while the call gives each channel few chunks for the tree's depth (enqueue.cc
+    ``calcCollChunking``: fewer than depth x 8 down to 128 KiB, depth x 4 down to 64 KiB, depth
+    down to 32 KiB)."""
+    c = TREE_SIMPLE_STEP
+    for mult, floor in ((8, 131072), (4, 65536), (1, 32768)):
+        while size / (channels_ * c) < depth * mult and c > floor:
+            c //= 2
+    return c
+
+
+def tree_fill_factor(size: int, ranks: int, nodes: int, channels_: int) -> float:
+    """How much longer than its streaming time a tree all-reduce on Simple takes because it moves
+    whole chunks from stage to stage: a channel's first chunk crosses every stage of the tree (its
+    depth, the node's chain and the hops between nodes, up and back down) before the pipeline
+    runs full, so a channel's n chunks take n + 2 depth - 1 chunk times: 1 + (2 depth - 1) / n.
+    Each stage moves a channel's chunk at about one channel's rate, NVLink hop or network hop:
+    a channel is one thread block copying and reducing, whichever link it feeds."""
+    depth = tree_depth(ranks, nodes)
+    chunk = tree_chunk_bytes(size, channels_, depth)
+    n = max(1.0, size / (channels_ * chunk))
+    return 1 + (2 * depth - 1) / n
 
 
 def _col(nodes: int) -> int:
@@ -508,9 +546,12 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
     slowdown = full / used
     if algo == "tree" and op == "allreduce":
         # NCCL's tree correction is what its developers measured trees to lose at medium sizes,
-        # channel shortfall included: the larger of the two losses, counted once
+        # channel shortfall and pipeline fill included: the largest of the losses, counted once
         tuned /= tree_correction(proto, size)
         slowdown = max(slowdown, 1 / tree_correction(proto, size))
+        if proto == "Simple" and nodes > 1:
+            # its pipeline fill: the same medium-size loss where a deep tree makes it larger
+            slowdown = max(slowdown, tree_fill_factor(size, ranks, nodes, used))
     transfer *= slowdown
     if whole_call:
         transfer = max(transfer, floor)
