@@ -65,6 +65,22 @@ def test_channels_drop_for_small_calls_like_nccl() -> None:
     assert nccl.channels_used("nvls", "Simple", 1024, 8, 1) == (16, 16)          # NVLS keeps its own
 
 
+def test_channels_across_nodes_follow_the_topology() -> None:
+    # Snellius's 2-node NCCL log: "8 coll channels" on 4 NDR200 NICs (4 graph channels, doubled);
+    # the DGX default is 16 graph channels on 8 NICs
+    m = model("hgx-h100-4gpu", 8)
+    assert (m.hw.net_channels, m.hw.net_nics) == (4, 4)
+    assert (model("dgx-h100", 16).hw.net_channels, model("dgx-h100", 16).hw.net_nics) == (16, 8)
+    assert nccl.channels_used("tree", "Simple", GiB, 8, 2, 4) == (8, 8)
+    assert nccl.channels_used("tree", "Simple", GiB, 16, 2) == (32, 32)
+    assert nccl.channels("ring", True, 4) == 12                     # one node: NVLink's own
+    # a NIC's proxy serves 2 run-time channels there, 4 on the DGX
+    assert nccl.proxy_channels(4, 4) == 2 and nccl.proxy_channels() == nccl.PROXY_CHANNELS == 4
+    # NCCL's per-channel ceilings count them: tree LL128 on Hopper across 2 nodes, 36.7 GB/s each
+    assert nccl.busbw_cap_GBps("tree", "LL128", "hopper", 2, 4) == pytest.approx(4 * 36.7)
+    assert nccl.busbw_cap_GBps("tree", "LL128", "hopper", 2) == pytest.approx(16 * 36.7)
+
+
 def test_fewer_channels_mean_proportionally_less_bandwidth() -> None:
     # Between 32 KiB and 768 KiB a ring LL call on 8 GPUs adds one channel per 32 KiB, so its
     # transfer time stays flat: NCCL sizes the channels to keep each one's work constant.

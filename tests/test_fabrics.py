@@ -150,6 +150,10 @@ def _bad_file(tmp_path: Path, name: str, old: str, new: str) -> Path:
     ("gb200-nvl72", "nics: 72 ", "nics: 70 ",
      "node.nics: rail-optimized fabrics need the node's 72 GPUs spread evenly"),
     ("gb200-nvl72", "ib_latency_us: 0.3", "# no latency", "fabric.ib_latency_us: required"),
+    # NCCL's channels across nodes: a whole number of channels, at most NCCL's 32
+    ("hgx-h100-4gpu", "net_channels: 4 ", "net_channels: 0 ", "fabric.net_channels: must be >= 1, got 0"),
+    ("hgx-h100-4gpu", "net_channels: 4 ", "net_channels: 64 ", "fabric.net_channels: must be <= 32, got 64"),
+    ("hgx-h100-4gpu", "net_channels: 4 ", "net_channels: 2.5 ", "fabric.net_channels: expected an integer"),
 ])
 def test_bad_fabric_file_is_one_line_exit_2(tmp_path, name, old, new, fragment) -> None:
     """The file, the field and what would be valid, on one line."""

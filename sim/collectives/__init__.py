@@ -198,7 +198,8 @@ class CollectiveModel:
         lat, transfer, tuned = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch,
                                                 transfer, busbw_factor(op, gi.n), w_intra, w_inter,
                                                 self._net_Bps(), self.hw.since(2, 23), self.hw.net_us,
-                                                nvls_s, self.hw.proxy_step_s, self.hw.nvls)
+                                                nvls_s, self.hw.proxy_step_s, self.hw.nvls,
+                                                self.hw.net_channels, self.hw.net_nics)
         res = CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
         if tuner is not None:
             tuner[id(res)] = tuned

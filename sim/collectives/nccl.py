@@ -50,7 +50,8 @@ from .plugin_tuner import plugin_choice
 __all__ = ["PROTOCOLS", "Platform", "busbw_cap_GBps", "call_time_s", "channels", "channels_used",
            "choices", "fastest", "latency_s", "nvls_chunk_bytes", "nvls_efficiency", "nvls_tree_fill_s",
            "tree_chunk_bytes", "tree_depth", "tree_fill_factor",
-           "offered", "plugin_pick", "platform", "proxy_wait_s", "protocol_factor", "protocols", "tree_correction"]
+           "offered", "plugin_pick", "platform", "proxy_channels", "proxy_wait_s", "protocol_factor",
+           "protocols", "tree_correction"]
 
 PROTOCOLS = NCCL_PROTOCOLS
 _P = {p: i for i, p in enumerate(PROTOCOLS)}
@@ -89,7 +90,12 @@ _CHANNELS = {("ring", True): 12, ("ring", False): 16, ("tree", False): 16, ("nvl
              ("nvls", False): 8, ("nvls_tree", False): 8, ("collnet", False): 8}
 
 
-def channels(algo: str, single_node: bool) -> int:
+def channels(algo: str, single_node: bool, net_channels: int | None = None) -> int:
+    """Graph channels NCCL's tuning model counts for *algo*; *net_channels* (the topology's
+    ``fabric.net_channels``) replaces the 16 of rings and trees across nodes where a system's
+    NCCL log shows another count (4 on Snellius's 4-GPU nodes with 4 NDR200 NICs)."""
+    if net_channels is not None and not single_node and algo in ("ring", "tree"):
+        return net_channels
     return _CHANNELS.get((algo, single_node), 16)
 
 
@@ -117,12 +123,13 @@ _THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 _THREAD_BYTES = {"LL": 8, "LL128": 8, "Simple": 64}
 
 
-def channels_used(algo: str, proto: str, size: int, ranks: int, nodes: int) -> tuple[int, int]:
+def channels_used(algo: str, proto: str, size: int, ranks: int, nodes: int,
+                  net_channels: int | None = None) -> tuple[int, int]:
     """(channels a call of *size* bytes runs on, the communicator's channels): NCCL starts from
     all of them and drops one while ``size < nc x threads x bytes-per-thread`` (enqueue.cc
     ``topoGetAlgoInfo``); NVLS, NVLSTree and CollNet keep theirs. The communicator has twice the
     channels the topology search found (``ncclTopoPostset`` duplicates them)."""
-    full = 2 * channels(algo, nodes == 1)
+    full = 2 * channels(algo, nodes == 1, net_channels)
     if algo not in ("ring", "tree", "pat") or proto not in _THREADS:
         return full, full
     per_channel = _THREADS[proto] * _THREAD_BYTES[proto] * (ranks if algo == "ring" and proto == "LL" else 1)
@@ -223,7 +230,7 @@ def _col(nodes: int) -> int:
 def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: float,
               wire_intra_s: float = REFERENCE_WIRE_US["intra"] * 1e-6,
               wire_inter_s: float = REFERENCE_WIRE_US["inter"] * 1e-6, exposed_net: bool = True,
-              net_us: tuple[float, float] | None = None) -> float:
+              net_us: tuple[float, float] | None = None, net_channels: int | None = None) -> float:
     """NCCL's modelled latency of one collective call (``ncclTopoTuneModel`` + plateau), seconds,
     with the topology's own links in it: *wire_intra_s* / *wire_inter_s* are the path latencies of
     one step inside a node / between nodes on the topology graph. NCCL's hwLat constants hold for
@@ -252,7 +259,7 @@ def latency_s(algo: str, proto: str, op: str, ranks: int, nodes: int, bytes_: fl
         if nodes > 1:
             intra = max(intra, _NET_OVERHEAD_US * (3 if proto == "Simple" else 1))
         lat = base + (nsteps - n_inter) * intra + n_inter * inter
-        nch = channels("ring", nodes == 1)
+        nch = channels("ring", nodes == 1, net_channels)
         if nodes > 1 and op == "allreduce" and proto == "Simple" and bytes_ / (nch * ranks) >= 64:
             lat *= 1.4
     elif algo == "tree":
@@ -288,11 +295,13 @@ def protocol_factor(algo: str, proto: str, nodes: int) -> float:
     return 0.5 if proto == "LL" else 0.92
 
 
-def busbw_cap_GBps(algo: str, proto: str, arch: str, nodes: int) -> float:
-    """NCCL's empirical ceilings on bus bandwidth (GB/s) for this algorithm and protocol."""
+def busbw_cap_GBps(algo: str, proto: str, arch: str, nodes: int,
+                   net_channels: int | None = None) -> float:
+    """NCCL's empirical ceilings on bus bandwidth (GB/s) for this algorithm and protocol: per
+    channel, times the channels (*net_channels*: see ``channels``)."""
     col = _col(nodes)
     single = nodes == 1
-    nch = channels(algo, single)
+    nch = channels(algo, single, net_channels)
     cap = math.inf
     if proto == "LL":
         row = _ARCH_ROW.get(arch, 2) if single else 0
@@ -330,6 +339,10 @@ class Platform:
     tuner_plugin: str | None = None
     # The proxy's time per channel step of an LL128 call across nodes (sim.calibration.PROXY_STEP_US)
     proxy_step_s: float = PROXY_STEP_US * 1e-6
+    # Rings' and trees' graph channels across nodes (``fabric.net_channels``) and the NICs a node's
+    # channels run on
+    net_channels: int = 16
+    net_nics: int = NET_RAILS
 
     def since(self, major: int, minor: int) -> bool:
         """Whether the NCCL release has what (major, minor) introduced (unknown: yes)."""
@@ -360,8 +373,12 @@ def platform(topo: Topology, nccl_version: tuple[int, int] | None = None,
             net_us = (spec.net_latency_s * 1e6, spec.net_simple_overhead_s * 1e6)
         elif spec.transport in table:
             net_us = (table[spec.transport], spec.net_simple_overhead_s * 1e6)
+    net_channels, net_nics = 16, NET_RAILS
+    if isinstance(spec, GpuClusterSpec):
+        net_channels, net_nics = spec.net_channels, min(spec.rails, NET_RAILS)
     return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp,
-                    nccl_version, net_us, net_protocols, tuner_plugin, step_us * 1e-6)
+                    nccl_version, net_us, net_protocols, tuner_plugin, step_us * 1e-6,
+                    net_channels, net_nics)
 
 
 def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
@@ -431,26 +448,31 @@ class _Timed(Protocol):
 R = TypeVar("R", bound=_Timed)
 
 
-# Channels a NIC's proxy serves at full width: the graph's channels across nodes (_CHANNELS: 16)
-# over the NET_RAILS NICs they run on, doubled at run time (``channels_used``): 4.
-PROXY_CHANNELS = 2 * channels("tree", False) // NET_RAILS
+def proxy_channels(net_channels: int | None = None, nics: int = NET_RAILS) -> int:
+    """Channels a NIC's proxy serves at full width: the graph's channels across nodes
+    (``channels``) over the *nics* they run on (at most NET_RAILS), doubled at run time
+    (``channels_used``): 4 on 8-NIC nodes with 16, 2 on Snellius's 4 NICs with 4."""
+    return max(1, 2 * channels("tree", False, net_channels) // max(1, min(nics, NET_RAILS)))
+
+
+PROXY_CHANNELS = proxy_channels()
 
 
 def proxy_wait_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: int,
-                 step_s: float) -> float:
+                 step_s: float, net_channels: int | None = None, nics: int = NET_RAILS) -> float:
     """What an LL128 ring or tree call across nodes waits on its GPUs' network proxies beyond
     NCCL's latency model: at each of its network steps (a tree's 2 log2(nodes) hops, a ring's
     steps between nodes) the proxy gets round its channels one step each (*step_s*, see
-    ``sim.calibration.PROXY_STEP_US``), PROXY_CHANNELS of them at full width and that share of
-    them for a call on fewer channels. Not part of the tuner's cost, as it is not of NCCL's."""
+    ``sim.calibration.PROXY_STEP_US``), ``proxy_channels`` of them at full width and that share
+    of them for a call on fewer channels. Not part of the tuner's cost, as it is not of NCCL's."""
     if proto != "LL128" or nodes < 2 or algo not in ("ring", "tree") or step_s <= 0:
         return 0.0
     if algo == "tree":
         steps = 2 * math.log2(nodes)
     else:
         steps = 2 * (nodes - 1) if op == "allreduce" else nodes - 1
-    used, full = channels_used(algo, proto, size, ranks, nodes)
-    return steps * PROXY_CHANNELS * used / full * step_s
+    used, full = channels_used(algo, proto, size, ranks, nodes, net_channels)
+    return steps * proxy_channels(net_channels, nics) * used / full * step_s
 
 
 def plugin_pick(op: str, gi: GroupInfo, hw: Platform, size: int) -> tuple[str, str] | None:
@@ -495,7 +517,8 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
                 net_Bps: float = 0.0, since_2_23: bool = True,
                 net_us: tuple[float, float] | None = None,
                 nvls_s: float | None = None, proxy_step_s: float = 0.0,
-                nvls: bool = True) -> tuple[float, float, float]:
+                nvls: bool = True, net_channels: int | None = None,
+                nics: int = NET_RAILS) -> tuple[float, float, float]:
     """(latency, transfer, tuner) seconds of one GPU call of *size* bytes.
 
     *line_s* is the transfer time at the links' rates (the flow model's); the protocol's share of
@@ -517,7 +540,9 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
     of that and the network's bandwidth): *nvls_s*, the transfer time of the NVLS traffic alone at
     the links' rates, is what it stretches; a call whose network part (*line_s* is the whole,
     both parts at once) takes longer than the stretched NVLS part runs at the network's pace.
-    None: all of *line_s* is NVLS traffic. CollNet's node-local part is NVLS traffic only where
+    None: all of *line_s* is NVLS traffic. *net_channels* / *nics*: the topology's channels
+    across nodes and the NICs they run on (``channels``, ``proxy_channels``). CollNet's
+    node-local part is NVLS traffic only where
     the NVSwitches reduce (*nvls*); elsewhere the GPUs' own reduce-scatter and all-gather carry it
     at the links' rate.
     """
@@ -530,7 +555,7 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
         if algo != "collnet":
             transfer = max(base, switch / nvls_efficiency(arch, nvls_chunk_bytes(algo, size, ranks,
                                                                                   nodes)))
-    cap = busbw_cap_GBps(algo, proto, arch, nodes)
+    cap = busbw_cap_GBps(algo, proto, arch, nodes, net_channels)
     floor = 0.0
     # A ring LL call bounds its whole self by LL's ceiling (llMaxBw) whatever its channels: NCCL
     # gives each ring LL channel nRanks times the bytes of any other before it adds one, and the
@@ -542,7 +567,7 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
         tuned = max(tuned, floor)
         if not whole_call:
             transfer = max(transfer, floor)
-    used, full = channels_used(algo, proto, size, ranks, nodes)
+    used, full = channels_used(algo, proto, size, ranks, nodes, net_channels)
     slowdown = full / used
     if algo == "tree" and op == "allreduce":
         # NCCL's tree correction is what its developers measured trees to lose at medium sizes,
@@ -564,5 +589,6 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
         lat_algo = algo if algo in ("ring", "tree", "nvls", "nvls_tree", "collnet", "pat") else "ring"
         lat_op = op if algo != "hierarchical" else "allreduce"
         lat = latency_s(lat_algo, proto, lat_op, ranks, nodes, size, wire_intra_s, wire_inter_s,
-                        exposed_net=since_2_23, net_us=net_us)
-    return lat + proxy_wait_s(op, algo, proto, size, ranks, nodes, proxy_step_s), transfer, lat + tuned
+                        exposed_net=since_2_23, net_us=net_us, net_channels=net_channels)
+    wait = proxy_wait_s(op, algo, proto, size, ranks, nodes, proxy_step_s, net_channels, nics)
+    return lat + wait, transfer, lat + tuned

@@ -29,6 +29,7 @@ _GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf
                               "leaf_up_ports", "two_tier_max_sus", "max_gpus", "sharp",
                               "oversubscription", "transport", "port_Gbps", "link_latency_us",
                               "net_latency_us", "net_simple_overhead_us", "net_protocols", "tuner_plugin", "pod_sus",
+                              "net_channels",
                               "core_oversubscription", "layout", "group_switches",
                               "local_links", "global_links"})
 LAYOUTS = ("fat-tree", "dragonfly")
@@ -148,6 +149,7 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         net_simple_overhead_s=us_to_s(fab.number("net_simple_overhead_us", 0.0)),
         net_protocols=_net_protocols(fab),
         tuner_plugin=fab.text("tuner_plugin", choices=TUNER_PLUGINS) if fab.has("tuner_plugin") else None,
+        net_channels=fab.integer("net_channels", 16, maximum=32),
         pod_sus=fab.opt_int("pod_sus") or 0,
         core_oversubscription=fab.number("core_oversubscription", 1.0, minimum=1.0),
         layout=layout,
