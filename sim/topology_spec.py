@@ -100,9 +100,9 @@ class GpuClusterSpec:
     # NCCL's tuner alone.
     tuner_plugin: str | None = None
     # Channels NCCL's topology search finds for rings and trees across nodes (the graph's
-    # nChannels, before its run-time doubling; ``fabric.net_channels``): 16 on 8-NIC 400 Gb/s
-    # nodes (two per NIC), fewer where a system's NCCL log shows fewer (sim.collectives.nccl).
-    net_channels: int = 16
+    # nChannels, before its run-time doubling; ``fabric.net_channels``) where a system's NCCL log
+    # shows them; None: sim.collectives.nccl's (16, two per NIC on 8-NIC 400 Gb/s nodes).
+    net_channels: int | None = None
     # Frontier-scale three-tier fabric (0: the SuperPOD layout above). Pods of ``pod_sus`` SUs,
     # each a non-blocking leaf-spine per rail plane (the spines of rail r join only rail r's
     # leaves); a core layer joins the pods' spines with ``core_oversubscription``:1 (Llama 3

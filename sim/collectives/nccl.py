@@ -339,9 +339,9 @@ class Platform:
     tuner_plugin: str | None = None
     # The proxy's time per channel step of an LL128 call across nodes (sim.calibration.PROXY_STEP_US)
     proxy_step_s: float = PROXY_STEP_US * 1e-6
-    # Rings' and trees' graph channels across nodes (``fabric.net_channels``) and the NICs a node's
-    # channels run on
-    net_channels: int = 16
+    # Rings' and trees' graph channels across nodes (``channels``: the topology's
+    # ``fabric.net_channels`` or NCCL's default) and the NICs a node's channels run on
+    net_channels: int = channels("ring", False)
     net_nics: int = NET_RAILS
 
     def since(self, major: int, minor: int) -> bool:
@@ -373,9 +373,9 @@ def platform(topo: Topology, nccl_version: tuple[int, int] | None = None,
             net_us = (spec.net_latency_s * 1e6, spec.net_simple_overhead_s * 1e6)
         elif spec.transport in table:
             net_us = (table[spec.transport], spec.net_simple_overhead_s * 1e6)
-    net_channels, net_nics = 16, NET_RAILS
+    net_channels, net_nics = channels("ring", False), NET_RAILS
     if isinstance(spec, GpuClusterSpec):
-        net_channels, net_nics = spec.net_channels, min(spec.rails, NET_RAILS)
+        net_channels, net_nics = channels("ring", False, spec.net_channels), min(spec.rails, NET_RAILS)
     return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp,
                     nccl_version, net_us, net_protocols, tuner_plugin, step_us * 1e-6,
                     net_channels, net_nics)
@@ -450,9 +450,9 @@ R = TypeVar("R", bound=_Timed)
 
 def proxy_channels(net_channels: int | None = None, nics: int = NET_RAILS) -> int:
     """Channels a NIC's proxy serves at full width: the graph's channels across nodes
-    (``channels``) over the *nics* they run on (at most NET_RAILS), doubled at run time
+    (``channels``) over the *nics* they run on (``Platform.net_nics``), doubled at run time
     (``channels_used``): 4 on 8-NIC nodes with 16, 2 on Snellius's 4 NICs with 4."""
-    return max(1, 2 * channels("tree", False, net_channels) // max(1, min(nics, NET_RAILS)))
+    return max(1, 2 * channels("tree", False, net_channels) // max(1, nics))
 
 
 PROXY_CHANNELS = proxy_channels()
@@ -540,11 +540,10 @@ def call_time_s(op: str, algo: str, proto: str, size: int, ranks: int, nodes: in
     of that and the network's bandwidth): *nvls_s*, the transfer time of the NVLS traffic alone at
     the links' rates, is what it stretches; a call whose network part (*line_s* is the whole,
     both parts at once) takes longer than the stretched NVLS part runs at the network's pace.
-    None: all of *line_s* is NVLS traffic. *net_channels* / *nics*: the topology's channels
-    across nodes and the NICs they run on (``channels``, ``proxy_channels``). CollNet's
-    node-local part is NVLS traffic only where
+    None: all of *line_s* is NVLS traffic. CollNet's node-local part is NVLS traffic only where
     the NVSwitches reduce (*nvls*); elsewhere the GPUs' own reduce-scatter and all-gather carry it
-    at the links' rate.
+    at the links' rate. *net_channels* / *nics*: the topology's channels across nodes and the NICs
+    they run on (``channels``, ``proxy_channels``).
     """
     base = line_s / protocol_factor(algo, proto, nodes)
     tuned = transfer = base

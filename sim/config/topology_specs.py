@@ -149,7 +149,7 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         net_simple_overhead_s=us_to_s(fab.number("net_simple_overhead_us", 0.0)),
         net_protocols=_net_protocols(fab),
         tuner_plugin=fab.text("tuner_plugin", choices=TUNER_PLUGINS) if fab.has("tuner_plugin") else None,
-        net_channels=fab.integer("net_channels", 16, maximum=32),
+        net_channels=fab.integer("net_channels", maximum=32) if fab.has("net_channels") else None,
         pod_sus=fab.opt_int("pod_sus") or 0,
         core_oversubscription=fab.number("core_oversubscription", 1.0, minimum=1.0),
         layout=layout,
