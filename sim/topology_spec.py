@@ -37,6 +37,10 @@ def shape_str(shape: SliceShape) -> str:
 
 # NCCL's protocols, in NCCL's order (sim.collectives.nccl.PROTOCOLS; ``fabric.net_protocols``)
 NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+# Scale-out transports (``fabric.transport``, topologies/README.md "Fabrics"): each is the link kind
+# of a fabric's NIC and switch links, with its own achievable fraction of line rate
+# (sim.calibration.LINK_EFFICIENCY). "gib" is RoCE driven by Google's gIB NCCL net plugin.
+TRANSPORTS = ("ib", "roce", "gib", "efa", "tcpxo", "tcpx", "slingshot")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +84,7 @@ class GpuClusterSpec:
     # The file's NVLink domain when a job uses only part of each (``cluster.nvl_domain``,
     # ``with_domain``); 0 = the job has whole domains of ``gpus_per_node``.
     rack_gpus: int = 0
-    # Scale-out transport (topologies/README.md "Fabrics"): the link kind of every NIC and switch
-    # link ("ib", "roce", "efa", "tcpxo", "tcpx", "slingshot"), so each transport has its own
-    # achievable fraction of line rate (sim.calibration.LINK_EFFICIENCY).
+    # Scale-out transport (``TRANSPORTS``): the link kind of every NIC and switch link.
     transport: str = "ib"
     nics_per_gpu: int = 1                 # NICs striped by one GPU (AWS p5: 4 EFA per GPU)
     # Per-step network latency of the transport as its NCCL net plugin models it (seconds), in

@@ -34,7 +34,9 @@ def topo(name: str, chips: int):
     ("aws-p4de", 4, 1, 4, 12.5, "efa"),             # 4 x 100 Gb/s, one per GPU pair
     ("gcp-a3-mega", 8, 1, 8, 25.0, "tcpxo"),        # 8 x 200 Gb/s
     ("gcp-a3-high", 4, 1, 4, 25.0, "tcpx"),         # 4 x 200 Gb/s
-    ("gcp-a3-ultra", 8, 1, 8, 50.0, "roce"),        # 8 x 400 Gb/s
+    ("gcp-a3-ultra", 8, 1, 8, 50.0, "gib"),         # 8 x 400 Gb/s, RoCE under Google's gIB
+    ("gcp-a4", 8, 1, 8, 50.0, "gib"),
+    ("gcp-a4-roce", 8, 1, 8, 50.0, "roce"),         # the same VMs with upstream NCCL
     ("oci-h200-roce", 16, 2, 8, 2 * 25.0, "roce"),  # 16 x 200 Gb/s
     ("oci-a100-roce", 16, 2, 8, 2 * 12.5, "roce"),  # 16 x 100 Gb/s
 ])
@@ -56,12 +58,23 @@ def test_nic_layout_from_the_file(name, nics, per_gpu, rails, nic_GBps, kind) ->
 
 
 def test_net_latency_per_transport() -> None:
-    """EFA: aws-ofi-nccl's tuner figures from the file; TCPXO: the calibration fit; RoCE and
-    InfiniBand: NCCL's own NET table (None)."""
+    """EFA: aws-ofi-nccl's tuner figures from the file; TCPXO: the calibration fit; RoCE (gIB's
+    too) and InfiniBand: NCCL's own NET table (None)."""
     assert CollectiveModel(topo("aws-p5", 16)).hw.net_us == (20.0, 3.0)
     assert CollectiveModel(topo("gcp-a3-mega", 16)).hw.net_us == (NET_LATENCY_US["tcpxo"], 0.0)
     assert CollectiveModel(topo("gcp-a3-ultra", 16)).hw.net_us is None
     assert CollectiveModel(topo("dgx-h100", 16)).hw.net_us is None
+
+
+def test_every_transport_has_a_link_efficiency() -> None:
+    """A fabric's NIC and switch links take their transport's name as link kind; a transport
+    without an entry in LINK_EFFICIENCY would run at its full line rate unnoticed."""
+    from sim.topology import NET_KINDS
+    from sim.topology_spec import TRANSPORTS
+
+    assert set(TRANSPORTS) <= set(LINK_EFFICIENCY)
+    assert NET_KINDS == set(TRANSPORTS)
+    assert all(0 < LINK_EFFICIENCY[t] <= 1 for t in TRANSPORTS)
 
 
 def test_background_load_reaches_every_transport() -> None:

@@ -478,12 +478,14 @@ def test_real_classification_follows_the_rules() -> None:
     """Supported runs sit on a topology of their node type: 8-GPU NVSwitch nodes (dgx-* and the
     cloud fabrics), one NVL72 NVLink domain per rack (gb200-nvl72), 4-GPU NVLink-mesh H100 boards
     (hgx-h100-4gpu); a multi-node one is mapped to a topology whose transport is the one its
-    interconnect column names (InfiniBand, EFA, TCPXO, RoCE); fabrics not modelled (TCPX: no rate
+    interconnect column names (InfiniBand, EFA, TCPXO, RoCE under Google's gIB plugin, RoCE);
+    fabrics not modelled (TCPX: no rate
     to give it) are never marked supported; SHARP only where the run used it."""
     from sim.config import load_topology_spec
 
     runs, systems = _real_rows()
-    marks = {"EFA": "efa", "TCPXO": "tcpxo", "RoCE": "roce", "InfiniBand": "ib", "Slingshot": "slingshot"}
+    marks = {"EFA": "efa", "TCPXO": "tcpxo", "gIB": "gib", "RoCE": "roce", "InfiniBand": "ib",
+             "Slingshot": "slingshot"}
     for r in runs:
         s, f = systems[r["file"]], r["file"]
         intra, inter, topo = r["interconnect_intra"], r["interconnect_inter"], s["topology"]

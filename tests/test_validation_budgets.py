@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.calibration import LINK_EFFICIENCY, NCCL_TESTS_LAUNCH_PER_GPU_S, TORCH_CALL_OVERHEAD_S
+from sim.config import load_topology_spec
 from sim.validate import (
     CaseSpec,
     check_budgets,
@@ -61,26 +62,41 @@ def test_slingshot_efficiency_is_the_calibration_fit() -> None:
     assert LINK_EFFICIENCY["slingshot"] == pytest.approx(fitted, abs=1e-9)
 
 
+def test_gib_efficiency_is_the_calibration_fit() -> None:
+    """``LINK_EFFICIENCY["gib"]`` re-derived from the calibration split's runs on RoCE under
+    Google's gIB plugin (Google's documented A4 and A3 Ultra 2-node all-gathers)."""
+    from sim.validate import fit_link_efficiency
+
+    gib = {"gcp-a3-ultra", "gcp-a4"}
+    assert {load_topology_spec(t).transport for t in gib} == {"gib"}
+    fitted = fit_link_efficiency(DATA / "collectives", "gib", gib,
+                                 lambda x: CasePredictor({**LINK_EFFICIENCY, "gib": x}))
+    assert LINK_EFFICIENCY["gib"] == pytest.approx(fitted, abs=1e-9)
+
+
 def test_proxy_step_is_the_calibration_fit() -> None:
     """``PROXY_STEP_US`` re-derived from the calibration split's points that run LL128 across
-    nodes."""
+    nodes on NCCL's own IB verbs transport (InfiniBand, RoCE)."""
     from sim.calibration import PROXY_STEP_US
     from sim.validate import fit_proxy_step_us
+    from sim.validate.collectives import TOPOLOGIES
 
-    fitted = fit_proxy_step_us(DATA / "collectives", lambda us: CasePredictor(proxy_step_us=us))
+    ib_verbs = {t for t in TOPOLOGIES if load_topology_spec(t).transport in ("ib", "roce")}
+    fitted = fit_proxy_step_us(DATA / "collectives", lambda us: CasePredictor(proxy_step_us=us),
+                               ib_verbs)
     assert fitted == PROXY_STEP_US
 
 
 def test_net_latency_is_the_calibration_fit() -> None:
     """``NET_LATENCY_US`` re-derived from the calibration split: transports whose topology file
-    gives no ``net_latency_us`` and are not NCCL's own IB verbs (InfiniBand, RoCE)."""
+    gives no ``net_latency_us`` and are not IB verbs, whose latencies NCCL's own table gives
+    (InfiniBand, RoCE, RoCE under gIB)."""
     from sim.calibration import NET_LATENCY_US
-    from sim.config import load_topology_spec
     from sim.validate import fit_net_latency
 
     def transport_of(topology: str) -> str | None:
         spec = load_topology_spec(topology)
-        return (None if spec.transport in ("ib", "roce") or spec.net_latency_s is not None
+        return (None if spec.transport in ("ib", "roce", "gib") or spec.net_latency_s is not None
                 else spec.transport)
 
     fitted = fit_net_latency(DATA / "collectives", transport_of,

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hardware import Chip, get_chip
-from ..topology_spec import NCCL_PROTOCOLS, GpuClusterSpec, TopologySpec, TpuPodSpec
+from ..topology_spec import NCCL_PROTOCOLS, TRANSPORTS, GpuClusterSpec, TopologySpec, TpuPodSpec
 from ..units import GB, Gbps_to_Bps, us_to_s
 from .fields import Section
 from .paths import topology_dir
@@ -33,9 +33,8 @@ _GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf
                               "core_oversubscription", "layout", "group_switches",
                               "local_links", "global_links"})
 LAYOUTS = ("fat-tree", "dragonfly")
-# Scale-out transports (topologies/README.md "Fabrics"). InfiniBand names its port fields ib_*;
-# the others port_Gbps / link_latency_us.
-TRANSPORTS = ("ib", "roce", "efa", "tcpxo", "tcpx", "slingshot")
+# Scale-out transports: sim.topology_spec.TRANSPORTS. InfiniBand names its port fields ib_*; the
+# others port_Gbps / link_latency_us.
 # Net plugins' tuner tables, for ``fabric.tuner_plugin``: sim.collectives.plugin_tuner.PLATFORMS's
 # keys (not imported: sim.collectives loads the config package; a test keeps the two equal)
 TUNER_PLUGINS = ("aws-p5", "aws-p6")

@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 
 from ..config import ClusterConfig
-from ..topology_spec import GpuClusterSpec, TopologySpec, TpuPodSpec
+from ..topology_spec import TRANSPORTS, GpuClusterSpec, TopologySpec, TpuPodSpec
 from .fabric import Fabric, GpuFabric, TpuFabric
 from .gpu_cluster import build_gpu_cluster
 from .tpu_pod import build_tpu_pod
@@ -93,8 +93,8 @@ class Topology:
 
 
 # Edge kinds that join nodes (and so carry other jobs' traffic too): the GPU fabrics' transports
-# (sim.config.topology_specs.TRANSPORTS) and the TPU hosts' data-center network.
-NET_KINDS = frozenset({"ib", "roce", "efa", "tcpxo", "tcpx", "slingshot"})
+# and the TPU hosts' data-center network.
+NET_KINDS = frozenset(TRANSPORTS)
 INTER_NODE_KINDS = NET_KINDS | {"dcn"}
 
 

@@ -56,7 +56,7 @@ OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv", "broad
 TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"}
                        | {"dgx-b200", "gb200-nvl72", "hgx-h100-4gpu"}   # scale-up domains (issue 16)
                        | {"aws-p5", "aws-p4de", "gcp-a3-mega", "gcp-a3-high", "gcp-a3-ultra",
-                          "oci-h200-roce", "oci-a100-roce", "polaris", "gcp-a4",
+                          "oci-h200-roce", "oci-a100-roce", "polaris", "gcp-a4", "gcp-a4-roce",
                           "aws-p6-b200"})                                 # scale-out fabrics (issue 16)
 
 BW_MIN_BYTES = 64 * MiB                # bandwidth regime: size_bytes >= this
@@ -109,7 +109,8 @@ def _host_gpus(topology: str) -> int:
 _FABRIC_FAMILY = types.MappingProxyType({"aws-p5": "EFA", "aws-p4de": "EFA", "gcp-a3-mega": "GCP",
                                          "gcp-a3-high": "GCP", "gcp-a3-ultra": "GCP",
                                          "oci-h200-roce": "RoCE", "oci-a100-roce": "RoCE",
-                                         "polaris": "Slingshot", "gcp-a4": "GCP", "aws-p6-b200": "EFA"})
+                                         "polaris": "Slingshot", "gcp-a4": "GCP", "gcp-a4-roce": "GCP",
+                                         "aws-p6-b200": "EFA"})
 # nccl-tests prints float unless told otherwise, and the torch.distributed benchmark in the data
 # (all_reduce_bench.py) all-reduces fp32 tensors; both leave the dtype column blank only there.
 _DEFAULT_DTYPE = "float"

@@ -110,12 +110,14 @@ def fit_link_efficiency(data_dir: Path, kind: str, topologies: set[str],
     return round(_root(err, 0.2, 1.0, 8) / 0.005) * 0.005
 
 
-def fit_proxy_step_us(data_dir: Path, predictor_for: Callable[[float], Any]) -> float:
+def fit_proxy_step_us(data_dir: Path, predictor_for: Callable[[float], Any],
+                      topologies: set[str] | None = None) -> float:
     """Fit of ``sim.calibration.PROXY_STEP_US`` on the calibration split.
 
-    Over the points of supported, non-anomalous calibration runs across nodes whose call the
-    model runs on LL128 (the protocol the term applies to; NCCL's tuner, and so the choice, does
-    not see it): the proxy time per channel step at which the median signed time error is zero,
+    Over the points of supported, non-anomalous calibration runs across nodes (on *topologies*,
+    all when None) whose call the model runs on LL128 (the protocol the term applies to; NCCL's
+    tuner, and so the choice, does not see it): the proxy time per channel step at which the
+    median signed time error is zero,
     by bisection on [0, 100] us (predicted times grow with it). *predictor_for(us)* builds a
     ``CasePredictor`` whose ``PROXY_STEP_US`` is *us*. Rounded to 0.1 us.
     """
@@ -124,7 +126,8 @@ def fit_proxy_step_us(data_dir: Path, predictor_for: Callable[[float], Any]) -> 
     probe = predictor_for(0.0)
     pts = []
     for meta in _load_runs(data_dir):
-        if meta.split != "calibration" or not meta.supported or meta.anomalous or meta.nodes < 2:
+        if (meta.split != "calibration" or not meta.supported or meta.anomalous or meta.nodes < 2
+                or (topologies is not None and meta.topology not in topologies)):
             continue
         model = probe.model(meta.topology, meta.gpus, meta.sharp, meta.nccl_version, meta.nvl_domain)
         for m in _load_measured(data_dir / meta.file):
