@@ -63,6 +63,7 @@ def test_net_latency_per_transport() -> None:
     assert CollectiveModel(topo("aws-p5", 16)).hw.net_us == (20.0, 3.0)
     assert CollectiveModel(topo("gcp-a3-mega", 16)).hw.net_us == (NET_LATENCY_US["tcpxo"], 0.0)
     assert CollectiveModel(topo("gcp-a3-ultra", 16)).hw.net_us is None
+    assert CollectiveModel(topo("oci-h200-roce", 16)).hw.net_us is None
     assert CollectiveModel(topo("dgx-h100", 16)).hw.net_us is None
 
 

@@ -508,7 +508,7 @@ def _summarize(split: str, system: str, runs: Iterable[RunResult]) -> Summary:
 _FAMILY_KEYWORDS = (
     # (family, words any of which in the topology's transport / name marks it), first match wins
     ("EFA", ("efa",)),
-    ("GCP", ("tcpx", "gcp")),
+    ("GCP", ("tcpx", "gib", "gcp")),
     ("RoCE", ("roce",)),
     ("mesh+dragonfly", ("slingshot", "dragonfly")),
 )
@@ -517,8 +517,8 @@ _FAMILY_KEYWORDS = (
 def family_of(topology: str) -> str:
     """The system family of a bundled GPU topology, from its spec rather than a list of names, so
     a new topology lands in its family: a scale-up NVLink domain larger than one host (GB200
-    NVL72, MNNVL) is "NVL72"; then the scale-out transport (``transport``: EFA; GCP's TCPX/TCPXO;
-    RoCE; Slingshot) or, for a node whose GPUs are wired straight to each other without NVSwitch
+    NVL72, MNNVL) is "NVL72"; then the scale-out transport (``transport``: EFA; GCP's TCPX/TCPXO
+    and gIB; RoCE; Slingshot) or, for a node whose GPUs are wired straight to each other without NVSwitch
     (``mesh_links``), "mesh+dragonfly"; everything else (NVSwitch nodes on InfiniBand, the DGX
     and HGX designs) is "DGX/HGX IB". Fields a spec does not have count as absent."""
     return family_of_spec(_spec(topology))
