@@ -158,8 +158,8 @@ def topology_text(info: Mapping[str, Any]) -> str:
         lines.append(f"  nodes            {info['nodes']}  ({info['scalable_units']} scalable unit(s), "
                      f"{info['fabric_tiers']}-tier fabric, oversubscription {info['oversubscription']:g}:1)")
         if "transport" in info:
-            lines.append(f"  network          {info['transport']}; NCCL protocols across nodes: "
-                         f"{', '.join(info['net_protocols'])}")
+            lines.append(f"  network          {info['transport']} ({info['transport_name']}); NCCL "
+                         f"protocols across nodes: {', '.join(info['net_protocols'])}")
     sw = ", ".join(f"{n} {k}" for k, n in info["switches"].items()) or "none"
     lines.append(f"  switches         {sw}")
     lines.append("  links            " + ", ".join(f"{n} {k}" for k, n in info["links"].items()))

@@ -41,6 +41,12 @@ NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 # of a fabric's NIC and switch links, with its own achievable fraction of line rate
 # (sim.calibration.LINK_EFFICIENCY). "gib" is RoCE driven by Google's gIB NCCL net plugin.
 TRANSPORTS = ("ib", "roce", "gib", "efa", "tcpxo", "tcpx", "slingshot")
+# What each transport is, in words, for reports (``topo show``)
+TRANSPORT_NAMES = {
+    "ib": "InfiniBand", "roce": "RoCEv2, NCCL's IB verbs", "gib": "RoCEv2 through Google's gIB plugin",
+    "efa": "AWS EFA through aws-ofi-nccl", "tcpxo": "GPUDirect-TCPXO", "tcpx": "GPUDirect-TCPX",
+    "slingshot": "HPE Slingshot, aws-ofi-nccl on libfabric CXI",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,13 @@ def test_topo_show_json_fields(capsys) -> None:
         assert field in info
     assert info["chips"] == 1024 and info["nodes"] == 128
     assert info["transport"] == "ib" and info["net_protocols"] == ["LL", "LL128", "Simple"]
+    assert info["transport_name"] == "InfiniBand"
 
 
 def test_topo_show_names_the_protocols_a_fabric_allows_across_nodes(capsys) -> None:
     assert main(["topo", "show", "aws-p4de", "--chips", "16"]) == 0
-    assert "network          efa; NCCL protocols across nodes: Simple" in capsys.readouterr().out
+    assert ("network          efa (AWS EFA through aws-ofi-nccl); NCCL protocols across nodes: Simple"
+            in capsys.readouterr().out)
 
 
 def test_topo_show_table(capsys) -> None:

@@ -71,9 +71,10 @@ def test_every_transport_has_a_link_efficiency() -> None:
     """A fabric's NIC and switch links take their transport's name as link kind; a transport
     without an entry in LINK_EFFICIENCY would run at its full line rate unnoticed."""
     from sim.topology import NET_KINDS
-    from sim.topology_spec import TRANSPORTS
+    from sim.topology_spec import TRANSPORT_NAMES, TRANSPORTS
 
     assert set(TRANSPORTS) <= set(LINK_EFFICIENCY)
+    assert set(TRANSPORT_NAMES) == set(TRANSPORTS)
     assert NET_KINDS == set(TRANSPORTS)
     assert all(0 < LINK_EFFICIENCY[t] <= 1 for t in TRANSPORTS)
 

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import maximum_flow
 
-from ..topology_spec import GpuClusterSpec
+from ..topology_spec import TRANSPORT_NAMES, GpuClusterSpec
 from . import Topology, TpuFabric
 
 __all__ = ["bisection_GBps", "diameter_hops", "halvings", "summarize"]
@@ -55,6 +55,7 @@ def summarize(topo: Topology) -> dict[str, Any]:
         spec = topo.spec
         if isinstance(spec, GpuClusterSpec):
             out["transport"] = spec.transport
+            out["transport_name"] = TRANSPORT_NAMES[spec.transport]
             out["net_protocols"] = list(spec.net_protocols)
     return out
 
