@@ -209,8 +209,8 @@ def test_generated_command_lines(capsys: pytest.CaptureFixture[str], command: li
 # ----------------------------------------------------------------------------- topology files
 
 # The fabrics issue 16 added, one file per kind of scale-up domain and transport.
-NEW_FABRICS = ["aws-p5", "aws-p4de", "gb200-nvl72", "gcp-a3-mega", "gcp-a3-ultra", "gcp-a4-roce", "polaris",
-               "hgx-h100-4gpu", "h100-3tier", "oci-h200-roce", "slingshot-dragonfly", "tpu7x"]
+NEW_FABRICS = ["aws-p5", "aws-p4de", "gb200-nvl72", "gcp-a3-mega", "gcp-a3-ultra", "gcp-a4-roce",
+               "polaris", "hgx-h100-4gpu", "h100-3tier", "oci-h200-roce", "slingshot-dragonfly", "tpu7x"]
 TOPO_VALUES = st.one_of(
     st.sampled_from([None, "DELETE", 0, -1, 1, 3, 5, 72, 0.5, 1e300, "abc", True, [1, 2], [],
                      ["Simple"], ["LL", "LL9"], {"a": 1}, "efa", "roce", "gib", "dragonfly"]),

@@ -479,8 +479,8 @@ def test_real_classification_follows_the_rules() -> None:
     cloud fabrics), one NVL72 NVLink domain per rack (gb200-nvl72), 4-GPU NVLink-mesh H100 boards
     (hgx-h100-4gpu); a multi-node one is mapped to a topology whose transport is the one its
     interconnect column names (InfiniBand, EFA, TCPXO, RoCE under Google's gIB plugin, RoCE);
-    fabrics not modelled (TCPX: no rate
-    to give it) are never marked supported; SHARP only where the run used it."""
+    fabrics not modelled (TCPX: no rate to give it) are never marked supported; SHARP only where
+    the run used it."""
     from sim.config import load_topology_spec
 
     runs, systems = _real_rows()

@@ -518,9 +518,9 @@ def family_of(topology: str) -> str:
     """The system family of a bundled GPU topology, from its spec rather than a list of names, so
     a new topology lands in its family: a scale-up NVLink domain larger than one host (GB200
     NVL72, MNNVL) is "NVL72"; then the scale-out transport (``transport``: EFA; GCP's TCPX/TCPXO
-    and gIB; RoCE; Slingshot) or, for a node whose GPUs are wired straight to each other without NVSwitch
-    (``mesh_links``), "mesh+dragonfly"; everything else (NVSwitch nodes on InfiniBand, the DGX
-    and HGX designs) is "DGX/HGX IB". Fields a spec does not have count as absent."""
+    and gIB; RoCE; Slingshot) or, for a node whose GPUs are wired straight to each other without
+    NVSwitch (``mesh_links``), "mesh+dragonfly"; everything else (NVSwitch nodes on InfiniBand,
+    the DGX and HGX designs) is "DGX/HGX IB". Fields a spec does not have count as absent."""
     return family_of_spec(_spec(topology))
 
 

@@ -117,9 +117,9 @@ def fit_proxy_step_us(data_dir: Path, predictor_for: Callable[[float], Any],
     Over the points of supported, non-anomalous calibration runs across nodes (on *topologies*,
     all when None) whose call the model runs on LL128 (the protocol the term applies to; NCCL's
     tuner, and so the choice, does not see it): the proxy time per channel step at which the
-    median signed time error is zero,
-    by bisection on [0, 100] us (predicted times grow with it). *predictor_for(us)* builds a
-    ``CasePredictor`` whose ``PROXY_STEP_US`` is *us*. Rounded to 0.1 us.
+    median signed time error is zero, by bisection on [0, 100] us (predicted times grow with it).
+    *predictor_for(us)* builds a ``CasePredictor`` whose ``PROXY_STEP_US`` is *us*. Rounded to
+    0.1 us.
     """
     from ..collectives import busbw_factor  # lazily, as the collectives suite does
 
