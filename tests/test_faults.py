@@ -78,3 +78,16 @@ def test_llama3_validation_within_budget() -> None:
     by = {c.case: c for c in cases}
     assert by["llama3-effective-time"].predicted > 0.90
     assert math.isfinite(by["opt-hardware-restarts"].predicted)
+
+
+def test_run_json_interruptions_is_the_count(capsys: pytest.CaptureFixture[str]) -> None:
+    """DESIGN.md: ``interruptions`` is the count (scripts compare it with a number); the per-cause
+    split is ``interruptions_by_cause`` and adds up to it."""
+    import json
+
+    from sim.cli import main
+
+    assert main(["run", "scenarios/llama3-70b-1024xh100-failures.yaml", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert isinstance(out["interruptions"], float) and out["interruptions"] > 0
+    assert sum(out["interruptions_by_cause"].values()) == pytest.approx(out["interruptions"])
