@@ -33,9 +33,9 @@ def test_chip_sweep_speed() -> None:
 @pytest.mark.benchmark
 def test_plan_speed_and_screening_rate() -> None:
     from sim.collectives import CollectiveModel
-    from sim.engine import fast_step
+    from sim.engine import Schedule, fast_step
+    from sim.stages import plan_stages
     from sim.topology import build_topology
-    from sim.training import plan_stages
     from sim.workload.memory import check_fits, memory_per_chip
     from sim.workload.transformer import build_workload
 
@@ -62,8 +62,8 @@ def test_plan_speed_and_screening_rate() -> None:
             n += 1
             continue
         vs = lay["virtual_stages"] if lay["schedule"] == "interleaved" else 1
-        fast_step(plan_stages(wl, topo, net, traffic=False), pp=lay["pp"], vs=vs, micro=wl.microbatches,
-                  schedule_kind=lay["schedule"])
+        fast_step(plan_stages(wl, net, traffic=False),
+                  Schedule(pp=lay["pp"], vs=vs, micro=wl.microbatches, schedule_kind=lay["schedule"]))
         n += 1
     rate = n / (time.perf_counter() - t0)
     print(f"screening on 1,024 H100: {n} layouts at {rate:.0f} layouts/s")

@@ -15,8 +15,8 @@ import pytest
 import simpy
 
 from sim.config import load_scenario
+from sim.run import run
 from sim.topology import build_topology
-from sim.training import run_step
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -41,23 +41,23 @@ def bare_simpy_events_per_s(n: int = 200_000) -> float:
 def test_step_speed(name: str, limit_s: float) -> None:
     scn = load_scenario(SCENARIOS / f"{name}.yaml")
     t0 = time.perf_counter()
-    result, eng = run_step(scn)
+    result = run(scn).step
     wall = time.perf_counter() - t0
     # The engine alone, on the plan of the same scenario.
     from sim.collectives import CollectiveModel
-    from sim.engine import simulate
+    from sim.engine import Schedule, simulate
+    from sim.stages import plan_stages
     from sim.topology import build_topology
-    from sim.training import plan_stages
     from sim.workload.transformer import build_workload
 
     wl = build_workload(scn)
     topo = build_topology(scn.cluster)
     net = CollectiveModel(topo)
-    plans = plan_stages(wl, topo, net)
+    plans = plan_stages(wl, net)
     par = scn.parallelism
     vs = par.virtual_stages if par.schedule == "interleaved" else 1
     t1 = time.perf_counter()
-    e2 = simulate(plans, pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule,
+    e2 = simulate(plans, Schedule(pp=par.pp, vs=vs, micro=wl.microbatches, schedule_kind=par.schedule),
                   capacity_Bps=net.links.capacity_Bps)
     engine_s = time.perf_counter() - t1
     bare = bare_simpy_events_per_s()

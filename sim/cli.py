@@ -433,48 +433,30 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .config import load_scenario
-    from .training import run_step
+    from .run import run
+    from .training import DEFAULT_MAX_EVENTS
 
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
     scn = load_scenario(args.scenario, args.set)
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed: must be >= 0, got {args.seed}")
-    from .training import DEFAULT_MAX_EVENTS
-
-    limit = None if args.yes else (args.max_events or DEFAULT_MAX_EVENTS)
     per_rank = args.trace_ranks == "all"
     if per_rank and not args.trace:
         raise ConfigError("--trace-ranks all: needs --trace FILE to write the timeline to")
     if per_rank and scn.stragglers is not None:
         raise ConfigError("--trace-ranks all: a straggler scenario is simulated replica by replica; "
                           "trace the replica it reports with --trace-ranks stage")
-    result, eng = run_step(scn, seed=args.seed, trace=bool(args.trace), max_events=limit,
-                           steps=args.steps, per_rank=per_rank)
-    if args.steps > 1:
-        from .progress import progress
-
-        base = scn.seed if args.seed is None else args.seed
-        times = [result.step_time_s] + [
-            run_step(scn, seed=base + k)[0].step_time_s
-            for k in progress(range(1, args.steps), args.steps - 1, "simulating steps")]
-        if not args.json:
-            print(f"simulated {args.steps} steps", file=sys.stderr)
-        result = result.with_extra({"steps": args.steps,
-                                    "step_time_dist_s": report.step_time_dist(times)})
-    if scn.failures is not None:
-        from .faults import failure_report
-
-        result = result.with_extra(failure_report(scn, result, scn.seed if args.seed is None else args.seed))
-    from .cost import cost_summary
-
-    result = result.with_extra(cost_summary(scn, result, result.extra.get("goodput")))
+    result = run(scn, seed=args.seed, trace=bool(args.trace), per_rank=per_rank, steps=args.steps,
+                 max_events=None if args.yes else (args.max_events or DEFAULT_MAX_EVENTS))
+    if args.steps > 1 and not args.json:
+        print(f"simulated {args.steps} steps", file=sys.stderr)
     if args.trace:
         from .trace import write_trace
 
-        write_trace(args.trace, eng.intervals, scn.name)
-    print(report.dump_json(report.step_json(result)) if args.json
-          else report.step_text(result, scn, args.trace))
+        assert result.timeline is not None
+        write_trace(args.trace, result.timeline, scn.name)
+    print(report.dump_json(report.step_json(result)) if args.json else report.step_text(result, args.trace))
     return 0
 
 

@@ -1,44 +1,83 @@
 """What a run costs: the price assumed and its source, and for a token budget the time to train,
 chip-hours, cost and energy (goodput included when the scenario models failures).
 
-Energy is the chips' TDP x hours x PUE: chips at their thermal design power the whole time (an
-upper bound; training runs near it) and the data centre's overhead on top. PUE 1.1 is assumed,
-the order of hyperscale fleets (Google reports a fleet-wide trailing-twelve-month PUE of about
-1.10). Chips without a published TDP (TPU v5e/v5p/v6e) get no energy figure.
+Time to train is tokens / (tokens/s x goodput), here and nowhere else (``run``'s failures and
+cost, ``plan``'s candidates). Energy is the chips' TDP x hours x PUE: chips at their thermal
+design power the whole time (an upper bound; training runs near it) and the data centre's
+overhead on top. PUE 1.1 is assumed, the order of hyperscale fleets (Google reports a fleet-wide
+trailing-twelve-month PUE of about 1.10). Chips without a published TDP (TPU v5e/v5p/v6e) get no
+energy figure.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from .errors import InfeasibleError
 from .units import DAY_S
 
-__all__ = ["PUE", "cost_summary"]
+if TYPE_CHECKING:                       # type names only
+    from .config import Scenario
+    from .hardware import Chip
+
+__all__ = ["PUE", "TimeToTrain", "CostRecord", "time_to_train", "energy_MWh", "cost_summary"]
 
 PUE = 1.1
 
 
-def cost_summary(scn: Any, step: Any, goodput: float | None = None) -> dict[str, Any]:
-    """Fields for ``run --json`` (and the table): price, and with ``training.tokens`` the time,
-    chip-hours, cost and energy to train that many tokens."""
+@dataclass(frozen=True)
+class TimeToTrain:
+    """How long a token budget takes at a step's rate, goodput applied where it is known."""
+
+    token_budget: float
+    seconds: float
+    goodput_applied: bool
+
+    @property
+    def days(self) -> float:
+        return self.seconds / DAY_S
+
+
+@dataclass(frozen=True)
+class CostRecord:
+    """The price of a chip-hour and where it comes from; with ``training.tokens``, the time to
+    train that budget and its chip-hours, cost and energy (None: the chip has no TDP)."""
+
+    usd_per_chip_hour: float
+    price_source: str
+    train: TimeToTrain | None = None
+    chip_hours: float | None = None
+    cost_usd: float | None = None
+    energy_MWh: float | None = None
+
+
+def time_to_train(tokens: float, tokens_per_s: float, goodput: float | None = None) -> TimeToTrain:
+    """*tokens* at *tokens_per_s* times *goodput* (None: no failures modelled, every second
+    trains). InfeasibleError when the goodput is 0: the job never completes a checkpoint."""
+    if goodput is not None and goodput <= 0:
+        raise InfeasibleError("failures: goodput 0: at these failure rates and checkpoint interval "
+                              "the job never completes a checkpoint; no time to train exists")
+    rate = tokens_per_s * (goodput if goodput is not None else 1.0)
+    return TimeToTrain(tokens, tokens / rate, goodput is not None)
+
+
+def energy_MWh(chip: Chip, chip_hours: float) -> float | None:
+    """Chip-hours at the chip's TDP times PUE, in MWh; None for a chip without a published TDP."""
+    return chip_hours * chip.tdp_W * PUE / 1e6 if chip.tdp_W is not None else None
+
+
+def cost_summary(scn: Scenario, tokens_per_s: float, goodput: float | None = None) -> CostRecord:
+    """The price of *scn*'s chips and, with ``training.tokens``, the time, chip-hours, cost and
+    energy to train that many tokens at *tokens_per_s* (times *goodput*, when failures are
+    modelled)."""
     chip = scn.cluster.chip
     price = scn.cost.usd_per_chip_hour
     source = ("scenario cost.usd_per_chip_hour" if scn.raw.get("cost", {}) and
               "usd_per_chip_hour" in (scn.raw.get("cost") or {}) else chip.price_source)
-    out: dict[str, Any] = {"usd_per_chip_hour": price, "price_source": source}
     tokens = scn.training.tokens
     if tokens is None:
-        return out
-    if goodput is not None and goodput <= 0:
-        from .errors import InfeasibleError
-
-        raise InfeasibleError("failures: goodput 0: at these failure rates and checkpoint interval "
-                              "the job never completes a checkpoint; no time to train exists")
-    rate = step.tokens_per_s * (goodput if goodput is not None else 1.0)
-    seconds = tokens / rate
-    chip_hours = scn.cluster.chips * seconds / 3600
-    out.update(token_budget=tokens, train_days=seconds / DAY_S, chip_hours=chip_hours,
-               cost_usd=chip_hours * price, goodput_applied=goodput is not None)
-    if chip.tdp_W is not None:
-        out["energy_MWh"] = chip_hours * chip.tdp_W * PUE / 1e6
-    return out
+        return CostRecord(price, source)
+    train = time_to_train(tokens, tokens_per_s, goodput)
+    chip_hours = scn.cluster.chips * train.seconds / 3600
+    return CostRecord(price, source, train, chip_hours, chip_hours * price, energy_MWh(chip, chip_hours))

@@ -144,32 +144,34 @@ def simulate_failures(cfg: FailuresConfig, chip: Chip, chips: int, seed: int,
     return FailureSummary(H, tau, mtbf, swap, tuple(out))
 
 
-def failure_report(scn: Any, step: Any, seed: int) -> dict[str, Any]:
-    """The ``run`` output fields of a scenario's ``failures:`` section (DESIGN.md names)."""
+@dataclass(frozen=True)
+class FailureRecord:
+    """A scenario's ``failures:`` section answered: goodput (mean and its 5-95% band over the
+    Monte Carlo histories), unexpected interruptions (mean count, and per cause), the MTBF and
+    checkpoint interval used, and the tokens/s that goodput leaves."""
+
+    goodput: float
+    goodput_interval: tuple[float, float]
+    interruptions: float
+    interruptions_by_cause: dict[str, float]
+    horizon_days: float
+    mtbf_h: float
+    checkpoint_interval_min: float
+    hardware_swap_s: float
+    effective_tokens_per_s: float
+
+
+def failure_report(scn: Any, tokens_per_s: float, seed: int) -> FailureRecord:
+    """The failure Monte Carlo of *scn*'s ``failures:`` section for a job stepping at
+    *tokens_per_s* (its time to train, if it names a budget, is ``sim.cost.time_to_train``)."""
     cfg = scn.failures
     summary = simulate_failures(cfg, scn.cluster.chip, scn.cluster.chips, seed,
                                 runs=cfg.monte_carlo_runs,
                                 ocs_spares=scn.cluster.topology.ocs_spares)
     g, g_lo, g_hi = summary.goodput()
     n, _, _ = summary.interruptions()
-    out: dict[str, Any] = {
-        "goodput": g,
-        "goodput_interval": [g_lo, g_hi],
-        "interruptions": n,                             # DESIGN.md: the count (mean over runs)
-        "interruptions_by_cause": summary.by_cause(),
-        "interruptions_total": n,                       # the same count, as 0.1.x printed it
-        "horizon_days": cfg.horizon_days,
-        "mtbf_h": summary.mtbf_s / HOUR_S,
-        "checkpoint_interval_min": summary.checkpoint_interval_s / 60,
-        "hardware_swap_s": summary.swap_s,
-        "effective_tokens_per_s": step.tokens_per_s * g,
-    }
-    if cfg.tokens is not None and g <= 0:
-        from .errors import InfeasibleError
-
-        raise InfeasibleError("failures: goodput 0: at these failure rates and checkpoint interval "
-                              "the job never completes a checkpoint; no time to train exists")
-    if cfg.tokens is not None:
-        out["token_budget"] = cfg.tokens
-        out["time_to_train_days"] = cfg.tokens / (step.tokens_per_s * g) / DAY_S
-    return out
+    return FailureRecord(
+        goodput=g, goodput_interval=(g_lo, g_hi), interruptions=n,
+        interruptions_by_cause=summary.by_cause(), horizon_days=cfg.horizon_days,
+        mtbf_h=summary.mtbf_s / HOUR_S, checkpoint_interval_min=summary.checkpoint_interval_s / 60,
+        hardware_swap_s=summary.swap_s, effective_tokens_per_s=tokens_per_s * g)

@@ -153,11 +153,13 @@ def plan(req: PlanRequest,
     """Search every topology of *req* (see the module docstring)."""
     from .collectives import CollectiveModel
     from .config import FailuresConfig
-    from .cost import PUE
+    from .cost import energy_MWh, time_to_train
     from .engine import fast_step
     from .faults import simulate_failures
+    from .job import schedule_of
+    from .run import run
+    from .stages import plan_stages
     from .topology import build_topology
-    from .training import plan_stages, run_step
     from .workload.memory import check_fits, memory_per_chip
     from .workload.transformer import build_workload
 
@@ -196,10 +198,7 @@ def plan(req: PlanRequest,
                     topo = build_topology(scn.cluster)
                     net = CollectiveModel(topo)
                 assert net is not None
-                plans = plan_stages(wl, topo, net, traffic=False)
-                par = scn.parallelism
-                eng = fast_step(plans, pp=par.pp, vs=par.virtual_stages, micro=par.microbatches,
-                                schedule_kind=par.schedule)
+                eng = fast_step(plan_stages(wl, net, traffic=False), schedule_of(scn, wl))
                 tps = wl.tokens_per_step / eng.step_time_s
                 cands.append(Candidate(chips, dict(lay), eng.step_time_s, tps,
                                        wl.model_flops_per_step / (eng.step_time_s * chips * chip.bf16_flops),
@@ -213,16 +212,16 @@ def plan(req: PlanRequest,
             best = cands[0]
             # Confirm with the simpy engine (the screening path equals it without stragglers).
             scn = scenario_from_dict(_scenario(req, topology, chips, best.layout, global_batch), "plan")
-            step = run_step(scn, topo=topo, net=net)[0]
+            step = run(scn, topo=topo, net=net).step
             fails = simulate_failures(FailuresConfig(horizon_days=req.days), chip, chips, 0,
                                       runs=GOODPUT_RUNS, ocs_spares=spec.ocs_spares)
             goodput = fails.goodput()[0]
-            seconds = req.tokens / (step.tokens_per_s * goodput)
-            chip_hours = chips * seconds / 3600
-            energy = chip_hours * chip.tdp_W * PUE / 1e6 if chip.tdp_W else None
+            train = time_to_train(req.tokens, step.tokens_per_s, goodput)
+            chip_hours = chips * train.seconds / 3600
             tp_plan.best[chips] = Candidate(chips, best.layout, step.step_time_s, step.tokens_per_s,
-                                            step.mfu, best.memory_GiB, goodput, seconds / 86400,
-                                            chip_hours, chip_hours * scn.cost.usd_per_chip_hour, energy)
+                                            step.mfu, best.memory_GiB, goodput, train.days,
+                                            chip_hours, chip_hours * scn.cost.usd_per_chip_hour,
+                                            energy_MWh(chip, chip_hours))
             met = tp_plan.meeting()
             if len(met) >= 3 and met[-1].cost_usd > met[-2].cost_usd > met[-3].cost_usd:
                 break            # cost rose twice in a row past the deadline: larger costs more

@@ -1,6 +1,6 @@
 """Views of result records: the text tables and JSON objects the commands print.
 
-Pure functions of typed records (``sim.results.StepResult``, ``sim.plan`` plans, sweep rows,
+Pure functions of typed records (``sim.results.RunResult``, ``sim.plan`` plans, sweep rows,
 ``sim.topology.analysis.summarize`` summaries, ``sim.collectives.CollectiveResult``): nothing
 here runs a model, reads a file or prints. ``sim.cli`` prints what they return; the JSON field
 names are the interfaces DESIGN.md lists, so a change here is a change for every script.
@@ -16,12 +16,13 @@ import numpy as np
 
 if TYPE_CHECKING:                 # type names only: importing the views stays as light as json
     from .collectives import CollectiveResult
-    from .config import Scenario
+    from .cost import CostRecord, TimeToTrain
+    from .faults import FailureRecord
     from .plan import Candidate, PlanRequest, TopologyPlan
-    from .results import StepResult
+    from .results import RunResult, SharedJobRecord, StragglerRecord
     from .traces import WhatIf
 
-__all__ = ["dump_json", "step_json", "step_text", "step_time_dist", "topology_text",
+__all__ = ["dump_json", "step_json", "step_text", "topology_text",
            "collective_csv", "collective_table", "candidate_json", "runners_up", "plan_json",
            "plan_text", "sweep_text", "whatif_json", "whatif_text"]
 
@@ -33,114 +34,166 @@ def dump_json(obj: Any) -> str:
 
 # ----------------------------------------------------------------------------- run
 
-def step_json(r: StepResult) -> dict[str, Any]:
-    """``run --json`` (and each sweep row before flattening): DESIGN.md's fields, then the extras
-    (failures, cost, step-time distribution) the run added."""
-    out = {
-        "scenario": r.scenario,
-        "topology": r.topology,
-        "chip": r.chip,
-        "chips": r.chips,
-        "step_time_s": r.step_time_s,
-        "tokens_per_s": r.tokens_per_s,
-        "tokens_per_s_per_chip": r.tokens_per_s / r.chips,
-        "mfu": r.mfu,
-        "model_flops_per_step": r.model_flops_per_step,
-        "memory_per_chip_GiB": r.memory_per_chip_GiB,
-        "memory_breakdown_GiB": r.memory_breakdown_GiB,
-        "breakdown_s": r.breakdown_s,
-        "cost_usd_per_million_tokens": r.cost_usd_per_million_tokens,
-        "parallelism": r.parallelism,
-        "critical_stage": r.critical_stage,
-        "software": r.software,
-        "seed": r.seed,
+def step_json(r: RunResult) -> dict[str, Any]:
+    """``run --json`` (and each sweep row before flattening): DESIGN.md's fields, then what the
+    scenario asked for besides the step (stragglers or the neighbour job, the step-time
+    distribution, failures, cost), in that order."""
+    s = r.step
+    out: dict[str, Any] = {
+        "scenario": s.scenario,
+        "topology": s.topology,
+        "chip": s.chip,
+        "chips": s.chips,
+        "step_time_s": s.step_time_s,
+        "tokens_per_s": s.tokens_per_s,
+        "tokens_per_s_per_chip": s.tokens_per_s / s.chips,
+        "mfu": s.mfu,
+        "model_flops_per_step": s.model_flops_per_step,
+        "memory_per_chip_GiB": s.memory_per_chip_GiB,
+        "memory_breakdown_GiB": s.memory_breakdown_GiB,
+        "breakdown_s": s.breakdown_s,
+        "cost_usd_per_million_tokens": s.cost_usd_per_million_tokens,
+        "parallelism": s.parallelism,
+        "critical_stage": s.critical_stage,
+        "software": s.software,
+        "seed": s.seed,
     }
-    out.update(r.extra)
+    if s.link_sharing_s is not None:
+        out["link_sharing_s"] = s.link_sharing_s
+    if r.stragglers is not None:
+        out.update(_stragglers_json(r.stragglers))
+    if r.shared is not None:
+        out["shared_with"] = _shared_json(r.shared)
+    if r.distribution is not None:
+        d = r.distribution
+        out.update(steps=d.steps, step_time_dist_s={"mean": d.mean, "p50": d.p50, "p99": d.p99,
+                                                    "min": d.min, "max": d.max})
+    if r.failures is not None:
+        out.update(_failures_json(r.failures, r.failures_train))
+    out.update(_cost_json(r.cost))
     return out
 
 
-def step_time_dist(times_s: Sequence[float]) -> dict[str, float]:
-    """Mean, median, p99, min and max of step times (``run --steps K``), in seconds."""
-    import numpy as np
-
-    return {"mean": float(np.mean(times_s)), "p50": float(np.percentile(times_s, 50)),
-            "p99": float(np.percentile(times_s, 99)), "min": float(min(times_s)),
-            "max": float(max(times_s))}
+def _stragglers_json(x: StragglerRecord) -> dict[str, Any]:
+    return {"straggler_slowdown": x.slowdown, "straggler_replica": x.replica,
+            "straggler_chips": list(x.replica_slow_chips), "straggler_excess_s": x.excess_s,
+            "slow_chips": list(x.slow_chips), "replica_step_s": x.replica_step_s}
 
 
-def step_text(r: StepResult, scn: Scenario, trace_file: str | None = None) -> str:
-    """``run``'s table: the plan, the step and its breakdown, and what the extras add."""
-    p = r.parallelism
+def _shared_json(n: SharedJobRecord) -> dict[str, Any]:
+    return {"scenario": n.scenario, "chips": n.chips, "step_time_alone_s": n.step_time_alone_s,
+            "slowdown": n.slowdown, "neighbour_step_time_s": n.neighbour_step_time_s,
+            "neighbour_step_time_alone_s": n.neighbour_step_time_alone_s}
+
+
+def _failures_json(f: FailureRecord, train: TimeToTrain | None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "goodput": f.goodput,
+        "goodput_interval": list(f.goodput_interval),
+        "interruptions": f.interruptions,                   # DESIGN.md: the count
+        "interruptions_by_cause": f.interruptions_by_cause,
+        "interruptions_total": f.interruptions,             # the same count, as 0.1.x printed it
+        "horizon_days": f.horizon_days,
+        "mtbf_h": f.mtbf_h,
+        "checkpoint_interval_min": f.checkpoint_interval_min,
+        "hardware_swap_s": f.hardware_swap_s,
+        "effective_tokens_per_s": f.effective_tokens_per_s,
+    }
+    if train is not None:
+        out.update(token_budget=train.token_budget, time_to_train_days=train.days)
+    return out
+
+
+def _cost_json(c: CostRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {"usd_per_chip_hour": c.usd_per_chip_hour, "price_source": c.price_source}
+    if c.train is not None:
+        out.update(token_budget=c.train.token_budget, train_days=c.train.days, chip_hours=c.chip_hours,
+                   cost_usd=c.cost_usd, goodput_applied=c.train.goodput_applied)
+        if c.energy_MWh is not None:
+            out["energy_MWh"] = c.energy_MWh
+    return out
+
+
+def _top(d: Mapping[str, float], n: int) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n])
+
+
+def step_text(r: RunResult, trace_file: str | None = None) -> str:
+    """``run``'s table: the plan, the step and its breakdown, then what else the scenario asked
+    for."""
+    s, scn = r.step, r.scenario
+    p = s.parallelism
     m = scn.model
     lines = [
-        f"{r.scenario}: {m.name} ({m.total_params() / 1e9:.1f} B parameters) on {r.chips} x {r.chip} "
-        f"({r.topology}" + (f", {p['slices']} slices over DCN" if p["slices"] > 1 else "") + ")",
+        f"{s.scenario}: {m.name} ({m.total_params() / 1e9:.1f} B parameters) on {s.chips} x {s.chip} "
+        f"({s.topology}" + (f", {p['slices']} slices over DCN" if p["slices"] > 1 else "") + ")",
         f"  parallelism      tp={p['tp']} pp={p['pp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} "
         f"zero={p['zero']}"
         + (f" zero_group={p['zero_group']}" if p["zero_group"] != p["dp"] else "")
         + f" {p['schedule']}, {p['microbatches']} micro-batches",
-        f"  software         {r.software['framework']} (attention {r.software['attention']}, "
-        f"{r.software['elementwise']} elementwise ops"
-        + (", TP comm overlapped" if r.software["tp_comm_overlap"] else "")
-        + (", FP8 linear layers" if scn.training.precision == "fp8" and r.software["fp8_linear"] else "")
+        f"  software         {s.software['framework']} (attention {s.software['attention']}, "
+        f"{s.software['elementwise']} elementwise ops"
+        + (", TP comm overlapped" if s.software["tp_comm_overlap"] else "")
+        + (", FP8 linear layers" if scn.training.precision == "fp8" and s.software["fp8_linear"] else "")
         + ")",
-        f"  step time        {r.step_time_s:.3f} s",
-        f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.chips:,.0f} per chip)",
-        f"  MFU              {100 * r.mfu:.1f} %",
-        f"  memory per chip  {r.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.hbm_bytes / 2**30:.1f} GiB",
-        f"  cost             ${r.cost_usd_per_million_tokens:.3f} per million tokens at "
-        f"${r.extra['usd_per_chip_hour']:.2f} per chip-hour ({r.extra['price_source']})",
-        "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in r.breakdown_s.items() if v > 1e-9),
+        f"  step time        {s.step_time_s:.3f} s",
+        f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.chips:,.0f} per chip)",
+        f"  MFU              {100 * s.mfu:.1f} %",
+        f"  memory per chip  {s.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.hbm_bytes / 2**30:.1f} GiB",
+        f"  cost             ${s.cost_usd_per_million_tokens:.3f} per million tokens at "
+        f"${r.cost.usd_per_chip_hour:.2f} per chip-hour ({r.cost.price_source})",
+        "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in s.breakdown_s.items() if v > 1e-9),
     ]
-    x = r.extra
-    if "train_days" in x:
-        lines.append(f"  to train         {x['token_budget']:.3g} tokens: {x['train_days']:.1f} days"
-                     + (" (goodput included)" if x["goodput_applied"] else "")
-                     + f", {x['chip_hours']:,.0f} chip-hours, ${x['cost_usd']:,.0f}"
-                     + (f", {x['energy_MWh']:,.0f} MWh (TDP x PUE 1.1)" if "energy_MWh" in x else ""))
-    if "straggler_excess_s" in x:
-        lines.append(f"  stragglers       slowest replica {x['straggler_replica']} finished "
-                     f"{x['straggler_excess_s']:.3f} s after the median one"
-                     + (f" (slow chips {x['straggler_chips']})" if x["straggler_chips"] else ""))
-    if "straggler_slowdown" in x:
-        a = x["straggler_slowdown"]
-
-        def top(d: dict[str, float], n: int = 4) -> str:
-            return ", ".join(f"{k} {v:.3f}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n])
-        lines.append(f"  slowdown         {a['slowdown']:.3f} x the straggler-free step "
-                     f"({a['straggler_free_step_s']:.3f} s); with only these stragglers kept:")
-        lines.append(f"                   by stage {top(a['by_stage'])}; by replica "
-                     f"{top(a['by_replica'], 3)}" + (f"; by cause {top(a['by_cause'])}"
-                                                     if a["by_cause"] else ""))
-    if x.get("link_sharing_s"):
-        lines.append(f"  shared links     +{x['link_sharing_s']:.3f} s: the step's transfers met on "
+    c = r.cost
+    if c.train is not None:
+        assert c.chip_hours is not None and c.cost_usd is not None
+        lines.append(f"  to train         {c.train.token_budget:.3g} tokens: {c.train.days:.1f} days"
+                     + (" (goodput included)" if c.train.goodput_applied else "")
+                     + f", {c.chip_hours:,.0f} chip-hours, ${c.cost_usd:,.0f}"
+                     + (f", {c.energy_MWh:,.0f} MWh (TDP x PUE 1.1)" if c.energy_MWh is not None else ""))
+    lines += _stragglers_text(r.stragglers) if r.stragglers is not None else []
+    if s.link_sharing_s:
+        lines.append(f"  shared links     +{s.link_sharing_s:.3f} s: the step's transfers met on "
                      "links over capacity (pipeline sends, gradient reductions)")
-    if "shared_with" in x:
-        n = x["shared_with"]
-        other = (f"its step {n['neighbour_step_time_s']:.3f} s (alone {n['neighbour_step_time_alone_s']:.3f} s)"
-                 if n["neighbour_step_time_s"] is not None else "no step of it finished meanwhile")
-        lines.append(f"  shared fabric    with {n['scenario']} on the next {n['chips']} chips: "
-                     f"{n['slowdown']:.2f}x this job's step alone ({n['step_time_alone_s']:.3f} s); "
+    if r.shared is not None:
+        n = r.shared
+        other = (f"its step {n.neighbour_step_time_s:.3f} s (alone {n.neighbour_step_time_alone_s:.3f} s)"
+                 if n.neighbour_step_time_s is not None else "no step of it finished meanwhile")
+        lines.append(f"  shared fabric    with {n.scenario} on the next {n.chips} chips: "
+                     f"{n.slowdown:.2f}x this job's step alone ({n.step_time_alone_s:.3f} s); "
                      + other)
-    if "step_time_dist_s" in x:
-        d = x["step_time_dist_s"]
-        lines.append(f"  over {x['steps']} steps   mean {d['mean']:.3f} s, p50 {d['p50']:.3f} s, "
-                     f"p99 {d['p99']:.3f} s")
-    if "goodput" in x:
-        lo, hi = x["goodput_interval"]
+    if r.distribution is not None:
+        d = r.distribution
+        lines.append(f"  over {d.steps} steps   mean {d.mean:.3f} s, p50 {d.p50:.3f} s, "
+                     f"p99 {d.p99:.3f} s")
+    if r.failures is not None:
+        f = r.failures
+        lo, hi = f.goodput_interval
         lines += [
-            f"  failures         {x['interruptions_total']:.0f} unexpected interruptions in "
-            f"{x['horizon_days']:g} days (MTBF {x['mtbf_h']:.2f} h), checkpoint every "
-            f"{x['checkpoint_interval_min']:.1f} min",
-            f"  goodput          {100 * x['goodput']:.1f} % (5-95%: {100 * lo:.1f}-{100 * hi:.1f}), "
-            f"effective {x['effective_tokens_per_s']:,.0f} tokens/s",
+            f"  failures         {f.interruptions:.0f} unexpected interruptions in "
+            f"{f.horizon_days:g} days (MTBF {f.mtbf_h:.2f} h), checkpoint every "
+            f"{f.checkpoint_interval_min:.1f} min",
+            f"  goodput          {100 * f.goodput:.1f} % (5-95%: {100 * lo:.1f}-{100 * hi:.1f}), "
+            f"effective {f.effective_tokens_per_s:,.0f} tokens/s",
         ]
-        if "time_to_train_days" in x:
-            lines.append(f"  time to train    {x['time_to_train_days']:.1f} days for "
-                         f"{x['token_budget']:.3g} tokens")
+        if r.failures_train is not None:
+            lines.append(f"  time to train    {r.failures_train.days:.1f} days for "
+                         f"{r.failures_train.token_budget:.3g} tokens")
     if trace_file:
         lines.append(f"  trace            {trace_file} (open in ui.perfetto.dev)")
     return "\n".join(lines)
+
+
+def _stragglers_text(x: StragglerRecord) -> list[str]:
+    a = x.slowdown
+    return [f"  stragglers       slowest replica {x.replica} finished "
+            f"{x.excess_s:.3f} s after the median one"
+            + (f" (slow chips {list(x.replica_slow_chips)})" if x.replica_slow_chips else ""),
+            f"  slowdown         {a['slowdown']:.3f} x the straggler-free step "
+            f"({a['straggler_free_step_s']:.3f} s); with only these stragglers kept:",
+            f"                   by stage {_top(a['by_stage'], 4)}; by replica "
+            f"{_top(a['by_replica'], 3)}" + (f"; by cause {_top(a['by_cause'], 4)}"
+                                              if a["by_cause"] else "")]
 
 
 # ----------------------------------------------------------------------------- topo show
@@ -337,10 +390,6 @@ def whatif_json(w: WhatIf) -> dict[str, Any]:
         "replay_error_median_pct": w.replay_error_median_pct,
         "skipped_steps": list(w.skipped),
     }
-
-
-def _top(d: Mapping[str, float], n: int) -> str:
-    return ", ".join(f"{k} {v:.3f}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n])
 
 
 def whatif_text(w: WhatIf, files: Sequence[str] = ()) -> str:

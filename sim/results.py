@@ -1,16 +1,29 @@
-"""Result records of a run. Their views (tables, ``run --json`` with DESIGN.md's field names) are
-in ``sim/report.py``."""
+"""Result records of a run (``sim.run.run``): the step and what the scenario asked for besides it,
+each a typed record. Their views (tables, ``run --json`` with DESIGN.md's field names) are in
+``sim/report.py``; nothing here prints or reads a file."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["StepResult"]
+if TYPE_CHECKING:                       # type names only
+    from .config import Scenario
+    from .cost import CostRecord, TimeToTrain
+    from .engine import Interval
+    from .faults import FailureRecord
+
+__all__ = ["StepResult", "StragglerRecord", "SharedJobRecord", "StepDistribution", "RunResult"]
 
 
 @dataclass(frozen=True)
 class StepResult:
+    """One simulated step: its time and breakdown, the plan behind it and what it costs to hold.
+
+    *link_sharing_s*: what sharing links cost the step (its time less the same step with every
+    transfer at its time alone); None where the step played no transfer on shared links."""
+
     scenario: str
     topology: str
     chip: str
@@ -28,7 +41,8 @@ class StepResult:
     engine_events: int
     seed: int
     software: dict[str, Any] = field(default_factory=dict)   # the profile used (sim.software)
-    extra: dict[str, Any] = field(default_factory=dict)
+    link_sharing_s: float | None = None
+    network_solves: int = 0             # times the engine solved links over capacity (sim.engine)
 
     @property
     def tokens_per_s(self) -> float:
@@ -43,8 +57,66 @@ class StepResult:
     def cost_usd_per_million_tokens(self) -> float:
         return self.chips * self.usd_per_chip_hour / 3600 / self.tokens_per_s * 1e6
 
-    def with_extra(self, extra: dict[str, Any]) -> "StepResult":
-        """The same result with more output fields (failures, step-time distributions)."""
-        from dataclasses import replace
 
-        return replace(self, extra={**self.extra, **extra})
+@dataclass(frozen=True)
+class StragglerRecord:
+    """Who made a straggler step wait (``sim.straggler_step``): the slowest replica, how long the
+    median one waited for it, the slow chips drawn, and the slowdown against the straggler-free
+    step with its attribution (``slowdown``, ``straggler_free_step_s``, ``by_stage``,
+    ``by_replica``, ``by_cause``: Lin et al. OSDI 2025's definitions)."""
+
+    slowdown: dict[str, Any]
+    replica: int
+    replica_slow_chips: tuple[int, ...]
+    excess_s: float
+    slow_chips: tuple[int, ...]
+    replica_step_s: dict[str, float]            # min, median, max over the replicas
+
+
+@dataclass(frozen=True)
+class SharedJobRecord:
+    """A step with a second job on the next chips of the fabric (``cluster.shared_with``)."""
+
+    scenario: str
+    chips: int
+    step_time_alone_s: float
+    slowdown: float
+    neighbour_step_time_s: float | None          # None: no step of it finished meanwhile
+    neighbour_step_time_alone_s: float
+
+
+@dataclass(frozen=True)
+class StepDistribution:
+    """Step times over ``run --steps K`` (fresh straggler draws each), in seconds."""
+
+    steps: int
+    mean: float
+    p50: float
+    p99: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, times_s: Sequence[float]) -> StepDistribution:
+        import numpy as np
+
+        return cls(len(times_s), float(np.mean(times_s)), float(np.percentile(times_s, 50)),
+                   float(np.percentile(times_s, 99)), float(min(times_s)), float(max(times_s)))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What ``run(scenario)`` answers: the step, and each part the scenario asked for (None where
+    it did not): stragglers, the job sharing the fabric, the step-time distribution, failures and
+    the time to train the failures' token budget, and the cost. *timeline*: the step's intervals
+    when a trace was asked for."""
+
+    scenario: Scenario
+    step: StepResult
+    cost: CostRecord
+    stragglers: StragglerRecord | None = None
+    shared: SharedJobRecord | None = None
+    distribution: StepDistribution | None = None
+    failures: FailureRecord | None = None
+    failures_train: TimeToTrain | None = None
+    timeline: tuple[Interval, ...] | None = None

@@ -126,7 +126,7 @@ def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def run_point(payload: tuple[Mapping[str, Any], str, dict[str, Any], bool, int | None]) -> dict[str, Any]:
     """One sweep point -> its row (a pure function: what workers and Dask tasks run)."""
-    from .training import run_step
+    from .run import run
 
     raw, source, point, weak, max_events = payload
     row: dict[str, Any] = dict(point)
@@ -137,14 +137,7 @@ def run_point(payload: tuple[Mapping[str, Any], str, dict[str, Any], bool, int |
         if weak:
             data = _weak_batch(data, raw, source)
         scn = scenario_from_dict(data, source)
-        result, _ = run_step(scn, max_events=max_events)
-        if scn.failures is not None:
-            from .faults import failure_report
-
-            result = result.with_extra(failure_report(scn, result, scn.seed))
-        from .cost import cost_summary
-
-        result = result.with_extra(cost_summary(scn, result, result.extra.get("goodput")))
+        result = run(scn, max_events=max_events)
         row.update(status="ok", error="", model=scn.model.name)
         row.update(_flatten(step_json(result)))
     except InfeasibleError as e:

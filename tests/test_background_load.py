@@ -8,8 +8,8 @@ from sim.cli import main
 from sim.collectives import CollectiveModel
 from sim.config import scenario_from_dict
 from sim.errors import ConfigError
+from sim.run import run
 from sim.topology import build_topology
-from sim.training import run_step
 
 
 def _model(chips: int, load: float) -> CollectiveModel:
@@ -34,7 +34,7 @@ def test_a_step_with_exposed_inter_node_traffic_slows() -> None:
         scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 64, "background_load": load},
                                   "model": "llama3-8b", "training": {"seq_len": 4096, "global_batch": 64},
                                   "parallelism": {"tp": 1, "zero": 3}})
-        return run_step(scn)[0].step_time_s
+        return run(scn).step.step_time_s
     assert step(0.8) > step(0.0) * 1.05
 
 

@@ -13,7 +13,8 @@ from sim.compute.kernels import AttentionShape, attention_flops, gemm_time_s
 from sim.compute.model import stack_efficiency_of
 from sim.config import scenario_from_dict
 from sim.hardware import CATALOGUE
-from sim.training import compute_model, run_step
+from sim.run import run
+from sim.stages import compute_model
 from sim.validate import check_compute_budgets, load_budgets, validate_compute
 from sim.workload.transformer import Comm, Op, build_workload
 
@@ -92,8 +93,8 @@ def test_fp8_runs_only_the_linear_layers_in_fp8() -> None:
 
 
 def test_tp_comm_overlap_hides_sequence_parallel_traffic_behind_gemms() -> None:
-    te = run_step(scn({"framework": "megatron-te"}))[0]
-    eager = run_step(scn({"framework": "pytorch-eager"}))[0]
+    te = run(scn({"framework": "megatron-te"})).step
+    eager = run(scn({"framework": "pytorch-eager"})).step
     assert te.breakdown_s["exposed_comm"] < 0.5 * eager.breakdown_s["exposed_comm"]
     assert te.software["tp_comm_overlap"] and not eager.software["tp_comm_overlap"]
 
@@ -116,7 +117,7 @@ def test_expert_all_to_all_carries_the_tensor_parallel_share_of_tokens() -> None
 
 
 def test_defaults_are_megatron_te_on_gpus_and_maxtext_on_tpus() -> None:
-    gpu = run_step(scn())[0]
+    gpu = run(scn()).step
     assert gpu.software["framework"] == "megatron-te" and gpu.software["attention"] == "cudnn"
     a100 = scn(cluster={"topology": "dgx-a100", "chips": 8})
     assert compute_model(a100).profile.attention == "flash-attention-2"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sim.config import scenario_from_dict
-from sim.engine import Segment, StagePlan, simulate
-from sim.training import run_step
+from sim.engine import Schedule, Segment, StagePlan, simulate
+from sim.run import run
 from sim.workload.schedules import schedule
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ def plan(f: float, b: float, p2p: float = 0.0, layers: int = 1) -> StagePlan:
 def test_pipeline_step_is_the_textbook_formula(kind: str, pp: int, m: int) -> None:
     # Uniform stages, free transfers: (m + pp - 1) (F + B) (Narayanan et al. 2021, section 2.2).
     f, b = 1.0, 2.0
-    r = simulate([plan(f, b)] * pp, pp=pp, vs=1, micro=m, schedule_kind=kind)
+    r = simulate([plan(f, b)] * pp, Schedule(pp=pp, vs=1, micro=m, schedule_kind=kind))
     assert r.step_time_s == pytest.approx((m + pp - 1) * (f + b))
     assert r.breakdown_s["pipeline_bubble"] == pytest.approx((pp - 1) * (f + b))
 
@@ -37,13 +37,13 @@ def test_interleaving_shrinks_the_bubble_by_the_virtual_stages() -> None:
     pp, m, v = 4, 8, 2
     f, b = 1.0, 2.0
     chunk = [plan(f / v, b / v)] * pp
-    r = simulate(chunk, pp=pp, vs=v, micro=m, schedule_kind="interleaved")
+    r = simulate(chunk, Schedule(pp=pp, vs=v, micro=m, schedule_kind="interleaved"))
     assert r.step_time_s == pytest.approx(m * (f + b) + (pp - 1) * (f + b) / v)
 
 
 def test_transfers_delay_the_pipeline() -> None:
-    base = simulate([plan(1, 2)] * 4, pp=4, vs=1, micro=4, schedule_kind="1f1b").step_time_s
-    slow = simulate([plan(1, 2, p2p=0.5)] * 4, pp=4, vs=1, micro=4, schedule_kind="1f1b").step_time_s
+    base = simulate([plan(1, 2)] * 4, Schedule(pp=4, vs=1, micro=4, schedule_kind="1f1b")).step_time_s
+    slow = simulate([plan(1, 2, p2p=0.5)] * 4, Schedule(pp=4, vs=1, micro=4, schedule_kind="1f1b")).step_time_s
     assert slow > base
 
 
@@ -74,15 +74,15 @@ SMALL = {
 ])
 def test_one_rank_per_stage_equals_every_rank(par: dict) -> None:
     scn = scenario_from_dict({**SMALL, "parallelism": par})
-    cls, _ = run_step(scn)
-    full, _ = run_step(scn, per_rank=True)
+    cls = run(scn).step
+    full = run(scn, per_rank=True).step
     assert full.step_time_s == pytest.approx(cls.step_time_s, rel=1e-12)
     assert sum(cls.breakdown_s.values()) == pytest.approx(cls.step_time_s, rel=1e-9)
 
 
 def test_mfu_is_palm_model_flops_over_peak() -> None:
     scn = scenario_from_dict({**SMALL, "parallelism": {"tp": 2}})
-    r, _ = run_step(scn)
+    r = run(scn).step
     m = scn.model
     per_token = 6 * m.non_embedding_params() + 12 * m.layers * m.heads * m.head_dim * 2048
     assert r.model_flops_per_step == pytest.approx(per_token * 16 * 2048)
@@ -95,7 +95,7 @@ def test_more_bandwidth_never_slows_a_step() -> None:
     slow = scenario_from_dict({**SMALL, "cluster": {"topology": "dgx-h100", "chips": 16,
                                                      "oversubscription": 4.0},
                                "parallelism": {"tp": 1, "zero": 3}})
-    assert run_step(slow)[0].step_time_s >= run_step(fast)[0].step_time_s
+    assert run(slow).step.step_time_s >= run(fast).step.step_time_s
 
 
 def test_run_cli_json_fields_and_trace(tmp_path: Path) -> None:
@@ -129,8 +129,8 @@ def test_fast_step_is_the_engine_over_a_grid_of_layouts() -> None:
     from sim.collectives import CollectiveModel
     from sim.config import scenario_from_dict
     from sim.engine import fast_step, simulate
+    from sim.stages import plan_stages
     from sim.topology import build_topology
-    from sim.training import plan_stages
     from sim.workload.transformer import build_workload
 
     checked = 0
@@ -146,10 +146,10 @@ def test_fast_step_is_the_engine_over_a_grid_of_layouts() -> None:
                                   "parallelism": {"tp": tp, "pp": pp, "zero": zero, "schedule": sched,
                                                   "virtual_stages": vs}})
         wl = build_workload(scn)
-        plans = plan_stages(wl, topo, net)
-        kw = dict(pp=pp, vs=vs if sched == "interleaved" else 1, micro=wl.microbatches,
+        plans = plan_stages(wl, net)
+        kw = Schedule(pp=pp, vs=vs if sched == "interleaved" else 1, micro=wl.microbatches,
                   schedule_kind=sched)
-        a, b = simulate(plans, **kw), fast_step(plans, **kw)
+        a, b = simulate(plans, kw), fast_step(plans, kw)
         assert b.step_time_s == pytest.approx(a.step_time_s, rel=5e-3)
         for k, v in a.breakdown_s.items():
             assert b.breakdown_s[k] == pytest.approx(v, rel=5e-3, abs=1e-9), k
@@ -161,7 +161,7 @@ def test_exact_event_log_of_a_two_stage_pipeline() -> None:
     """Two stages, 1F1B, two micro-batches, F = 1 s, B = 2 s, 0.5 s pipeline transfers: the
     intervals each process records, worked out by hand. Stage 0 runs F0, F1 (one warm-up forward),
     then waits for B0's gradient (stage 1 finishes B0 at 4.5, + 0.5 s), and B1's (7.5 + 0.5)."""
-    r = simulate([plan(1.0, 2.0, p2p=0.5)] * 2, pp=2, vs=1, micro=2, schedule_kind="1f1b",
+    r = simulate([plan(1.0, 2.0, p2p=0.5)] * 2, Schedule(pp=2, vs=1, micro=2, schedule_kind="1f1b"),
                  trace=True)
     got = [(i.stage, i.kind, i.label, i.start_s, i.end_s) for i in r.intervals]
     want = [

@@ -59,9 +59,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("compute.model",),                                # workload's ops -> seconds on a chip
     ("network",),                                      # routing, links, fluid sharing
     ("collectives", "engine", "stragglers", "faults", "cost"),
-    ("results",),                                      # step records
-    ("training",),                                     # the chain of calls: scenario -> StepResult
-    ("plan",),                                         # searches clusters with training's steps
+    ("results",),                                      # run records
+    ("stages",),                                       # workload + network -> per-stage plans
+    ("job",),                                          # a scenario resolved once for its step
+    ("straggler_step", "shared_step"),                 # the step with stragglers; beside a 2nd job
+    ("training",),                                     # one step of a job -> StepResult
+    ("run",),                                          # the one entry: scenario -> RunResult
+    ("plan",),                                         # searches clusters with run's steps
     ("report", "plots", "trace"),                      # views of the records
     ("sweep",),                                        # many scenarios
     ("validate",),                                     # predictions against measurements
@@ -139,7 +143,8 @@ def test_imports_only_go_down_the_layers() -> None:
     The layers, lowest first: errors, units, models, progress -> hardware -> software,
     topology_spec, compute (kernels, tables) -> calibration -> config -> topology -> workload ->
     compute.model -> network -> collectives, engine, stragglers, faults, cost -> results ->
-    training -> plan -> report, plots, trace -> sweep -> validate -> cli, sim/__init__.py ->
+    stages -> job -> straggler_step, shared_step -> training -> run -> plan -> report, plots,
+    trace -> sweep -> validate -> cli, sim/__init__.py ->
     __main__.
 
     The rule: DESIGN.md's data flow is one way, so nothing upstream names anything downstream:

@@ -8,7 +8,7 @@ import pytest
 
 from sim.config import scenario_from_dict
 from sim.errors import ConfigError, InfeasibleError
-from sim.training import run_step
+from sim.run import run
 from sim.units import GiB
 from sim.workload.activations import kept_tensors, layer_activation_bytes
 from sim.workload.memory import check_fits, memory_per_chip
@@ -119,7 +119,7 @@ def test_a_remat_policy_decides_instead_of_recompute() -> None:
 
 def test_offload_costs_step_time_where_the_stack_does_not_overlap_it() -> None:
     def step(policy, software):
-        return run_step(scn({"remat_policy": policy}, {"tp": 1, "zero": 3}, software))[0].step_time_s
+        return run(scn({"remat_policy": policy}, {"tp": 1, "zero": 3}, software)).step.step_time_s
 
     eager_device, eager_host = step("save_qkv_proj", "pytorch-fsdp"), step("qkv_proj_offloaded",
                                                                           "pytorch-fsdp")
@@ -130,7 +130,7 @@ def test_offload_costs_step_time_where_the_stack_does_not_overlap_it() -> None:
 
 
 def test_run_reports_every_memory_term() -> None:
-    r = run_step(scn())[0]
+    r = run(scn()).step
     b = r.memory_breakdown_GiB
     assert {"weights", "gradients", "optimizer", "activations", "activations_per_microbatch",
             "logits", "reserved", "offloaded_host", "total"} <= set(b)

@@ -11,14 +11,14 @@ import yaml
 from sim.collectives import CollectiveModel
 from sim.config import load_scenario, scenario_from_dict
 from sim.errors import ConfigError, SimError
+from sim.run import run
 from sim.topology import build_topology
-from sim.training import run_step
 
 GiB = 2**30
 
 
 def _step(raw: dict) -> float:
-    return run_step(scenario_from_dict(raw))[0].step_time_s
+    return run(scenario_from_dict(raw)).step.step_time_s
 
 
 def test_oversubscription_leaves_rail_aligned_rings_and_trees_alone_but_slows_all_to_all() -> None:
@@ -36,9 +36,9 @@ def test_oversubscription_leaves_rail_aligned_rings_and_trees_alone_but_slows_al
             "training": {"seq_len": 8192, "global_batch": 512},
             "parallelism": {"tp": 8, "zero": 3}}
     over = {**base, "cluster": {**base["cluster"], "oversubscription": 4}}
-    flat, thin = run_step(scenario_from_dict(base)), run_step(scenario_from_dict(over))
-    assert thin[0].step_time_s == flat[0].step_time_s
-    assert thin[1].network_solves == 0
+    flat, thin = run(scenario_from_dict(base)).step, run(scenario_from_dict(over)).step
+    assert thin.step_time_s == flat.step_time_s
+    assert thin.network_solves == 0
     assert [sum(c // 32 != p // 32 for c, p in t) for t in _tree_edges(128)] == [5, 5]
     nets = [CollectiveModel(build_topology(scenario_from_dict(r).cluster)) for r in (base, over)]
     a, b = (n.time("allreduce", GiB) for n in nets)
@@ -51,11 +51,11 @@ def test_oversubscription_slows_pipeline_sends_across_scalable_units() -> None:
     """PP 4 over 1,024 GPUs puts each stage on one scalable unit, so every pipeline send of all
     256 ranks of a stage leaves its leaves at once: at N:1 the uplinks carry a quarter, an
     eighth... of it and the bubble grows; monotone in N."""
-    steps = [run_step(load_scenario("llama3-70b-1024xh100", [f"cluster.oversubscription={n}"]))[0]
+    steps = [run(load_scenario("llama3-70b-1024xh100", [f"cluster.oversubscription={n}"])).step
              for n in (1, 2, 4, 8)]
     times = [r.step_time_s for r in steps]
     assert times == sorted(times) and times[-1] > times[0] * 1.01
-    assert steps[-1].extra["link_sharing_s"] > 0
+    assert steps[-1].link_sharing_s is not None and steps[-1].link_sharing_s > 0
     assert steps[-1].breakdown_s["compute"] == pytest.approx(steps[0].breakdown_s["compute"])
 
 
@@ -107,7 +107,7 @@ def test_a_failed_link_is_routed_around() -> None:
 ])
 def test_bad_degraded_links_are_one_clear_error(edits: object, msg: str) -> None:
     with pytest.raises(SimError, match=None) as e:
-        run_step(scenario_from_dict(_with_links(edits)))    # type: ignore[arg-type]
+        run(scenario_from_dict(_with_links(edits)))    # type: ignore[arg-type]
     assert msg in str(e.value)
 
 
@@ -134,18 +134,19 @@ def _pair(tmp_path: Path, over: float, job_chips: int = 384, other_chips: int = 
 def test_a_second_job_on_the_fabric_slows_this_one_where_they_share_uplinks(tmp_path: Path) -> None:
     """At 32:1 a leaf keeps one uplink: each job's ring alone puts one flow on unit 1's
     uplinks, both jobs two, so both slow down; on a non-blocking fabric neither does."""
-    r, _ = run_step(load_scenario(_pair(tmp_path, 32)))
-    n = r.extra["shared_with"]
-    assert n["scenario"] == "neighbour" and n["chips"] == 256
-    assert n["slowdown"] > 1.1 and r.step_time_s == pytest.approx(n["step_time_alone_s"] * n["slowdown"])
-    assert n["neighbour_step_time_s"] > n["neighbour_step_time_alone_s"]
-    free, _ = run_step(load_scenario(_pair(tmp_path, 1)))
-    assert free.extra["shared_with"]["slowdown"] == 1.0
+    r = run(load_scenario(_pair(tmp_path, 32)))
+    n = r.shared
+    assert n is not None and n.scenario == "neighbour" and n.chips == 256
+    assert n.slowdown > 1.1 and r.step.step_time_s == pytest.approx(n.step_time_alone_s * n.slowdown)
+    assert n.neighbour_step_time_s is not None
+    assert n.neighbour_step_time_s > n.neighbour_step_time_alone_s
+    free = run(load_scenario(_pair(tmp_path, 1))).shared
+    assert free is not None and free.slowdown == 1.0
     # the job alone on the same fabric: what it would do without the neighbour
     alone = dict(yaml.safe_load((tmp_path / "job.yaml").read_text()))
     del alone["cluster"]["shared_with"]
     alone["cluster"]["oversubscription"] = 32
-    assert run_step(scenario_from_dict(alone))[0].step_time_s == pytest.approx(n["step_time_alone_s"])
+    assert run(scenario_from_dict(alone)).step.step_time_s == pytest.approx(n.step_time_alone_s)
 
 
 def test_shared_with_errors_name_the_field(tmp_path: Path) -> None:

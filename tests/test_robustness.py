@@ -12,7 +12,7 @@ from sim.cli import main
 from sim.collectives import CollectiveModel
 from sim.config import load_cluster, scenario_from_dict
 from sim.errors import ConfigError
-from sim.training import run_step
+from sim.run import run
 
 REPO = Path(__file__).resolve().parent.parent
 STRAGGLERS = str(REPO / "scenarios" / "llama3-70b-1024xh100-stragglers.yaml")
@@ -74,7 +74,7 @@ def test_work_limit_refuses_before_running() -> None:
     scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 8}, "model": "llama3-8b",
                               "training": {"global_batch": 1_000_000}}, "big.yaml")
     with pytest.raises(ConfigError, match=r"would process ~[\d,]+ simulation events .* pass --max-events"):
-        run_step(scn, max_events=1_000_000)
+        run(scn, max_events=1_000_000)
 
 
 def test_yaml_duplicate_keys_and_depth(tmp_path: Path) -> None:
@@ -109,8 +109,9 @@ def test_the_work_estimate_is_within_a_factor_two_of_the_events_played() -> None
     from sim.collectives import CollectiveModel
     from sim.config import load_scenario
     from sim.engine import estimate_events, private_loads
+    from sim.run import run
+    from sim.stages import plan_stages
     from sim.topology import build_topology
-    from sim.training import plan_stages, run_step
     from sim.workload.transformer import build_workload
 
     scenarios = [load_scenario(f) for f in sorted((REPO / "scenarios").glob("*.yaml"))]
@@ -124,13 +125,13 @@ def test_the_work_estimate_is_within_a_factor_two_of_the_events_played() -> None
         wl = build_workload(scn)
         topo = build_topology(scn.cluster)
         net = CollectiveModel(topo)
-        plans = plan_stages(wl, topo, net)
+        plans = plan_stages(wl, net)
         p = scn.parallelism
         vs = p.virtual_stages if p.schedule == "interleaved" else 1
         ranks = p.tp * p.cp * p.dp if per_rank else 1
         est = estimate_events(plans, vs=vs, micro=wl.microbatches, ranks_per_stage=ranks,
                               delays=private_loads(plans, net.links.capacity_Bps, wl.microbatches * vs))
-        played = run_step(scn, topo=topo, net=net, per_rank=per_rank)[1].events
+        played = run(scn, topo=topo, net=net, per_rank=per_rank).step.engine_events
         assert played / 2 <= est <= 2 * played or max(est, played) < 1000, (scn.name, est, played)
         checked += 1
     assert checked >= 8

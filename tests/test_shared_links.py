@@ -10,7 +10,7 @@ import simpy
 from sim.collectives import CollectiveModel, nccl
 from sim.collectives.traffic import collective_traffic, p2p_traffic
 from sim.config import scenario_from_dict
-from sim.engine import Segment, StagePlan, simulate
+from sim.engine import Schedule, Segment, StagePlan, simulate
 from sim.network.shared import SharedLinks
 from sim.network.traffic import Traffic
 from sim.topology import build_topology
@@ -97,7 +97,7 @@ def test_a_collective_alone_in_the_engine_is_its_isolated_time(topology: str, ch
         tr = collective_traffic(net, op, size, [group])
         seg = (Segment("tp", alone, "tp", tr),)
         plan = StagePlan(seg, seg, 1, 0, 0, 0, 0, 0.0, 0.0, False, 0.0, 0.0, 0.0)
-        step = simulate([plan], pp=1, vs=1, micro=1, schedule_kind="1f1b",
+        step = simulate([plan], Schedule(pp=1, vs=1, micro=1, schedule_kind="1f1b"),
                         capacity_Bps=net.links.capacity_Bps)
         assert step.step_time_s == pytest.approx(2 * alone, rel=1e-12)
         assert step.network_solves == 0
@@ -171,7 +171,7 @@ def test_fsdp_gather_and_dp_reduce_on_one_tpu_torus_axis() -> None:
 def test_step_on_a_fabric_with_nothing_shared_equals_isolated_times() -> None:
     """TP inside nodes, rail-aligned data parallelism, no pipeline: the engine plays every
     transfer on the links and the step equals the one with every transfer a plain delay."""
-    from sim.training import plan_stages
+    from sim.stages import plan_stages
     from sim.workload.transformer import build_workload
 
     scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 64},
@@ -179,10 +179,10 @@ def test_step_on_a_fabric_with_nothing_shared_equals_isolated_times() -> None:
                               "parallelism": {"tp": 8, "zero": 1}})
     net = CollectiveModel(build_topology(scn.cluster))
     wl = build_workload(scn)
-    plans = plan_stages(wl, net.topo, net)
-    kw = dict(pp=1, vs=1, micro=wl.microbatches, schedule_kind="1f1b")
-    shared = simulate(plans, capacity_Bps=net.links.capacity_Bps, **kw)
-    alone = simulate(plans, **kw)
+    plans = plan_stages(wl, net)
+    kw = Schedule(pp=1, vs=1, micro=wl.microbatches, schedule_kind="1f1b")
+    shared = simulate(plans, kw, capacity_Bps=net.links.capacity_Bps)
+    alone = simulate(plans, kw)
     assert shared.step_time_s == pytest.approx(alone.step_time_s, rel=1e-12)   # up to rounding
     assert shared.network_solves == 0
 
@@ -191,15 +191,15 @@ def test_per_rank_equals_one_rank_per_stage_where_transfers_meet() -> None:
     """GPipe over 4 stages of 4 GPUs: pipeline sends meet the data-parallel reductions on the
     NICs (the engine solves the sharing). Every rank admitting its own group's share of the load
     gives the step the representative ranks give with the loads of all groups."""
-    from sim.training import run_step
+    from sim.run import run
 
     scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 16},
                               "model": {"preset": "llama3-8b", "layers": 8},
                               "training": {"seq_len": 2048, "global_batch": 16},
                               "parallelism": {"tp": 1, "pp": 4, "schedule": "gpipe"}})
-    one, e1 = run_step(scn)
-    every, e2 = run_step(scn, per_rank=True)
-    assert e1.network_solves > 0 and e2.network_solves > 0
+    one = run(scn).step
+    every = run(scn, per_rank=True).step
+    assert one.network_solves > 0 and every.network_solves > 0
     assert every.step_time_s == pytest.approx(one.step_time_s, rel=1e-12)
 
 

@@ -7,9 +7,9 @@ import pytest
 from scipy import integrate, stats
 
 from sim.config import scenario_from_dict
-from sim.engine import Segment, StagePlan, simulate
+from sim.engine import Schedule, Segment, StagePlan, simulate
+from sim.run import run
 from sim.stragglers import ReplicaDraws, jitter_for
-from sim.training import run_step
 
 
 def expected_max_lognormal(n: int, sigma: float) -> float:
@@ -31,7 +31,7 @@ def test_per_rank_step_is_the_expected_max_of_n_lognormals(n: int, sigma: float)
     for seed in range(300):
         rng = np.random.default_rng(seed)
         draws = rng.lognormal(0.0, sigma, size=n)
-        r = simulate([one_op_then_barrier()], pp=1, vs=1, micro=1, schedule_kind="1f1b",
+        r = simulate([one_op_then_barrier()], Schedule(pp=1, vs=1, micro=1, schedule_kind="1f1b"),
                      ranks_per_stage=n, groups=lambda kind, local: (0, n),
                      jitter=lambda rank, k, draws=draws: float(draws[rank]) if k == 0 else 1.0)
         steps.append(r.step_time_s)
@@ -56,20 +56,21 @@ BASE = {
 
 
 def test_one_slow_gpu_slows_the_whole_step() -> None:
-    clean = run_step(scenario_from_dict(BASE))[0]
-    slow = run_step(scenario_from_dict({**BASE, "stragglers": {"slow_fraction": 1 / 64,
-                                                               "slow_factor": 2.0}}))[0]
+    clean = run(scenario_from_dict(BASE)).step
+    played = run(scenario_from_dict({**BASE, "stragglers": {"slow_fraction": 1 / 64,
+                                                             "slow_factor": 2.0}}))
+    slow = played.step
     assert slow.step_time_s > 1.5 * clean.step_time_s
     assert slow.breakdown_s["straggler_wait"] > 0
-    assert len(slow.extra["straggler_chips"]) == 1
+    assert played.stragglers is not None and len(played.stragglers.replica_slow_chips) == 1
     assert sum(slow.breakdown_s.values()) == pytest.approx(slow.step_time_s, rel=1e-9)
 
 
 def test_jitter_is_deterministic_per_seed_and_varies_across_seeds() -> None:
     scn = scenario_from_dict({**BASE, "stragglers": {"compute_jitter_sigma": 0.1}})
-    a, b, c = (run_step(scn, seed=s)[0].step_time_s for s in (3, 3, 4))
+    a, b, c = (run(scn, seed=s).step.step_time_s for s in (3, 3, 4))
     assert a == b and a != c
-    assert a > run_step(scenario_from_dict(BASE))[0].step_time_s
+    assert a > run(scenario_from_dict(BASE)).step.step_time_s
 
 
 def test_bad_straggler_config() -> None:
@@ -84,10 +85,10 @@ def test_bad_straggler_config() -> None:
 def test_degraded_links_slow_the_data_parallel_reduction() -> None:
     par = {"tp": 1, "pp": 1, "zero": 3}
     tr = {"seq_len": 2048, "global_batch": 64, "micro_batch": 1}
-    clean = run_step(scenario_from_dict({**BASE, "parallelism": par, "training": tr}))[0]
-    bad = run_step(scenario_from_dict({**BASE, "parallelism": par, "training": tr,
+    clean = run(scenario_from_dict({**BASE, "parallelism": par, "training": tr})).step
+    bad = run(scenario_from_dict({**BASE, "parallelism": par, "training": tr,
                                        "stragglers": {"link_degrade_fraction": 0.1,
-                                                      "link_bandwidth_factor": 0.1}}))[0]
+                                                      "link_bandwidth_factor": 0.1}})).step
     assert bad.step_time_s > clean.step_time_s
 
 
@@ -95,9 +96,10 @@ def test_degraded_links_slow_the_data_parallel_reduction() -> None:
 
 def _attribution(stragglers: dict[str, float], **over: object) -> tuple[float, dict]:
     scn = scenario_from_dict({**BASE, **over, "stragglers": stragglers})
-    r = run_step(scn)[0]
-    clean = run_step(scenario_from_dict({**BASE, **over}))[0]
-    return clean.step_time_s, {**r.extra["straggler_slowdown"], "step_s": r.step_time_s}
+    r = run(scn)
+    clean = run(scenario_from_dict({**BASE, **over})).step
+    assert r.stragglers is not None
+    return clean.step_time_s, {**r.stragglers.slowdown, "step_s": r.step.step_time_s}
 
 
 def test_one_slow_chip_is_attributed_to_its_stage_replica_and_cause_alone() -> None:

@@ -12,10 +12,11 @@ import pytest
 
 from sim.collectives import CollectiveModel
 from sim.config import scenario_from_dict
-from sim.engine import Segment, StagePlan, fast_step, simulate
+from sim.engine import Schedule, Segment, StagePlan, fast_step, simulate
 from sim.errors import ConfigError
+from sim.run import run
+from sim.stages import plan_stages
 from sim.topology import build_topology
-from sim.training import plan_stages, run_step
 from sim.workload.transformer import build_workload
 
 
@@ -108,7 +109,7 @@ def test_gpipe_uneven_is_the_flow_shop_formula(layers: list[int], m: int) -> Non
     f, b = 1.0, 2.0
     pp = len(layers)
     t = [n * (f + b) for n in layers]
-    r = simulate([_plan(f, b, n) for n in layers], pp=pp, vs=1, micro=m, schedule_kind="gpipe")
+    r = simulate([_plan(f, b, n) for n in layers], Schedule(pp=pp, vs=1, micro=m, schedule_kind="gpipe"))
     assert r.step_time_s == pytest.approx((m - 1) * max(t) + sum(t))
 
 
@@ -121,9 +122,9 @@ def test_1f1b_step_with_the_slowest_stage_last(layers: list[int], m: int) -> Non
     f, b = 1.0, 2.0
     pp = len(layers)
     t = [n * (f + b) for n in layers]
-    r = simulate([_plan(f, b, n) for n in layers], pp=pp, vs=1, micro=m, schedule_kind="1f1b")
+    r = simulate([_plan(f, b, n) for n in layers], Schedule(pp=pp, vs=1, micro=m, schedule_kind="1f1b"))
     assert r.step_time_s == pytest.approx(sum(t) + (m - 1) * max(t))
-    even = simulate([_plan(f, b, max(layers))] * pp, pp=pp, vs=1, micro=m, schedule_kind="1f1b")
+    even = simulate([_plan(f, b, max(layers))] * pp, Schedule(pp=pp, vs=1, micro=m, schedule_kind="1f1b"))
     assert r.step_time_s <= even.step_time_s             # fewer layers never slow a step
 
 
@@ -131,9 +132,9 @@ def test_chunk_layers_scale_each_chunk() -> None:
     # A chunk of 0 layers passes its micro-batches through for free; 2 layers take twice 1.
     f, b, pp, vs, m = 1.0, 2.0, 2, 2, 4
     one = _plan(f, b, 1)
-    base = simulate([one] * pp, pp=pp, vs=vs, micro=m, schedule_kind="interleaved").step_time_s
+    base = simulate([one] * pp, Schedule(pp=pp, vs=vs, micro=m, schedule_kind="interleaved")).step_time_s
     doubled = [StagePlan(**{**one.__dict__, "chunk_layers": (2, 2)})] * pp
-    twice = simulate(doubled, pp=pp, vs=vs, micro=m, schedule_kind="interleaved").step_time_s
+    twice = simulate(doubled, Schedule(pp=pp, vs=vs, micro=m, schedule_kind="interleaved")).step_time_s
     assert twice == pytest.approx(2 * base)
 
 
@@ -151,11 +152,11 @@ def test_fast_step_is_the_engine_on_uneven_layouts() -> None:
     for par, (tp, zero) in itertools.product(layouts, [(8, 1), (2, 3)]):
         scn = _scn({"tp": tp, "zero": zero, **par})
         wl = build_workload(scn)
-        plans = plan_stages(wl, topo, net)
+        plans = plan_stages(wl, net)
         p = scn.parallelism
         assert [sp.total_layers(p.virtual_stages) for sp in plans] == list(p.layers_of_stages)
-        kw = dict(pp=p.pp, vs=p.virtual_stages, micro=wl.microbatches, schedule_kind=p.schedule)
-        a, b = simulate(plans, **kw), fast_step(plans, **kw)
+        kw = Schedule(pp=p.pp, vs=p.virtual_stages, micro=wl.microbatches, schedule_kind=p.schedule)
+        a, b = simulate(plans, kw), fast_step(plans, kw)
         assert b.step_time_s == pytest.approx(a.step_time_s, rel=5e-3), par
         for k, v in a.breakdown_s.items():
             assert b.breakdown_s[k] == pytest.approx(v, rel=5e-3, abs=1e-9), (par, k)
@@ -165,12 +166,12 @@ def test_lighter_end_stages_shorten_the_step_and_per_rank_agrees() -> None:
     # 80 layers on 4 stages: the end stages also run the embedding and the output head + loss
     # (128K vocabulary), so a layer off each (19, 21, 21, 19) balances the pipeline, as Llama 3
     # does; the same plan per rank gives the same step.
-    even, _ = run_step(_scn({"tp": 8, "pp": 4}, chips=32, batch=16))
+    even = run(_scn({"tp": 8, "pp": 4}, chips=32, batch=16)).step
     uneven_scn = _scn({"tp": 8, "pp": 4, "first_stage_layers": 19, "last_stage_layers": 19},
                       chips=32, batch=16)
-    uneven, _ = run_step(uneven_scn)
+    uneven = run(uneven_scn).step
     assert uneven.step_time_s < even.step_time_s
-    full, _ = run_step(uneven_scn, per_rank=True)
+    full = run(uneven_scn, per_rank=True).step
     assert full.step_time_s == pytest.approx(uneven.step_time_s, rel=1e-12)
 
 
@@ -186,7 +187,7 @@ def test_llama3_405b_scenario_is_the_papers_layout_and_fits() -> None:
     p = scn.parallelism
     assert (scn.model.layers, p.tp, p.pp, p.cp, p.dp, p.schedule) == (126, 8, 16, 1, 128, "interleaved")
     assert p.layers_of_stages[0] == p.layers_of_stages[-1] == 7
-    r, _ = run_step(scn)
+    r = run(scn).step
     assert r.memory_per_chip_GiB <= scn.cluster.chip.hbm_bytes / 2**30
     assert 0.38 * 0.9 <= r.mfu <= 0.43 * 1.1
 
@@ -197,7 +198,7 @@ def test_llama3_micro_batches_per_round() -> None:
     next, so the warm-up holds more of them (Megatron's depth (pp - s - 1) 2 + (v - 1) N) while
     the step plays the same work; it must divide the micro-batches and be >= pp, interleaved."""
     from sim.errors import ConfigError
-    from sim.training import run_step
+    from sim.run import run
     from sim.workload.memory import memory_per_chip
     from sim.workload.transformer import build_workload
 
@@ -208,16 +209,16 @@ def test_llama3_micro_batches_per_round() -> None:
                                    "parallelism": {"tp": 8, "pp": 4, "schedule": "interleaved",
                                                    "virtual_stages": 2, **par}})
     base, same, wide = scn(), scn(microbatch_group=4), scn(microbatch_group=8)
-    assert run_step(same)[0].step_time_s == run_step(base)[0].step_time_s
+    assert run(same).step.step_time_s == run(base).step.step_time_s
     mem = [memory_per_chip(build_workload(s)).activations_B for s in (base, wide)]
     # stage 0's peak: Megatron's warm-up depth + 1 chunks of 2 layers in flight
     assert mem[1] / mem[0] == pytest.approx(((4 - 1) * 2 + (2 - 1) * 8 + 1)
                                             / ((4 - 1) * 2 + (2 - 1) * 4 + 1))
-    r = run_step(wide)[0]
-    assert r.breakdown_s["compute"] == pytest.approx(run_step(base)[0].breakdown_s["compute"])
+    r = run(wide).step
+    assert r.breakdown_s["compute"] == pytest.approx(run(base).step.breakdown_s["compute"])
     for bad, msg in [({"microbatch_group": 2}, "at least pp = 4"),
                      ({"microbatch_group": 3}, "at least pp = 4")]:
         with pytest.raises(ConfigError, match=msg):
             scn(**bad)
     with pytest.raises(ConfigError, match="microbatch_group: 6 does not divide the 32"):
-        run_step(scn(microbatch_group=6))
+        run(scn(microbatch_group=6))

@@ -64,7 +64,7 @@ def test_zero_stages_shard_what_they_should() -> None:
 
 
 def test_hybrid_sharding_shards_over_the_group_and_reduces_across_replicas() -> None:
-    from sim.training import run_step
+    from sim.run import run
 
     cluster = {"topology": "tpu-v5p", "chips": 128, "slices": 2}
     training = {"seq_len": 2048, "global_batch": 64}
@@ -73,12 +73,12 @@ def test_hybrid_sharding_shards_over_the_group_and_reduces_across_replicas() -> 
     mf, mh = (memory_per_chip(build_workload(x)) for x in (full, hybrid))
     assert mh.optimizer_B == pytest.approx(2 * mf.optimizer_B)               # 16 shards, not 32
     assert mh.weights_B == pytest.approx(2 * mf.weights_B)
-    rf, rh = run_step(full)[0], run_step(hybrid)[0]
+    rf, rh = run(full).step, run(hybrid).step
     # FSDP gathers cross the DCN every layer; hybrid keeps them in the slice and sends only the
     # gradient shards across, overlapped with the backward pass.
     assert rh.step_time_s < rf.step_time_s
-    one = run_step(scn({"tp": 4, "zero": 3}, {"seq_len": 2048, "global_batch": 32},
-                       cluster={"topology": "tpu-v5p", "chips": 64}))[0]
+    one = run(scn({"tp": 4, "zero": 3}, {"seq_len": 2048, "global_batch": 32},
+                       cluster={"topology": "tpu-v5p", "chips": 64})).step
     assert rh.step_time_s >= one.step_time_s
 
 
@@ -90,10 +90,10 @@ def test_hybrid_sharding_shards_over_the_group_and_reduces_across_replicas() -> 
 ])
 def test_hybrid_sharding_runs_on_any_group_shape(cluster, par) -> None:
     """Replica groups that sit unevenly on nodes or slices fall back to algorithms that allow it."""
-    from sim.training import run_step
+    from sim.run import run
 
     s = scn(par, {"seq_len": 2048, "global_batch": 768}, {"preset": "llama3-8b", "layers": 4}, cluster)
-    r = run_step(s)[0]
+    r = run(s).step
     assert r.step_time_s > 0 and r.parallelism["zero_group"] == par["zero_group"]
 
 

@@ -71,9 +71,10 @@ def scenario_from_dict(raw: Mapping[str, Any], source: str = "<dict>",
 def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenario:
     top = Section(raw, "scenario", TOP_KEYS)
     cluster = _cluster(top.section("cluster", CLUSTER_KEYS))
+    neighbour = None
     if isinstance(raw.get("cluster"), Mapping) and raw["cluster"].get("shared_with") is not None:
-        cluster = replace(cluster, shared_with=_shared_with(raw["cluster"]["shared_with"], source,
-                                                            cluster))
+        neighbour = _shared_with(raw["cluster"]["shared_with"], source, cluster)
+        cluster = replace(cluster, shared_with=neighbour.source)
     if not top.has("model"):
         raise ConfigError(f"model: required; a preset name ({', '.join(sorted(PRESETS))}) "
                           "or a mapping with layers, hidden, ffn_hidden, heads, kv_heads, vocab")
@@ -104,7 +105,7 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     par = resolve_plan(par, model, training, source)
     return Scenario(name=name, source=source, cluster=cluster, model=model, training=training,
                     parallelism=par, stragglers=strag, failures=fail, cost=cost, seed=seed,
-                    software=software, raw=raw)
+                    software=software, raw=raw, neighbour=neighbour)
 
 
 def _cluster(s: Section) -> ClusterConfig:
@@ -175,10 +176,10 @@ def _degraded_links(s: Section) -> tuple[tuple[int | str, int | str, float], ...
     return tuple(out)
 
 
-def _shared_with(value: object, source: str, cluster: ClusterConfig) -> str:
+def _shared_with(value: object, source: str, cluster: ClusterConfig) -> Scenario:
     """``cluster.shared_with``: the scenario (file, relative to this one, or bundled name) of a
-    second job on the same fabric; checked here: it loads, runs on the same GPU topology and
-    does not itself share."""
+    second job on the same fabric, read once here and checked: it loads, runs on the same GPU
+    topology and does not itself share."""
     where = "cluster.shared_with"
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where}: expected a scenario file or bundled scenario name, got "
@@ -210,7 +211,7 @@ def _shared_with(value: object, source: str, cluster: ClusterConfig) -> str:
     except ConfigError as e:
         raise ConfigError(f"{where}: the two jobs need {both} chips together; "
                           f"{str(e).split(': ', 1)[-1]}") from None
-    return other_source
+    return other
 
 
 def _model(raw: object) -> ModelSpec:

@@ -229,6 +229,8 @@ class Scenario:
     seed: int = 0
     software: SoftwareProfile | None = None   # None only for scenarios built by hand in tests
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # cluster.shared_with's job, read and checked once with this scenario
+    neighbour: Scenario | None = field(default=None, compare=False, repr=False)
 
 
 CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "slices", "twisted", "oversubscription",

@@ -4,9 +4,9 @@ outputs)."""
 
 from .fast import estimate_events, fast_step
 from .loads import private_loads
-from .records import EngineResult, Interval, Segment, StagePlan
+from .records import EngineResult, Interval, Schedule, Segment, StagePlan
 from .step import StepEngine, simulate
 from .together import simulate_together
 
-__all__ = ["Segment", "StagePlan", "Interval", "EngineResult", "StepEngine", "simulate", "simulate_together",
-           "estimate_events", "fast_step", "private_loads"]
+__all__ = ["Schedule", "Segment", "StagePlan", "Interval", "EngineResult", "StepEngine", "simulate",
+           "simulate_together", "estimate_events", "fast_step", "private_loads"]

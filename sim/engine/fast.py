@@ -3,8 +3,8 @@ path the plan search screens layouts with."""
 
 from __future__ import annotations
 
-from ..workload.schedules import schedule
-from .records import EngineResult, StagePlan
+from ..workload.schedules import schedule as schedule_steps
+from .records import EngineResult, Schedule, StagePlan
 
 __all__ = ["estimate_events", "fast_step"]
 
@@ -34,8 +34,7 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
     return simulations * ranks_per_stage * per_rank
 
 
-def fast_step(plan: list[StagePlan], *, pp: int, vs: int, micro: int,
-              schedule_kind: str, group: int = 0) -> EngineResult:
+def fast_step(plan: list[StagePlan], schedule: Schedule) -> EngineResult:
     """The step ``simulate`` plays in representative mode (no jitter, no per-rank barriers), as a
     longest-path computation over the schedule's dependency graph instead of simpy events.
 
@@ -52,9 +51,10 @@ def fast_step(plan: list[StagePlan], *, pp: int, vs: int, micro: int,
     where transfers of the step share links it is optimistic; ``clustersim plan`` screens with it
     and confirms the layout it picks with the full engine.
     """
+    pp, vs, micro = schedule.pp, schedule.vs, schedule.micro
     n_chunks = pp * vs
     done: dict[tuple[str, int, int], float] = {}
-    steps = [schedule(schedule_kind, st, pp, micro, vs, group) for st in range(pp)]
+    steps = [schedule_steps(schedule.schedule_kind, st, pp, micro, vs, schedule.group) for st in range(pp)]
     pos = [0] * pp
     now = [0.0] * pp
     busy = [{"compute": 0.0, "comm": 0.0, "pipeline_bubble": 0.0} for _ in range(pp)]

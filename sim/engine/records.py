@@ -6,7 +6,20 @@ from dataclasses import dataclass, field
 
 from ..network.traffic import Traffic
 
-__all__ = ["Segment", "StagePlan", "Interval", "EngineResult"]
+__all__ = ["Schedule", "Segment", "StagePlan", "Interval", "EngineResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """How a job's pipeline runs its micro-batches: *pp* stages of *vs* model chunks each, *micro*
+    micro-batches per step, the schedule's name (``sim.workload.schedules``: gpipe, 1f1b,
+    interleaved) and, for the interleaved one, the micro-batches per round (Llama 3's N; 0: pp)."""
+
+    pp: int
+    vs: int
+    micro: int
+    schedule_kind: str
+    group: int = 0
 
 
 @dataclass(frozen=True, slots=True)

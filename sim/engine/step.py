@@ -26,9 +26,9 @@ import simpy
 
 from ..network.shared import SharedLinks
 from ..network.traffic import Traffic
-from ..workload.schedules import schedule
+from ..workload.schedules import schedule as schedule_steps
 from .loads import private_loads
-from .records import EngineResult, Interval, Segment, StagePlan
+from .records import EngineResult, Interval, Schedule, Segment, StagePlan
 
 __all__ = ["StepEngine", "simulate"]
 
@@ -74,17 +74,17 @@ class _Rank:
 class StepEngine:
     """One training step (see the module docstring); ``run()`` plays it once."""
 
-    def __init__(self, plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_kind: str,
+    def __init__(self, plan: list[StagePlan], schedule: Schedule, *,
                  ranks_per_stage: int = 1, groups: Groups | None = None,
                  jitter: Callable[[int, int], float] | None = None, trace: bool = False,
                  capacity_Bps: np.ndarray | None = None, env: simpy.Environment | None = None,
-                 links: SharedLinks | None = None, private: set[int] | None = None,
-                 group: int = 0) -> None:
+                 links: SharedLinks | None = None, private: set[int] | None = None) -> None:
         """*env*, *links* and *private* (ids of loads that share no link: ``private_loads``)
         given: this step is played on another's clock and links (a second job on the fabric)."""
+        pp, vs, micro = schedule.pp, schedule.vs, schedule.micro
         self.plan, self.pp, self.vs, self.micro = plan, pp, vs, micro
-        self.schedule_kind = schedule_kind
-        self.group = group                # interleaved: micro-batches per round (0: pp)
+        self.schedule_kind = schedule.schedule_kind
+        self.group = schedule.group       # interleaved: micro-batches per round (0: pp)
         self.ranks_per_stage = ranks_per_stage
         self.groups = groups if ranks_per_stage > 1 else None
         self.jitter = jitter
@@ -188,7 +188,7 @@ class StepEngine:
         sp = r.plan
         queue: simpy.Store = simpy.Store(self.env)
         dp_proc = self.env.process(self.dp_stream(r, queue))
-        steps = schedule(self.schedule_kind, r.stage, self.pp, self.micro, self.vs, self.group)
+        steps = schedule_steps(self.schedule_kind, r.stage, self.pp, self.micro, self.vs, self.group)
         last_b = {c: max(m for k, m, cc in steps if k == "B" and cc == c) for c in range(self.vs)}
         for n_step, (kind, m, c) in enumerate(steps):
             g = c * self.pp + r.stage                     # global model chunk
@@ -367,22 +367,20 @@ class StepEngine:
 
 
 
-def simulate(plan: list[StagePlan], *, pp: int, vs: int, micro: int, schedule_kind: str,
+def simulate(plan: list[StagePlan], schedule: Schedule, *,
              ranks_per_stage: int = 1, groups: Groups | None = None,
              jitter: Callable[[int, int], float] | None = None, trace: bool = False,
-             capacity_Bps: np.ndarray | None = None, group: int = 0) -> EngineResult:
-    """Simulate one training step.
+             capacity_Bps: np.ndarray | None = None) -> EngineResult:
+    """Simulate one training step of *plan* (one ``StagePlan`` per stage) run as *schedule*.
 
     *ranks_per_stage* > 1 runs that many ranks per stage (per-rank mode); *groups(kind, local)*
     gives (group id, group size) of a stage-local rank for "tp", "cp", "ep", "dp" collectives.
     *jitter(rank, k)* multiplies the k-th compute segment of a rank (stragglers).
     *capacity_Bps*: the links' capacities (``LinkTable.capacity_Bps``) to play the transfers'
-    loads on; None plays every transfer as a delay of its time alone. *group*: micro-batches
-    per round of the interleaved schedule (Llama 3's N; 0: pp).
+    loads on; None plays every transfer as a delay of its time alone.
     """
-    return StepEngine(plan, pp=pp, vs=vs, micro=micro, schedule_kind=schedule_kind,
-                      ranks_per_stage=ranks_per_stage, groups=groups, jitter=jitter, trace=trace,
-                      capacity_Bps=capacity_Bps, group=group).run()
+    return StepEngine(plan, schedule, ranks_per_stage=ranks_per_stage, groups=groups, jitter=jitter,
+                      trace=trace, capacity_Bps=capacity_Bps).run()
 
 
 def _succeed(event: simpy.Event) -> None:

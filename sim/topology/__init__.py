@@ -123,7 +123,7 @@ def frozen_gc() -> Iterator[Callable[[], None]]:
     objects of its own the callable does nothing, since ending the block would thaw them.
 
     PERF: freeze right after building a large graph and link table, with ``paused_gc`` still on,
-    and no collection walks them while a step is played (``sim.training.run_step``)."""
+    and no collection walks them while a step is played (``sim.run.run``)."""
     own = gc.get_freeze_count() == 0
     try:
         yield gc.freeze if own else _nothing

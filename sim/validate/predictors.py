@@ -1,7 +1,7 @@
 """The simulator behind the suites: the same models as ``clustersim run`` and ``collective``.
 
 ``CasePredictor`` answers a collectives-suite point with ``sim.collectives.CollectiveModel``;
-``TrainingPredictor`` answers a training-suite scenario with ``sim.training.run_step``. The suites
+``TrainingPredictor`` answers a training-suite scenario with ``sim.run.run``. The suites
 themselves take any callable of the same shape (tests pass fakes), so this is the one module of
 ``sim.validate`` that loads the network and engine stack; ``sim.validate`` does not import it and
 the command line imports it only for the suite that needs it.
@@ -17,8 +17,8 @@ from ..calibration import NCCL_TESTS_LAUNCH_PER_GPU_S, TORCH_CALL_OVERHEAD_S
 from ..collectives import CollectiveModel
 from ..config import load_cluster, scenario_from_dict
 from ..results import StepResult
+from ..run import run
 from ..topology import Topology, build_topology
-from ..training import run_step
 from .collectives import CaseSpec
 
 __all__ = ["CasePredictor", "TrainingPredictor"]
@@ -88,4 +88,4 @@ class TrainingPredictor:
             topo = build_topology(c)
             self._nets[c] = (topo, CollectiveModel(topo))
         topo, net = self._nets[c]
-        return run_step(scn, topo=topo, net=net, stack_efficiency=self.stack_efficiency)[0]
+        return run(scn, topo=topo, net=net, stack_efficiency=self.stack_efficiency).step

@@ -1,0 +1,224 @@
+"""A scenario's work as per-stage plans: seconds of every segment and transfer of a pipeline
+stage, and the link loads each transfer puts on the fabric (``sim.engine.StagePlan``).
+
+This is where the step's modelling decisions about exposure live, each with its source:
+tensor-parallel collectives hidden behind the GEMMs they feed (userbuffers), the context-parallel
+KV ring hidden behind attention, the gradient reduction's bytes and operation per ZeRO stage,
+hybrid sharding's replica all-reduce, ZeRO-3's weight gathers, the ZeRO-1/2 parameter gather
+hidden behind the next forward, the optimizer's traffic and the pipeline sends. Compute ops become
+seconds through ``sim.compute.model``, collectives through ``sim.collectives.CollectiveModel`` on
+the job's topology.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .collectives import CollectiveModel
+from .collectives.traffic import collective_traffic, p2p_traffic
+from .compute.model import ComputeModel
+from .config import Scenario
+from .engine import Segment, StagePlan
+from .network.traffic import Traffic
+from .workload.activations import offload_exposed_s
+from .workload.layout import Layout
+from .workload.transformer import Comm, Item, Op, Workload
+
+__all__ = ["compute_model", "plan_stages", "StackEfficiency"]
+
+StackEfficiency = dict[tuple[str, str, str], float]
+
+# Adam with fp32 master weights: read param, grad, m, v and write param, m, v (28 bytes, as the
+# optimizer table counts them: validation/compute/*/optimizer.csv), plus the bf16 model copy.
+OPTIMIZER_BYTES_PER_PARAM = 30
+
+
+def compute_model(scn: Scenario, stack_efficiency: StackEfficiency | None = None) -> ComputeModel:
+    """The compute model of *scn*: its chip, precision and software profile."""
+    assert scn.software is not None, "a parsed scenario always has its software profile"
+    return ComputeModel(scn.cluster.chip, scn.training.precision, scn.software, stack_efficiency)
+
+
+def _overlap_gemm_s(items: tuple[Item, ...], i: int, cm: ComputeModel) -> float:
+    """GEMM time a TP collective at ``items[i]`` can hide behind under userbuffers overlap: the
+    GEMMs that consume an all-gather's output (those right after it) or produce a reduce-scatter's
+    input (those right before it)."""
+    comm = items[i]
+    step = 1 if isinstance(comm, Comm) and comm.op == "allgather" else -1
+    total, j = 0.0, i + step
+    while 0 <= j < len(items):
+        op = items[j]
+        if not (isinstance(op, Op) and op.kind == "gemm"):
+            break
+        total += cm.op_time_s(op)
+        j += step
+    return total
+
+
+def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
+              groups: dict[str, list[list[int]]] | None, lay: Layout,
+              stage: int) -> tuple[Segment, ...]:
+    """A layer's items as compute segments and blocking collectives; with *groups* (every group
+    of each kind in this stage) each collective carries the load of all of them."""
+    out: list[Segment] = []
+    ops: list[Op] = []
+    for i, it in enumerate(items):
+        if isinstance(it, Op):
+            ops.append(it)
+            continue
+        if ops:
+            out.append(Segment("compute", cm.stream_time_s(ops)))
+            ops = []
+        group = {"tp": lay.tp_group, "cp": lay.cp_group, "ep": lay.ep_group, "dp": lay.dp_group}[it.group](stage)
+        size = max(1, it.size_bytes)
+        seconds = net.time(it.op, size, group).time_s
+        if (it.group == "tp" and cm.profile.tp_comm_overlap
+                and it.op in ("allgather", "reducescatter")):
+            seconds = max(0.0, seconds - _overlap_gemm_s(items, i, cm))
+        load = (collective_traffic(net, it.op, size, groups[it.group], seconds=seconds,
+                                   label=it.group) if groups is not None else None)
+        out.append(Segment(it.group, seconds, it.group, load))
+    if ops:
+        out.append(Segment("compute", cm.stream_time_s(ops)))
+    return tuple(out)
+
+
+def _offload_segment(scn: Scenario, segs: tuple[Segment, ...]) -> tuple[Segment, ...]:
+    """A compute-stream segment for what a layer's activation offload leaves exposed in a pass."""
+    busy_s = sum(x.seconds for x in segs if x.kind == "compute")
+    exposed = offload_exposed_s(scn, busy_s)
+    return (Segment("compute", exposed),) if exposed > 0 else ()
+
+
+def _layer_passes(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: Layout, stage: int,
+                  traffic: bool) -> tuple[tuple[Segment, ...], tuple[Segment, ...]]:
+    """One layer's forward and backward (recomputation included) segments on *stage*: its
+    kernels and blocking collectives, the exposed activation offload, and the context-parallel KV
+    ring's time beyond the attention it hides behind."""
+    scn = wl.scenario
+    groups = lay.groups(stage) if traffic else None
+    fwd = _segments(wl.layer.forward, cm, net, groups, lay, stage)
+    bwd = _segments(wl.layer.recompute + wl.layer.backward, cm, net, groups, lay, stage)
+    if scn.training.offloads:           # activation offload: the exposed host-link time
+        fwd += _offload_segment(scn, fwd)
+        bwd += _offload_segment(scn, bwd)
+    if lay.cp > 1:
+        ring = lay.cp_group(stage)
+        kv = net.time("sendrecv", wl.layer.cp_kv_bytes, ring).time_s * (lay.cp - 1)
+
+        def attn(items: tuple[Item, ...]) -> float:
+            return sum(cm.op_time_s(o) for o in items if isinstance(o, Op) and o.kind == "attention")
+        cp_f, cp_b = max(0.0, kv - attn(wl.layer.forward)), max(0.0, 2 * kv - attn(wl.layer.backward))
+        ring_load = (collective_traffic(net, "sendrecv", wl.layer.cp_kv_bytes, lay.cp_groups(stage),
+                                        label="cp") if traffic else None)
+        fwd += (Segment("cp", cp_f, "cp", ring_load and ring_load.with_seconds(cp_f)),)
+        bwd += (Segment("cp", cp_b, "cp", ring_load and ring_load.with_seconds(cp_b)),)
+    return fwd, bwd
+
+
+@dataclass(frozen=True)
+class _DataParallel:
+    """A stage's data-parallel transfers alone on the network, in seconds (0: none)."""
+
+    op: str                    # the gradient reduction: reduce-scatter under ZeRO, else all-reduce
+    grad_bytes: int            # one layer's bf16 gradients
+    layer_s: float             # reduce one layer's gradients over the shard group
+    replica_s: float           # hybrid sharding: all-reduce the reduced shard across replicas
+    per_microbatch: bool       # ZeRO-3 (FSDP): reduce-scatter every micro-batch
+    gather_s: float            # ZeRO-3: all-gather one layer's weights
+    param_gather_s: float      # ZeRO-1/2: gather the updated weights, what stays exposed
+    params: int                # the stage's parameters (its layers and embeddings)
+    optimizer_s: float
+
+
+def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: Layout, stage: int,
+                   fwd: tuple[Segment, ...]) -> _DataParallel:
+    scn = wl.scenario
+    par = scn.parallelism
+    dpg = lay.shard_group(stage)            # all data-parallel ranks unless hybrid sharding
+    shard = len(dpg)
+    grad_bytes = max(1, 2 * wl.layer.params)
+    dp_op = "reducescatter" if par.zero >= 1 else "allreduce"
+    dp_layer = net.time(dp_op, grad_bytes, dpg).time_s if shard > 1 else 0.0
+    # Hybrid sharding: each rank's reduced gradient shard is then all-reduced with the ranks
+    # holding the same shard in the other replicas, every shard position at once.
+    replica = (net.time_concurrent("allreduce", max(1, grad_bytes // shard),
+                                   lay.replica_groups(stage)).time_s
+               if lay.replicas > 1 else 0.0)
+    fsdp = par.zero >= 3 and shard > 1
+    gather = net.time("allgather", grad_bytes, dpg).time_s if fsdp else 0.0
+    layers = sum(par.stage_chunk_layers(stage))       # this stage's real layers
+    params = layers * wl.layer.params + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
+    opt_params = params / (shard if par.zero >= 1 else 1)
+    optimizer = cm.optimizer_s(OPTIMIZER_BYTES_PER_PARAM * opt_params)
+    pg = (net.time("allgather", max(1, 2 * params), dpg).time_s
+          if par.zero in (1, 2) and shard > 1 else 0.0)
+    if pg and cm.profile.param_gather_overlap:
+        # Megatron --overlap-param-gather: each chunk's updated weights are gathered while the
+        # next step's forward runs the chunks before it; only what exceeds one micro-batch's
+        # forward over the stage stays exposed.
+        pg = max(0.0, pg - sum(x.seconds for x in fwd if x.kind == "compute") * layers)
+    return _DataParallel(dp_op, grad_bytes, dp_layer, replica, fsdp, gather, pg, params, optimizer)
+
+
+def plan_stages(wl: Workload, net: CollectiveModel, stack_efficiency: StackEfficiency | None = None,
+                traffic: bool = True, offset: int = 0) -> list[StagePlan]:
+    """Per-stage plans: seconds of every segment and transfer alone on the network and, with
+    *traffic* (the full engine; the plan screen skips it), the link loads of each transfer for
+    all the groups that run it at once. *offset*: the job's first chip (a second job)."""
+    par = wl.scenario.parallelism
+    lay = Layout.of(par, offset)
+    cm = compute_model(wl.scenario, stack_efficiency)
+    plans = []
+    for stage in range(par.pp):
+        fwd, bwd = _layer_passes(wl, cm, net, lay, stage, traffic)
+        dp = _data_parallel(wl, cm, net, lay, stage, fwd)
+        if par.pp > 1:
+            a, b = lay.stage_pair(stage)
+            p2p_r = net.time("sendrecv", max(1, wl.pp_bytes), [a, b])
+            p2p, p2p_lat = p2p_r.time_s, p2p_r.latency_s
+        else:
+            p2p = p2p_lat = 0.0
+        loads = _stage_loads(net, lay, stage, wl, dp, (p2p, p2p_lat)) if traffic else {}
+
+        def t(items: tuple[Item, ...]) -> float:
+            return cm.stream_time_s(i for i in items if isinstance(i, Op))
+        plans.append(StagePlan(
+            layer_fwd=fwd, layer_bwd=bwd, layers_per_chunk=wl.layers_per_chunk,
+            chunk_layers=par.stage_chunk_layers(stage) if par.uneven else (),
+            first_fwd=t(wl.first_forward), first_bwd=t(wl.first_backward),
+            last_fwd=t(wl.last_forward), last_bwd=t(wl.last_backward), p2p_s=p2p,
+            dp_layer_s=dp.layer_s, dp_per_microbatch=dp.per_microbatch,
+            fsdp_layer_gather_s=dp.gather_s, replica_layer_s=dp.replica_s,
+            optimizer_s=dp.optimizer_s, param_gather_s=dp.param_gather_s, **loads))
+    return plans
+
+
+def _stage_loads(net: CollectiveModel, lay: Layout, stage: int, wl: Workload, dp: _DataParallel,
+                 p2p: tuple[float, float]) -> dict[str, Traffic | None]:
+    """The link loads of a stage's transfers, each for every group that runs it at once: the
+    gradient reductions of all its shard groups (+ the replica all-reduces), ZeRO-3's gathers,
+    the parameter gather, and the pipeline sends of all its ranks to the next and previous
+    stage."""
+    shards = lay.shard_groups(stage)
+    shard = len(shards[0])
+    dp_load = (collective_traffic(net, dp.op, dp.grad_bytes, shards, label="dp")
+               if shard > 1 else None)
+    rep_load = (collective_traffic(net, "allreduce", max(1, dp.grad_bytes // shard),
+                                   lay.replica_groups(stage), concurrent=True, label="dp")
+                if lay.replicas > 1 else None)
+    both = [x for x in (dp_load, rep_load) if x is not None]
+    dp_total = both[0].then(both[1]) if len(both) == 2 else (both[0] if both else None)
+    out: dict[str, Traffic | None] = {"dp_traffic": dp_total, "replica_traffic": rep_load}
+    if dp.gather_s:
+        ag = collective_traffic(net, "allgather", dp.grad_bytes, shards, label="dp")
+        out["fsdp_fwd"] = ag
+        out["fsdp_bwd"] = ag.then(dp_load) if dp_load is not None else ag
+    if dp.param_gather_s:
+        pg_load = collective_traffic(net, "allgather", max(1, 2 * dp.params), shards, label="dp")
+        out["param_traffic"] = pg_load.with_seconds(dp.param_gather_s) if pg_load.seconds else None
+    if lay.pp > 1 and p2p[0]:
+        nbytes = max(1, wl.pp_bytes)
+        out["p2p_fwd"] = p2p_traffic(net, lay.stage_pairs(stage, 1), nbytes, *p2p)
+        out["p2p_bwd"] = p2p_traffic(net, lay.stage_pairs(stage, -1), nbytes, *p2p)
+    return out
