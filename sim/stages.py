@@ -22,15 +22,12 @@ from .engine import Segment, StagePlan
 from .network.traffic import Traffic
 from .workload.activations import offload_exposed_s
 from .workload.layout import Layout
+from .workload.memory import optimizer_step_bytes_per_param
 from .workload.transformer import Comm, Item, Op, Workload
 
 __all__ = ["compute_model", "plan_stages", "StackEfficiency"]
 
 StackEfficiency = dict[tuple[str, str, str], float]
-
-# Adam with fp32 master weights: read param, grad, m, v and write param, m, v (28 bytes, as the
-# optimizer table counts them: validation/compute/*/optimizer.csv), plus the bf16 model copy.
-OPTIMIZER_BYTES_PER_PARAM = 30
 
 
 def compute_model(scn: Scenario, stack_efficiency: StackEfficiency | None = None) -> ComputeModel:
@@ -150,7 +147,9 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     layers = sum(par.stage_chunk_layers(stage))       # this stage's real layers
     params = layers * wl.layer.params + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
     opt_params = params / (shard if par.zero >= 1 else 1)
-    optimizer = cm.optimizer_s(OPTIMIZER_BYTES_PER_PARAM * opt_params)
+    tr = scn.training
+    optimizer = cm.optimizer_s(optimizer_step_bytes_per_param(tr.optimizer_state, tr.master_weights)
+                               * opt_params)
     pg = (net.time("allgather", max(1, 2 * params), dpg).time_s
           if par.zero in (1, 2) and shard > 1 else 0.0)
     if pg and cm.profile.param_gather_overlap:

@@ -196,3 +196,24 @@ def test_published_runs_that_ran_fit_with_their_recipes_memory_settings() -> Non
         s = scenario_from_dict(run.scenario, run_id)
         wl = build_workload(s)
         check_fits(wl, memory_per_chip(wl))
+
+
+def test_the_optimizer_step_moves_the_state_memory_holds() -> None:
+    """Adam's update reads weights, gradient and both moments and writes weights and moments back:
+    30 bytes per parameter with fp32 master weights and moments (the measured tables' 28 + the
+    bf16 copy), 8 fewer with bf16 moments (NeMo's optim.dtype: bf16), and the step's optimizer
+    time follows the state the memory estimate holds."""
+    from sim.workload.memory import optimizer_bytes_per_param, optimizer_step_bytes_per_param
+
+    assert optimizer_step_bytes_per_param("fp32", True) == 30
+    assert optimizer_step_bytes_per_param("bf16", True) == 22
+    assert optimizer_step_bytes_per_param("bf16", False) == 14
+    for state in ("fp32", "bf16"):        # every byte held is read and written once, + grads
+        held = optimizer_bytes_per_param(state, True)
+        assert optimizer_step_bytes_per_param(state, True) == 2 * held + 4 + 2
+    base = {"cluster": {"topology": "dgx-h100", "chips": 8}, "model": "llama3-8b",
+            "training": {"seq_len": 4096, "global_batch": 8}, "parallelism": {"tp": 8}}
+    fp32, bf16 = (run(scenario_from_dict({**base, "training": {**base["training"],
+                                                                "optimizer_state": s}})).step
+                  for s in ("fp32", "bf16"))
+    assert bf16.breakdown_s["optimizer"] == pytest.approx(fp32.breakdown_s["optimizer"] * 22 / 30, rel=0.05)

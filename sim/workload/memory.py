@@ -27,7 +27,7 @@ from .activations import layer_activation_bytes
 from .schedules import stage_activation_peak_B
 from .transformer import Workload
 
-__all__ = ["MemoryBreakdown", "memory_per_chip", "optimizer_bytes_per_param"]
+__all__ = ["optimizer_step_bytes_per_param", "MemoryBreakdown", "memory_per_chip", "optimizer_bytes_per_param"]
 
 # CUDA/XLA context (~0.5 GiB), library workspaces and communication buffers: assumed, not measured.
 RUNTIME_RESERVED_B = 2 * GiB
@@ -70,6 +70,18 @@ def optimizer_bytes_per_param(optimizer_state: str, master_weights: bool) -> flo
     """Adam's state per parameter: two moments (4 or 2 bytes each) and the fp32 master weights."""
     moment = {"fp32": 4.0, "bf16": 2.0}[optimizer_state]
     return 2 * moment + (4.0 if master_weights else 0.0)
+
+
+def optimizer_step_bytes_per_param(optimizer_state: str, master_weights: bool) -> float:
+    """HBM bytes Adam's update moves per parameter, from the same state ``optimizer_bytes_per_param``
+    holds: it reads the weights, the gradient and both moments and writes the weights and both
+    moments back. With fp32 master weights the weights and gradients are fp32 and the bf16 model
+    copy is written too: 4 + 4 + 2m read, 4 + 2m written, + 2 = 14 + 4m bytes (30 with fp32
+    moments: the 28 the measured optimizer tables count, validation/compute/*/optimizer.csv, plus
+    the copy); without them, bf16 weights and gradients: 2 + 2 + 2m read, 2 + 2m written."""
+    moment = {"fp32": 4.0, "bf16": 2.0}[optimizer_state]
+    weights = 4.0 if master_weights else 2.0
+    return 3 * weights + 4 * moment + (2.0 if master_weights else 0.0)
 
 
 def memory_per_chip(wl: Workload) -> MemoryBreakdown:
