@@ -47,6 +47,19 @@ class Chip:
     host_memory_bytes: float | None = None
 
     @property
+    def is_tpu(self) -> bool:
+        """A Google TPU; every other chip in the catalogue is an NVIDIA GPU. The one test of GPU
+        versus TPU: everything that differs between the two (kernels, fabrics, failure causes,
+        software stacks) asks it."""
+        return self.vendor == "google"
+
+    @property
+    def fp8_faster(self) -> bool:
+        """The chip has an FP8 tensor-core path faster than its BF16 one (what makes FP8 worth
+        modelling: without it an FP8 run is a BF16 run)."""
+        return self.fp8_flops is not None and self.fp8_flops > self.bf16_flops
+
+    @property
     def scaleup_Bps(self) -> float:
         """Total scale-up bandwidth per chip, one direction."""
         return self.scaleup_links * self.scaleup_link_Bps
@@ -272,4 +285,4 @@ TPU_FAILURE_CAUSES: tuple[FailureCause, ...] = GPU_FAILURE_CAUSES
 
 
 def failure_causes(chip: Chip) -> tuple[FailureCause, ...]:
-    return GPU_FAILURE_CAUSES if chip.vendor == "nvidia" else TPU_FAILURE_CAUSES
+    return TPU_FAILURE_CAUSES if chip.is_tpu else GPU_FAILURE_CAUSES

@@ -1,8 +1,8 @@
-"""Software stacks as named profiles: which kernels a framework runs and what it overlaps.
+"""Software stacks as named profiles: every fact about a framework that the simulator uses.
 
 The scenario's ``software:`` section names a ``framework`` (default: ``megatron-te`` on NVIDIA,
 ``maxtext`` on TPU) and may override its ``attention`` kernel. A profile decides, for the compute
-model and the step plan:
+model, the memory model and the step plan:
 
 - ``attention``: the kernel family (``cudnn``, ``flash-attention-2``, ``flash-attention-3``, ``xla``
   (XLA's dot-product attention: score matrices through HBM, as eager PyTorch's math path and
@@ -22,9 +22,22 @@ model and the step plan:
 - ``optimizer``: ``adamw_fused`` (one multi-tensor kernel: Apex/TE FusedAdam, torch fused=True) or
   ``adamw_foreach`` (torch.optim.AdamW's default);
 - ``host_kernel_s``: CPU time to issue one kernel; a stretch of compute takes at least that per
-  kernel (the host runs ahead of the GPU and only shows when kernels are shorter than it).
+  kernel (the host runs ahead of the GPU and only shows when kernels are shorter than it);
+- ``runs_on_tpu``: the stack runs on TPUs too (JAX/XLA); every stack runs on NVIDIA GPUs;
+- ``eager_autograd``: the activations are eager PyTorch autograd's, which keeps every op's saved
+  inputs: SwiGLU's ``silu(w1 x)`` on top of the set the fused stacks keep
+  (``sim.workload.activations``);
+- ``sdpa_output_copy``: attention runs through SDPA in [b, heads, s, d] layout, so the attention
+  output is kept twice (SDPA's ``out`` and the contiguous copy the out-projection saves);
+- ``selective_recompute``: what ``training.recompute: selective`` keeps (``SELECTIVE_RECOMPUTE``):
+  ``scores`` (Korthikanti et al. 2022's selective recomputation: everything but the attention
+  scores), ``op-sac`` (torchtitan's op-level selective activation checkpointing) or
+  ``minimal_flash`` (MaxText's remat policy of that name);
+- ``offload_overlap``: offloaded activations are copied on their own stream, behind the layer's
+  compute; otherwise the copy sits on the compute stream.
 
-Sources for each framework fact are next to its profile below.
+Sources for each framework fact are next to its profile below. Adding a framework is one entry of
+``FRAMEWORKS``; no other module names one.
 """
 
 from __future__ import annotations
@@ -38,20 +51,36 @@ __all__ = ["SoftwareProfile", "FRAMEWORKS", "ATTENTION_KERNELS", "resolve_softwa
 
 ATTENTION_KERNELS = ("cudnn", "flash-attention-2", "flash-attention-3", "xla", "splash", "triton")
 ELEMENTWISE = ("eager", "partial", "fused")
+OPTIMIZERS = ("adamw_fused", "adamw_foreach")
+SELECTIVE_RECOMPUTE = ("scores", "op-sac", "minimal_flash")
 
 
 @dataclass(frozen=True, slots=True)
 class SoftwareProfile:
-    """A framework as the compute model and the step plan see it (module docstring)."""
+    """A framework as the compute model, the memory model and the step plan see it (module
+    docstring). ``attention`` is ``auto`` in ``FRAMEWORKS`` where the kernel depends on the chip;
+    ``resolve_software`` returns it resolved."""
 
     framework: str
-    attention: str
-    elementwise: str
+    attention: str                 # ATTENTION_KERNELS, or "auto"
+    elementwise: str               # ELEMENTWISE
     fp8_linear: bool
     tp_comm_overlap: bool
     param_gather_overlap: bool
-    optimizer: str
+    optimizer: str                 # OPTIMIZERS
     host_kernel_s: float
+    runs_on_tpu: bool
+    eager_autograd: bool
+    sdpa_output_copy: bool
+    selective_recompute: str       # SELECTIVE_RECOMPUTE
+    offload_overlap: bool
+
+    def __post_init__(self) -> None:
+        for value, valid in ((self.attention, ATTENTION_KERNELS + ("auto",)),
+                             (self.elementwise, ELEMENTWISE), (self.optimizer, OPTIMIZERS),
+                             (self.selective_recompute, SELECTIVE_RECOMPUTE)):
+            if value not in valid:
+                raise ValueError(f"software profile {self.framework}: {value!r} is not one of {valid}")
 
     def describe(self) -> dict[str, object]:
         """Plain JSON fields (for ``--json`` and the run table)."""
@@ -65,70 +94,119 @@ class SoftwareProfile:
 # (~5 us, ~3 us); XLA runs one compiled program per step (no per-kernel host work).
 _EAGER_HOST_S, _TE_HOST_S, _COMPILED_HOST_S = 10e-6, 5e-6, 3e-6
 
-# "auto" attention: resolved per chip by _auto_attention.
+# Facts shared by several profiles below, with their sources:
+# - Activations without eager autograd: Korthikanti et al. 2022 (section 4.1) without dropout;
+#   Megatron's fusions keep that set, and so does torch.compile: Inductor's min-cut partitioner
+#   recomputes pointwise ops in the backward instead of saving them
+#   (torch/_functorch/partitioners.py ``min_cut_rematerialization_partition``).
+# - selective_recompute "op-sac": torchtitan's ``activation_checkpoint.mode: selective``,
+#   ``selective_ac_option: op`` (torchtitan parallelize_llama.py ``_custom_policy``), the selective
+#   recomputation of the PyTorch-native stacks.
+# - offload_overlap: XLA schedules the device <-> pinned_host copies of
+#   jax.checkpoint_policies.save_and_offload_* as asynchronous transfers (MaxText, Paxml);
+#   Transformer Engine's CPU offload context (transformer_engine.pytorch.get_cpu_offload_context,
+#   Megatron --cpu-offloading) copies on a side stream; elsewhere
+#   (torch.autograd.graph.save_on_cpu) the copy sits on the compute stream.
 FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # Megatron-LM / NeMo with Transformer Engine: TE DotProductAttention picks cuDNN's fused
     # attention on Hopper and newer, FlashAttention on Ampere (TE docs/envvars.rst); fused norms,
     # SwiGLU, RoPE and bias-dropout-add; FP8 in te.Linear-family modules only (the output layer is
     # Megatron's own ColumnParallelLinear, megatron/core/models/gpt/gpt_model.py; FP8 attention is
     # off by default, TE recipe fp8_dpa=False); --tp-comm-overlap and --overlap-param-gather in
-    # NeMo's recipes; TE/Apex FusedAdam (megatron/core/optimizer).
-    SoftwareProfile("megatron-te", "auto", "fused", True, True, True, "adamw_fused", _TE_HOST_S),
+    # NeMo's recipes; TE/Apex FusedAdam (megatron/core/optimizer); TE's CPU offload context.
+    SoftwareProfile(framework="megatron-te", attention="auto", elementwise="fused",
+                    fp8_linear=True, tp_comm_overlap=True, param_gather_overlap=True,
+                    optimizer="adamw_fused", host_kernel_s=_TE_HOST_S, runs_on_tpu=False,
+                    eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
+                    offload_overlap=True),
     # Megatron-LM before Transformer Engine (2020-2022 papers): attention through Megatron's fused
     # scale-mask-softmax between two batched GEMMs (--use-flash-attn came later and is off by
     # default); Apex fused LayerNorm, bias-GeLU and bias-dropout-add fusions; Apex FusedAdam.
-    SoftwareProfile("megatron", "xla", "partial", False, False, False, "adamw_fused", _TE_HOST_S),
+    SoftwareProfile(framework="megatron", attention="xla", elementwise="partial",
+                    fp8_linear=False, tp_comm_overlap=False, param_gather_overlap=False,
+                    optimizer="adamw_fused", host_kernel_s=_TE_HOST_S, runs_on_tpu=False,
+                    eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
+                    offload_overlap=False),
     # Megatron-DeepSpeed (BLOOM, vTrain's runs): Megatron's kernels as above, DeepSpeed's
     # pipeline and ZeRO; --use-flash-attn is off by default (megatron/arguments.py).
-    SoftwareProfile("deepspeed", "xla", "partial", False, False, False, "adamw_fused", _TE_HOST_S),
+    SoftwareProfile(framework="deepspeed", attention="xla", elementwise="partial",
+                    fp8_linear=False, tp_comm_overlap=False, param_gather_overlap=False,
+                    optimizer="adamw_fused", host_kernel_s=_TE_HOST_S, runs_on_tpu=False,
+                    eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
+                    offload_overlap=False),
     # Plain PyTorch: torch.nn.functional.scaled_dot_product_attention prefers cuDNN on sm90/sm100
     # when cuDNN > 9.15 (PyTorch >= 2.9, aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
     # check_prefer_cudnn_attention), FlashAttention-2 first otherwise (Ampere); one kernel per
     # elementwise op; torch.optim.AdamW defaults to foreach (pytorch/pytorch#95415); torchao
-    # Float8Linear for FP8 linears.
-    SoftwareProfile("pytorch-eager", "auto", "eager", True, False, False, "adamw_foreach",
-                    _EAGER_HOST_S),
+    # Float8Linear for FP8 linears. Eager autograd; SDPA in [b, heads, s, d] layout as torchtitan
+    # writes it (torchtitan/models/llama/model.py ``Attention.forward``: SDPA's output, then its
+    # ``transpose(1, 2).contiguous()`` copy for the out-projection).
+    SoftwareProfile(framework="pytorch-eager", attention="auto", elementwise="eager",
+                    fp8_linear=True, tp_comm_overlap=False, param_gather_overlap=False,
+                    optimizer="adamw_foreach", host_kernel_s=_EAGER_HOST_S, runs_on_tpu=False,
+                    eager_autograd=True, sdpa_output_copy=True, selective_recompute="op-sac",
+                    offload_overlap=False),
     # torch.compile: Inductor fuses the elementwise ops around the GEMMs and SDPA; same kernels
-    # for matmuls and attention.
-    SoftwareProfile("torch-compile", "auto", "fused", True, False, False, "adamw_foreach",
-                    _COMPILED_HOST_S),
-    # FSDP2 as torchtitan runs it: eager modules, SDPA attention, fused AdamW by default
-    # (pytorch/torchtitan#881), Float8Linear for FP8; prefetching of the next layer's weights is
-    # in the engine for every ZeRO-3 run.
-    SoftwareProfile("pytorch-fsdp", "auto", "eager", True, False, False, "adamw_fused",
-                    _EAGER_HOST_S),
+    # for matmuls and attention; its min-cut partitioner leaves the fused stacks' activations.
+    SoftwareProfile(framework="torch-compile", attention="auto", elementwise="fused",
+                    fp8_linear=True, tp_comm_overlap=False, param_gather_overlap=False,
+                    optimizer="adamw_foreach", host_kernel_s=_COMPILED_HOST_S, runs_on_tpu=False,
+                    eager_autograd=False, sdpa_output_copy=False, selective_recompute="op-sac",
+                    offload_overlap=False),
+    # FSDP2 as torchtitan runs it: eager modules, SDPA attention (its output copied as in
+    # pytorch-eager), fused AdamW by default (pytorch/torchtitan#881), Float8Linear for FP8;
+    # prefetching of the next layer's weights is in the engine for every ZeRO-3 run.
+    SoftwareProfile(framework="pytorch-fsdp", attention="auto", elementwise="eager",
+                    fp8_linear=True, tp_comm_overlap=False, param_gather_overlap=False,
+                    optimizer="adamw_fused", host_kernel_s=_EAGER_HOST_S, runs_on_tpu=False,
+                    eager_autograd=True, sdpa_output_copy=True, selective_recompute="op-sac",
+                    offload_overlap=False),
     # MosaicML llm-foundry (MPT): eager elementwise ops, FSDP, Transformer Engine linears under
     # amp_fp8. Its published benchmark tables (scripts/train/benchmarking/README.md, "TODO: Update
     # tables with torch 2.0") predate FlashAttention-2: the MPT yamls ran attn_impl: triton. The
     # current default is attn_impl "flash" (llmfoundry/models/utils/config_defaults.py):
-    # software.attention: flash-attention-2 for a run on today's llm-foundry.
-    SoftwareProfile("llm-foundry", "triton", "eager", True, False, False,
-                    "adamw_foreach", _EAGER_HOST_S),
+    # software.attention: flash-attention-2 for a run on today's llm-foundry. Eager autograd; its
+    # flash kernels return [b, s, heads, d], whose reshape to [b, s, h] is a view
+    # (llmfoundry/models/layers/attention.py), so no copy of the attention output.
+    SoftwareProfile(framework="llm-foundry", attention="triton", elementwise="eager",
+                    fp8_linear=True, tp_comm_overlap=False, param_gather_overlap=False,
+                    optimizer="adamw_foreach", host_kernel_s=_EAGER_HOST_S, runs_on_tpu=False,
+                    eager_autograd=True, sdpa_output_copy=False, selective_recompute="op-sac",
+                    offload_overlap=False),
     # MaxText (JAX/XLA): attention "flash" = Pallas splash attention on TPU, "cudnn_flash_te" on
     # GPU (MaxText attention docs; layers/attention_op.py); XLA fuses elementwise work. Its TPU
     # recipes run XLA's asynchronous collectives overlapped with compute (LIBTPU_INIT_ARGS
     # --xla_tpu_enable_async_collective_fusion=true --xla_tpu_overlap_compute_collective_tc=true
     # --xla_enable_async_all_gather=true in MaxText's configs/v5p/*.sh and the tpu-recipes), so
     # tensor-parallel all-gathers and reduce-scatters hide behind the matmuls next to them.
-    SoftwareProfile("maxtext", "auto", "fused", True, True, False, "adamw_fused", 0.0),
+    # Selective recomputation is its minimal_flash remat policy, the one its GPU configs run.
+    SoftwareProfile(framework="maxtext", attention="auto", elementwise="fused",
+                    fp8_linear=True, tp_comm_overlap=True, param_gather_overlap=False,
+                    optimizer="adamw_fused", host_kernel_s=0.0, runs_on_tpu=True,
+                    eager_autograd=False, sdpa_output_copy=False,
+                    selective_recompute="minimal_flash", offload_overlap=True),
     # Paxml/Praxis (JAX/XLA): dot-product attention compiled by XLA (scores through HBM).
-    SoftwareProfile("paxml", "xla", "fused", True, False, False, "adamw_fused", 0.0),
+    SoftwareProfile(framework="paxml", attention="xla", elementwise="fused",
+                    fp8_linear=True, tp_comm_overlap=False, param_gather_overlap=False,
+                    optimizer="adamw_fused", host_kernel_s=0.0, runs_on_tpu=True,
+                    eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
+                    offload_overlap=True),
 )}
 
 
 def default_framework(chip: Chip) -> str:
     """``megatron-te`` on NVIDIA GPUs, ``maxtext`` on TPUs."""
-    return "megatron-te" if chip.vendor == "nvidia" else "maxtext"
+    return "maxtext" if chip.is_tpu else "megatron-te"
 
 
-def _auto_attention(framework: str, chip: Chip) -> str:
-    if chip.vendor != "nvidia":
+def _auto_attention(chip: Chip) -> str:
+    if chip.is_tpu:
         return "splash"
     return "flash-attention-2" if chip.arch == "ampere" else "cudnn"
 
 
 def _check_attention(attention: str, chip: Chip, where: str) -> None:
-    gpu = chip.vendor == "nvidia"
+    gpu = not chip.is_tpu
     if gpu and attention == "splash":
         raise ConfigError(f"{where}: 'splash' is a TPU (Pallas) kernel, not one {chip.name} can run; "
                           "valid on GPUs: cudnn, flash-attention-2, flash-attention-3, xla, triton")
@@ -150,10 +228,10 @@ def resolve_software(framework: str | None, attention: str | None, chip: Chip,
         raise ConfigError(f"{where}.framework: unknown framework {name!r}; valid: "
                           f"{', '.join(FRAMEWORKS)}")
     profile = FRAMEWORKS[name]
-    if name in ("megatron-te", "megatron", "deepspeed", "pytorch-eager", "torch-compile",
-                "pytorch-fsdp", "llm-foundry") and chip.vendor != "nvidia":
+    if chip.is_tpu and not profile.runs_on_tpu:
+        on_tpu = [n for n, p in FRAMEWORKS.items() if p.runs_on_tpu]
         raise ConfigError(f"{where}.framework: {name!r} runs on NVIDIA GPUs, not {chip.name}; "
-                          "valid on TPUs: maxtext, paxml")
+                          f"valid on TPUs: {', '.join(on_tpu)}")
     if attention is not None:
         if attention not in ATTENTION_KERNELS:
             raise ConfigError(f"{where}.attention: unknown attention kernel {attention!r}; valid: "
@@ -161,6 +239,6 @@ def resolve_software(framework: str | None, attention: str | None, chip: Chip,
         _check_attention(attention, chip, f"{where}.attention")
         return replace(profile, attention=attention)
     if profile.attention == "auto":
-        return replace(profile, attention=_auto_attention(name, chip))
+        return replace(profile, attention=_auto_attention(chip))
     _check_attention(profile.attention, chip, f"{where}.framework ({name})")
     return profile

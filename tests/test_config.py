@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.config import load_scenario, scenario_from_dict
+from sim.config import data_parallel, load_scenario, scenario_from_dict
 from sim.errors import ConfigError
 from sim.models import PRESETS
 
@@ -43,7 +43,7 @@ def test_default_scenario_fields() -> None:
 
 def test_defaults_and_derived_dp() -> None:
     s = scn(parallelism={"tp": 8, "pp": 2})
-    assert s.parallelism.dp == 4
+    assert s.parallelism.dp == 4 == data_parallel(s.cluster.chips, 8, 2, 1)
     assert s.training.precision == "bf16" and s.training.recompute == "selective"
     assert s.cost.usd_per_chip_hour == pytest.approx(55.04 / 8)   # catalogue price
     assert s.stragglers is None and s.failures is None

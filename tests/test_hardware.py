@@ -61,3 +61,23 @@ def test_fp8_on_a100_is_a_clear_error() -> None:
 def test_unknown_chip_names_the_valid_ones() -> None:
     with pytest.raises(ConfigError, match=r"unknown chip 'H300'.*H100-SXM"):
         get_chip("H300")
+
+
+def test_gpu_or_tpu_is_one_property_of_the_chip() -> None:
+    """``Chip.is_tpu`` is the one test of GPU versus TPU: the TPUs are Google's, the rest NVIDIA
+    GPUs with streaming multiprocessors; every bundled TPU topology is on a TPU, every GPU one not."""
+    from sim.config import load_topology_spec, topology_dir
+    from sim.topology_spec import TpuPodSpec
+
+    for chip in CATALOGUE.values():
+        assert chip.is_tpu == (chip.family == "TPU") == (chip.sms is None), chip.name
+    for path in sorted(topology_dir().glob("*.yaml")):
+        spec = load_topology_spec(path.stem)
+        assert spec.chip.is_tpu == isinstance(spec, TpuPodSpec), path.stem
+
+
+def test_fp8_faster_is_an_fp8_peak_above_the_bf16_one() -> None:
+    assert CATALOGUE["H100-SXM"].fp8_faster and CATALOGUE["B200"].fp8_faster
+    assert not CATALOGUE["A100-SXM-80GB"].fp8_faster and not CATALOGUE["TPU-v4"].fp8_faster
+    for chip in CATALOGUE.values():
+        assert chip.fp8_faster == (chip.fp8_flops is not None and chip.fp8_flops > chip.bf16_flops)

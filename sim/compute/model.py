@@ -58,7 +58,7 @@ def memory_class(op_class: str, elementwise: str) -> str:
 def stack_key(profile: SoftwareProfile, chip: Chip, precision: str) -> tuple[str, str, str]:
     """Key of ``sim.calibration.STACK_EFFICIENCY``: (framework, GPU family or TPU generation,
     precision)."""
-    return profile.framework, (chip.family if chip.vendor == "nvidia" else chip.arch), precision
+    return profile.framework, (chip.arch if chip.is_tpu else chip.family), precision
 
 
 def stack_efficiency_of(table: dict[tuple[str, str, str], float],
@@ -91,10 +91,9 @@ class ComputeModel:
                  stack_efficiency: dict[tuple[str, str, str], float] | None = None) -> None:
         self.chip = chip
         self.profile = profile
-        self.gpu = chip.vendor == "nvidia"
+        self.gpu = not chip.is_tpu
         self.bf16_peak = chip.bf16_flops
-        fp8_faster = chip.fp8_flops is not None and chip.fp8_flops > chip.bf16_flops
-        self.fp8 = precision == "fp8" and profile.fp8_linear and fp8_faster
+        self.fp8 = precision == "fp8" and profile.fp8_linear and chip.fp8_faster
         self.hbm_Bps = chip.hbm_Bps
         table = cal.STACK_EFFICIENCY if stack_efficiency is None else stack_efficiency
         self.stack_efficiency = stack_efficiency_of(table, stack_key(profile, chip, precision))

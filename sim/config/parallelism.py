@@ -39,7 +39,14 @@ from ..models import ModelSpec
 from .fields import Section, show
 from .schema import ClusterConfig, ParallelismConfig, PlanSizes, TrainingConfig
 
-__all__ = ["plan_problem", "read_parallelism", "resolve_plan"]
+__all__ = ["data_parallel", "plan_problem", "read_parallelism", "resolve_plan"]
+
+
+def data_parallel(chips: int, tp: int, pp: int, cp: int) -> int:
+    """Data-parallel ranks (``ParallelismConfig.dp``): the *chips* over tp x pp x cp, which the
+    caller has checked divides them. The one place dp is derived (the loader and the training
+    suite's row mapping ask it)."""
+    return chips // (tp * pp * cp)
 
 
 def read_parallelism(s: Section, cluster: ClusterConfig) -> ParallelismConfig:
@@ -49,7 +56,7 @@ def read_parallelism(s: Section, cluster: ClusterConfig) -> ParallelismConfig:
     if chips % (tp * pp * cp):
         raise ConfigError(f"parallelism: tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide "
                           f"the {chips} chips of the cluster; valid: a product that divides {chips}")
-    dp = chips // (tp * pp * cp)
+    dp = data_parallel(chips, tp, pp, cp)
     schedule = s.text("schedule", "1f1b", ("1f1b", "interleaved", "gpipe"))
     vs = s.integer("virtual_stages", 1)
     if vs > 1 and schedule != "interleaved":

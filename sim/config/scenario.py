@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..models import PRESETS, ModelSpec, MoE
-from ..software import resolve_software
+from ..software import FRAMEWORKS, resolve_software
 from ..topology_spec import GpuClusterSpec
 from .fields import Section, parse_tokens, show
 from .overrides import apply_overrides
@@ -86,10 +86,10 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
                                 soft_s.text("attention") if soft_s.has("attention") else None,
                                 cluster.chip)
     if training.precision == "fp8" and not software.fp8_linear:
+        fp8 = [n for n, p in FRAMEWORKS.items() if p.fp8_linear]
         raise ConfigError(f"training.precision: fp8 needs a framework with FP8 linear layers; "
                           f"{software.framework} has none; use bf16, or software.framework: "
-                          "megatron-te, pytorch-eager, torch-compile, pytorch-fsdp, llm-foundry, "
-                          "maxtext or paxml")
+                          f"{', '.join(fp8[:-1])} or {fp8[-1]}")
     strag = (_stragglers(top.section("stragglers", SECTION_KEYS["stragglers"]))
              if "stragglers" in raw else None)
     fail = (_failures(top.section("failures", SECTION_KEYS["failures"]))

@@ -226,8 +226,8 @@ class Scenario:
     stragglers: StragglersConfig | None
     failures: FailuresConfig | None
     cost: CostConfig
+    software: SoftwareProfile             # resolved once by the loader (sim.software.resolve_software)
     seed: int = 0
-    software: SoftwareProfile | None = None   # None only for scenarios built by hand in tests
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # cluster.shared_with's job, read and checked once with this scenario
     neighbour: Scenario | None = field(default=None, compare=False, repr=False)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..compute.model import stack_key
 from ..errors import ConfigError
 from .collectives import BW_MIN_BYTES, LAT_MAX_BYTES, Predictor, _load_measured, _load_runs, _score_point
 from .stats import median
@@ -222,17 +223,13 @@ def fit_stack_efficiency(data_dir: Path,
     that table. Groups with fewer runs are left out (they run at 1.0).
     """
     from ..config import scenario_from_dict
-    from ..software import resolve_software
 
     mapped = [m for m in map_runs(data_dir) if m.supported and m.split == "calibration"]
     keys: dict[str, tuple[str, str, str]] = {}
     for m in mapped:
         assert m.scenario is not None
         scn = scenario_from_dict(m.scenario)
-        chip = scn.cluster.chip
-        profile = scn.software or resolve_software(None, None, chip)
-        keys[m.id] = (profile.framework, chip.family if chip.vendor == "nvidia" else chip.arch,
-                      scn.training.precision)
+        keys[m.id] = stack_key(scn.software, scn.cluster.chip, scn.training.precision)
     counts: dict[tuple[str, str, str], int] = {}
     for k in keys.values():
         counts[k] = counts.get(k, 0) + 1

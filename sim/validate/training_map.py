@@ -19,34 +19,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import scenario_from_dict
 from ..errors import ConfigError, SimError
 from ..hardware import CATALOGUE
-from .data import GPUS_PER_NODE, RUNS_FILE, integer
+from ..software import FRAMEWORKS
+from .data import GPUS_PER_NODE, RUNS_FILE
 from .training_measured import Measured, measure_step
-from .training_rows import read_rows
+from .training_parallel import parallelism
+from .training_rows import RowReader, read_rows
 from .training_rules import (
     _FABRIC_NOTES,
     _GPT_DEFAULT_VOCAB,
     _GPT_STYLE,
     _HEAD_DIM_FACTS,
-    _HYBRID_SHARDING,
-    _ICI_FSDP,
     _MLP_RULES,
     _MOE_NAME,
     _MOE_NOTES,
     _MOE_UNSUPPORTED_NOTES,
-    _MULTISLICE,
-    _NO_SEQUENCE_PARALLEL_SOURCES,
     _OFFLOAD_POLICY,
     _PRECISION_RULES,
     _RECIPE_FACTS,
     _RECOMPUTE_IN_NOTES,
     _RECOMPUTE_RULES,
     _REMAT_POLICY,
-    _SLICES_IN_ROW,
     _UNKNOWN_PRECISION,
     _UNSUPPORTED_MODEL_FEATURES,
-    _ZERO_RULES,
     HARDWARE_RULES,
     TOPOLOGY_CHIPS,
     _first,
@@ -74,21 +71,13 @@ class MappedRun:
 
 
 
-class _RowMapper:
-    """Maps one (overridden) runs.csv row; collects assumptions; raises _Unsupported with a reason."""
+class _RowMapper(RowReader):
+    """Maps one (overridden) runs.csv row; collects assumptions; raises _Unsupported with a reason.
+    The parallel layout is ``sim.validate.training_parallel``'s."""
 
     def __init__(self, row: Mapping[str, str], where: str, forced_topology: str | None) -> None:
-        self.row = row
-        self.where = where
+        super().__init__(row, where)
         self.forced_topology = forced_topology
-        self.notes = row["notes"]
-        self.assumptions: list[str] = []
-
-    def cell(self, col: str) -> str:
-        return self.row[col].strip()
-
-    def integer(self, col: str) -> int | None:
-        return integer(self.row[col], self.where, col)
 
     # --- hardware -------------------------------------------------------------------------
     def topology(self, chips: int) -> str:
@@ -111,7 +100,7 @@ class _RowMapper:
         for pattern, note in _FABRIC_NOTES:
             if re.search(pattern, hardware, re.IGNORECASE):
                 self.assumptions.append(note)
-        if CATALOGUE[TOPOLOGY_CHIPS[topo]].vendor == "nvidia":
+        if not CATALOGUE[TOPOLOGY_CHIPS[topo]].is_tpu:
             if chips < GPUS_PER_NODE:
                 raise _Unsupported(f"fewer than {GPUS_PER_NODE} GPUs ({chips}): a single partial "
                                    "node is not modelled")
@@ -177,8 +166,7 @@ class _RowMapper:
         text = self.cell("precision")
         chip = CATALOGUE[TOPOLOGY_CHIPS[topology]]
         if re.search(_UNKNOWN_PRECISION, text, re.IGNORECASE):
-            fp8_faster = chip.fp8_flops is not None and chip.fp8_flops > chip.bf16_flops
-            if fp8_faster:
+            if chip.fp8_faster:
                 raise _Unsupported(f"precision not published ({text or 'blank'}) on {chip.name}, "
                                    "whose FP8 peak exceeds its BF16 peak")
             self.assumptions.append(f"precision not published: bf16 ({chip.name} has no faster FP8 path)")
@@ -218,122 +206,6 @@ class _RowMapper:
             raise _Unsupported(f"recompute policy {text!r} not representable (none/selective/full)")
         return value
 
-    # --- parallelism ----------------------------------------------------------------------
-    def zero(self) -> int:
-        text = self.cell("zero_or_fsdp")
-        if not text:
-            self.assumptions.append("zero_or_fsdp not published: zero 1 (Megatron distributed "
-                                    "optimizer / ZeRO-1 default)")
-            return 1
-        found, value = _first(_ZERO_RULES, text)
-        if not found:
-            raise _Unsupported(f"zero_or_fsdp {text!r} matches no rule")
-        return value
-
-    def slices(self) -> int:
-        """ICI slices joined over the DCN (1 for a single slice)."""
-        for col, pattern in _SLICES_IN_ROW:
-            if m := re.search(pattern, self.cell(col)):
-                return int(m.group(1))
-        if re.search(_MULTISLICE, self.cell("hardware"), re.IGNORECASE):
-            raise _Unsupported("multislice run without a published number of slices")
-        return 1
-
-    def zero_group(self, zero_text: str, dp: int, slices: int) -> int | None:
-        """Shard group of hybrid sharding (None: ZeRO/FSDP over every data-parallel rank)."""
-        m = re.search(_ICI_FSDP, zero_text)
-        if m and int(m.group(1)) > 0:
-            group = int(m.group(1))
-            why = f"{m.group(0)} data-parallel ranks"
-        elif re.search(_HYBRID_SHARDING, zero_text):
-            group = dp // slices
-            why = f"dp / slices = {dp} / {slices}"
-        else:
-            return None
-        if dp % group:
-            raise _Unsupported(f"sharding group {group} ({zero_text!r}) does not divide dp = {dp}")
-        if group == dp:
-            return None
-        self.assumptions.append(f"hybrid sharding ({zero_text!r}): zero_group = {group} ({why}); "
-                                "gradient shards all-reduced across the replicas")
-        return group
-
-    def layout(self, chips: int, zero_text: str, moe: bool) -> dict[str, int]:
-        tp, pp, cp, ep, dp = (self.integer(c) for c in ("tp", "pp", "cp", "ep", "dp"))
-        tp_, pp_, cp_ = tp or 1, pp or 1, cp or 1
-        model_par = tp_ * pp_ * cp_
-        if dp is not None:
-            if model_par * dp != chips:
-                raise _Unsupported(f"published layout tp*pp*cp*dp = {tp_}*{pp_}*{cp_}*{dp} = "
-                                   f"{model_par * dp} != {chips} chips")
-        elif re.search(r"FSDP|ZeRO", zero_text, re.IGNORECASE) and chips % model_par == 0:
-            self.assumptions.append(f"dp not published: the remaining chips / (tp*pp*cp) = "
-                                    f"{chips // model_par} ranks are sharded data parallel "
-                                    f"({zero_text!r})")
-        else:
-            raise _Unsupported("parallel layout not published (dp missing and not implied by "
-                               "the zero_or_fsdp column)")
-        blank = [c for c, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep if moe else 1))
-                 if v is None]
-        if blank:
-            self.assumptions.append(f"{', '.join(blank)} not published: 1 (consistent with dp = "
-                                    f"chips / (tp*pp*cp) = {chips // model_par})")
-        if moe and ep and (chips // model_par) % ep:
-            raise _Unsupported(f"ep = {ep} does not divide dp = {chips // model_par}: the experts "
-                               "also span tensor-parallel ranks (Megatron expert_tensor_parallel"
-                               "_size 1); the schema carves ep out of dp only")
-        return {"tp": tp_, "pp": pp_, "cp": cp_, "ep": ep or 1}
-
-    def schedule(self, layers: int, pp: int) -> dict[str, Any]:
-        if pp == 1:
-            return {}
-        notes = self.notes
-        vs: int | None = None
-        if m := re.search(r"\bVP=(\d+)", notes):
-            vs = int(m.group(1))
-        elif m := re.search(r"(\d+) layers per virtual stage", notes):
-            per = int(m.group(1))
-            if layers % (pp * per):
-                raise _Unsupported(f"{layers} layers on {pp} stages of {per}-layer virtual stages "
-                                   "do not divide")
-            vs = layers // (pp * per)
-        elif m := re.search(r"interleaved (?:PP with|schedule m=)\s*(\d+)", notes, re.IGNORECASE):
-            vs = int(m.group(1))
-        elif re.search(r"interleaved", notes, re.IGNORECASE):
-            raise _Unsupported("interleaved pipeline schedule without a published number of "
-                               "virtual stages")
-        else:
-            self.assumptions.append("pipeline schedule not stated: 1f1b (non-interleaved)")
-        if vs is not None and vs > 1:
-            out: dict[str, Any] = {"schedule": "interleaved", "virtual_stages": vs}
-            if layers % (pp * vs) == 0:
-                return out
-            return {**out, **self._uneven_stages(layers, pp, vs)}
-        return {"schedule": "1f1b"}
-
-    def _uneven_stages(self, layers: int, pp: int, vs: int) -> dict[str, Any]:
-        """Layers that do not split over pp x vs chunks: the embedding and the loss count as a
-        layer each (Megatron-Bridge recipes: account_for_embedding/loss_in_pipeline_split), so the
-        end stages hold one layer fewer."""
-        if (layers + 2) % (pp * vs):
-            raise _Unsupported(f"uneven interleaved stages: {layers} (+ 2 for embedding and loss) "
-                               f"layers do not split over pp {pp} x {vs} virtual stages")
-        ends = (layers + 2) // pp - 1
-        self.assumptions.append(f"{layers} layers on pp {pp} x {vs} virtual stages: embedding and "
-                                f"loss count as a layer each: first/last_stage_layers = {ends}")
-        return {"first_stage_layers": ends, "last_stage_layers": ends}
-
-    def sequence_parallel(self, tp: int) -> bool | None:
-        if tp == 1:
-            return None
-        if re.search(r"no sequence parallelism", self.notes, re.IGNORECASE):
-            return False
-        for pattern, why in _NO_SEQUENCE_PARALLEL_SOURCES:
-            if re.search(pattern, self.cell("source_url")):
-                self.assumptions.append(f"sequence_parallel: false ({why})")
-                return False
-        return None
-
     # --- the whole row --------------------------------------------------------------------
     def scenario(self) -> tuple[str, dict[str, Any]]:
         chips = self.integer("chips")
@@ -352,18 +224,10 @@ class _RowMapper:
             self.assumptions.append("micro_batch not published: 1")
         training = {"seq_len": seq_len, "global_batch": batch, "micro_batch": micro,
                     "precision": self.precision(topo), **self.recompute()}
-        zero_text = self.cell("zero_or_fsdp")
-        par: dict[str, Any] = {**self.layout(chips, zero_text, "moe" in model), "zero": self.zero()}
-        slices = self.slices()
-        dp = chips // (par["tp"] * par["pp"] * par["cp"])
-        if par["zero"] >= 1 and (group := self.zero_group(zero_text, dp, slices)) is not None:
-            par["zero_group"] = group
-        par.update(self.schedule(model["layers"], par["pp"]))
-        if (sp := self.sequence_parallel(par["tp"])) is not None:
-            par["sequence_parallel"] = sp
+        par, slices = parallelism(self, chips, model)
         cluster: dict[str, Any] = {"topology": topo, "chips": chips}
         if slices > 1:
-            if CATALOGUE[TOPOLOGY_CHIPS[topo]].vendor == "nvidia":
+            if not CATALOGUE[TOPOLOGY_CHIPS[topo]].is_tpu:
                 raise _Unsupported(f"{slices} slices/pods on GPUs: GPU topologies are one fabric")
             if re.search(_OFFLOAD_POLICY, training.get("remat_policy", "")):
                 raise _Unsupported(f"host offload ({training['remat_policy']}) on {slices} slices: "
@@ -378,8 +242,6 @@ class _RowMapper:
 
     def framework(self) -> str | None:
         """The ``framework`` column (the stack the source ran), None for the chip's default."""
-        from ..software import FRAMEWORKS
-
         text = self.row.get("framework", "").strip()
         if text in FRAMEWORKS:
             return text
@@ -398,8 +260,6 @@ def map_runs(data_dir: Path) -> tuple[MappedRun, ...]:
     rejects is unsupported with the loader's message. Raises ``ConfigError`` for missing or
     malformed data files (bad numbers, unknown splits, duplicate ids, bad overrides).
     """
-    from ..config import scenario_from_dict  # lazily: the loader (and YAML) only when mapping
-
     out: list[MappedRun] = []
     for r in read_rows(data_dir):
         row = r.cells
@@ -420,7 +280,6 @@ def map_runs(data_dir: Path) -> tuple[MappedRun, ...]:
                                  chips=chips, supported=False, reason=str(e),
                                  assumptions=tuple(mapper.assumptions)))
             continue
-        assert scn.software is not None
         out.append(MappedRun(id=row["id"], split=row["split"], hardware=row["hardware"], chips=chips,
                              supported=True, reason="", topology=topo, family=chip.family,
                              scenario=raw, measured=measured, assumptions=tuple(mapper.assumptions),

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from .data import RUNS_FILE, SPLITS, read_csv
+from .data import RUNS_FILE, SPLITS, integer, read_csv
 from .training_rules import TOPOLOGY_CHIPS
 
-__all__ = ["OVERRIDABLE_FIELDS", "Row", "load_overrides", "read_rows"]
+__all__ = ["OVERRIDABLE_FIELDS", "Row", "RowReader", "load_overrides", "read_rows"]
 
 OVERRIDES_FILE = "overrides.csv"
 OVERRIDE_COLUMNS = ("id", "field", "value", "reason")
@@ -42,6 +42,23 @@ class Row:
     where: str
     forced_topology: str | None
     overrides: tuple[str, ...]
+
+
+class RowReader:
+    """One (overridden) row as the mapping reads it: its cells and the assumptions taken for it,
+    in the order they were taken."""
+
+    def __init__(self, row: Mapping[str, str], where: str) -> None:
+        self.row = row
+        self.where = where
+        self.notes = row["notes"]
+        self.assumptions: list[str] = []
+
+    def cell(self, col: str) -> str:
+        return self.row[col].strip()
+
+    def integer(self, col: str) -> int | None:
+        return integer(self.row[col], self.where, col)
 
 
 def read_rows(data_dir: Path) -> list[Row]:

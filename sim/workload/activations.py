@@ -15,31 +15,27 @@ always. Names follow MaxText's ``checkpoint_name`` tags (sim/config/remat.py) wh
   attention kernel that writes its scores to memory (``xla``: Megatron's fused softmax between two
   batched GEMMs, XLA's dot-product attention, eager math SDPA) when nothing is recomputed.
 
-What each stack keeps (recompute ``none`` / ``selective``):
+What each stack keeps (recompute ``none`` / ``selective``), by the facts of its software profile
+(``sim.software``, where each stack's sources are):
 
-- Megatron-LM / NeMo / DeepSpeed / torch.compile / Paxml, and MaxText without recompute:
-  Korthikanti et al. 2022 (section 4.1) without dropout: the two norm inputs and outputs, Q, K, V,
-  the attention output, the MLP's up-projection output(s) and the activation output. Megatron's
-  ``selective`` drops the scores (the paper's selective recomputation), as flash kernels never
-  store them. torch.compile: Inductor's min-cut partitioner recomputes pointwise ops in the
-  backward instead of saving them (torch/_functorch/partitioners.py
-  ``min_cut_rematerialization_partition``), which leaves the same set as Megatron's fusions.
-- Eager PyTorch (pytorch-eager, pytorch-fsdp, llm-foundry): autograd keeps every saved input of
-  every op, so on top of that set, for SwiGLU, ``silu(w1 x)`` as well as ``w1 x`` (``F.silu``
-  saves its input, the product saves both factors: ``w2(F.silu(w1(x)) * w3(x))``), 2f more per
-  token; and where attention runs through SDPA in [b, heads, s, d] layout (pytorch-eager,
-  pytorch-fsdp: torchtitan/models/llama/model.py ``Attention.forward``) the attention output
+- The base set (a profile without ``eager_autograd``, recompute ``none``): Korthikanti et al.
+  2022 (section 4.1) without dropout: the two norm inputs and outputs, Q, K, V, the attention
+  output, the MLP's up-projection output(s) and the activation output. ``selective_recompute:
+  scores`` drops the scores (the paper's selective recomputation), as flash kernels never store
+  them.
+- ``eager_autograd`` (eager PyTorch): autograd keeps every saved input of every op, so on top of
+  that set, for SwiGLU, ``silu(w1 x)`` as well as ``w1 x`` (``F.silu`` saves its input, the
+  product saves both factors: ``w2(F.silu(w1(x)) * w3(x))``), 2f more per token; and with
+  ``sdpa_output_copy`` (attention through SDPA in [b, heads, s, d] layout) the attention output
   twice (SDPA saves its ``out`` for the backward; the ``transpose(1, 2).contiguous()`` copy is the
-  out-projection's saved input), 2ad more. llm-foundry's flash kernels return [b, s, heads, d],
-  whose reshape to [b, s, h] is a view (llmfoundry/models/layers/attention.py), so no copy.
-  RoPE (torchtitan's complex multiply by the constant ``freqs_cis``) saves no activation: SDPA
-  keeps the RoPE'd Q/K, as in the base set.
-  Their ``selective`` is torchtitan's op-level selective AC (``activation_checkpoint.mode:
+  out-projection's saved input), 2ad more. RoPE (torchtitan's complex multiply by the constant
+  ``freqs_cis``) saves no activation: SDPA keeps the RoPE'd Q/K, as in the base set.
+- ``selective_recompute: op-sac``: torchtitan's op-level selective AC (``activation_checkpoint.mode:
   selective``, ``selective_ac_option: op``; torchtitan parallelize_llama.py ``_custom_policy``:
   "Saves output of all compute ops, except every second mm" plus the SDPA outputs): the block
   input, wq, wv, w1 (and w2 for SwiGLU, the 7th mm) outputs and the attention output.
-- MaxText's ``selective``: its ``minimal_flash`` recipe (every projection output, the attention
-  output and the layer input; the elementwise work is recomputed), the policy its GPU configs run.
+- ``selective_recompute: minimal_flash``: MaxText's ``minimal_flash`` recipe (every projection
+  output, the attention output and the layer input; the elementwise work is recomputed).
 - ``full`` (every stack): the layer input only.
 - A ``training.remat_policy`` (any stack): the layer input plus each named tensor where the policy
   puts it (``device``: HBM; ``offload``: pinned host memory; ``remat``: recomputed).
@@ -53,13 +49,6 @@ from ..config import Scenario
 from ..config.remat import REMAT_PRESETS
 
 __all__ = ["LayerActivations", "layer_activation_bytes", "kept_tensors"]
-
-# Stacks whose activations are eager PyTorch autograd's, and those of them whose attention output
-# is copied once more for the out-projection (module docstring).
-EAGER_STACKS = frozenset({"pytorch-eager", "pytorch-fsdp", "llm-foundry"})
-SDPA_COPY_STACKS = frozenset({"pytorch-eager", "pytorch-fsdp"})
-# Stacks whose "selective" is torchtitan's op-level selective activation checkpointing.
-TORCH_SAC_STACKS = frozenset({"pytorch-eager", "pytorch-fsdp", "llm-foundry", "torch-compile"})
 
 _BASE = ("decoder_layer_input", "attn_norm_out", "query_proj", "key_proj", "value_proj", "context",
          "mlp_norm_in", "mlp_norm_out", "mlpwi_0", "mlpwi_1", "mlp_act")
@@ -97,20 +86,20 @@ def kept_tensors(scn: Scenario) -> dict[str, str]:
     tr = scn.training
     if tr.remat_policy:
         return {t: loc for t, loc in tr.remat_policy if loc != "remat"}
-    framework = scn.software.framework if scn.software is not None else "megatron-te"
-    attention = scn.software.attention if scn.software is not None else "cudnn"
+    sw = scn.software
+    selective = sw.selective_recompute if tr.recompute == "selective" else None
     if tr.recompute == "full":
         names: tuple[str, ...] = ("decoder_layer_input",)
-    elif tr.recompute == "selective" and framework == "maxtext":
+    elif selective == "minimal_flash":
         names = ("decoder_layer_input",) + REMAT_PRESETS["minimal_flash"][0]
-    elif tr.recompute == "selective" and framework in TORCH_SAC_STACKS:
+    elif selective == "op-sac":
         names = ("decoder_layer_input", "query_proj", "value_proj", "context", "mlpwi_0")
         if scn.model.mlp == "swiglu":
             names += ("mlpwo",)
     else:
-        names = _BASE + (("silu_out",) if framework in EAGER_STACKS else ())
-        names += ("context_copy",) if framework in SDPA_COPY_STACKS else ()
-        if tr.recompute == "none" and attention == "xla":
+        names = _BASE + (("silu_out",) if sw.eager_autograd else ())
+        names += ("context_copy",) if sw.sdpa_output_copy else ()
+        if tr.recompute == "none" and sw.attention == "xla":
             names += ("scores",)
     return {t: "device" for t in names}
 
@@ -130,14 +119,6 @@ def layer_activation_bytes(scn: Scenario) -> LayerActivations:
     return LayerActivations(out["device"], out["offload"])
 
 
-# Stacks that move offloaded activations on their own streams, behind the layer's compute: XLA
-# schedules the device <-> pinned_host copies of jax.checkpoint_policies.save_and_offload_* as
-# asynchronous transfers (MaxText, Paxml); Transformer Engine's CPU offload context
-# (transformer_engine.pytorch.get_cpu_offload_context, Megatron --cpu-offloading) copies on a
-# side stream. Elsewhere (torch.autograd.graph.save_on_cpu) the copy sits on the compute stream.
-OFFLOAD_OVERLAP = frozenset({"maxtext", "paxml", "megatron-te"})
-
-
 def offload_exposed_s(scn: Scenario, compute_s: float) -> float:
     """Seconds one layer's activation offload adds to one pass (forward: device -> host, backward:
     host -> device) of one micro-batch: its bytes over the host link (the topology's PCIe
@@ -147,7 +128,6 @@ def offload_exposed_s(scn: Scenario, compute_s: float) -> float:
         return 0.0
     topo = scn.cluster.topology
     transfer_s = topo.pcie_latency_s + host_B / topo.pcie_Bps
-    framework = scn.software.framework if scn.software is not None else ""
-    if framework in OFFLOAD_OVERLAP:
+    if scn.software.offload_overlap:
         return max(0.0, transfer_s - compute_s)
     return transfer_s

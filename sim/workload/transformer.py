@@ -131,7 +131,7 @@ def _policy_recompute(fwd: list[Item], scn: Scenario) -> tuple[Item, ...]:
     the memory-bound ops (XLA and Inductor fuse them into the recomputed work)."""
     m = scn.model
     kept = {t for t, loc in scn.training.remat_policy if loc != "remat"}
-    fused = scn.software is None or scn.software.elementwise == "fused"
+    fused = scn.software.elementwise == "fused"
     out: list[Item] = []
     feeding: list[Item] = []                 # collectives since the last op
     for it in fwd:
@@ -154,44 +154,11 @@ def _policy_recompute(fwd: list[Item], scn: Scenario) -> tuple[Item, ...]:
     return tuple(out)
 
 
-def build_workload(scn: Scenario) -> Workload:
-    """Per-rank work of one training step of *scn*.
-
-    The loader has checked the plan and resolved its sizes (``scn.parallelism``: micro-batches,
-    global batch, layers per chunk, local sequence; sim/config/parallelism.py), so every division
-    here is exact; a plan that breaks a rule is refused here with the loader's ConfigError.
-    """
-    m, tr, par = scn.model, scn.training, scn.parallelism
-    par.checked()
-    t, cp, ep = par.tp, par.cp, par.ep
-    b, S = tr.micro_batch, tr.seq_len
-    s = par.local_seq_len
-    h, a, g, d, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden
-    tok = b * s                                            # tokens per micro-batch on this rank
-    sp = par.sequence_parallel and t > 1
-    act = tok * h * BYTES                                  # one [b, s, h] activation
-
+def _mlp_forward(m: ModelSpec, tok: int, t: int, sp: bool, ep: int) -> list[Item]:
+    """The forward of one layer's MLP block between its norm (and all-gather) and its
+    reduce-scatter: a dense MLP, or the router and the rank's routed experts."""
+    h, f = m.hidden, m.ffn_hidden
     fwd: list[Item] = []
-    # Attention block
-    fwd.append(_mem("norm1", 2 * act / (t if sp else 1), "norm"))
-    if sp:                       # without SP the input is replicated: nothing to gather
-        fwd.append(Comm("tp-ag-attn", "allgather", "tp", act))
-    fwd.append(_gemm("qkv", tok, (a + 2 * g) * d // t, h))
-    fwd.append(_mem("rope", 2 * tok * (a + g) * d // t * BYTES, "rope"))
-    # Attention over this rank's a/t query heads (and its share of the kv heads) against every key
-    # of the sequence (context parallelism hands the other ranks' keys round a ring).
-    heads_local = a // t
-    kv_local = max(1, g // t)
-    attn = AttentionShape(b, heads_local, kv_local, s, s * cp, d, causal=True)
-    fwd.append(_attention("attention", attn, "fwd"))
-    fwd.append(_gemm("attn-out", tok, h, a * d // t))
-    if t > 1:
-        fwd.append(Comm("tp-rs-attn", "reducescatter" if sp else "allreduce", "tp", act))
-    fwd.append(_mem("residual1", 3 * act / (t if sp else 1), "residual"))
-    # MLP block (dense or routed experts)
-    fwd.append(_mem("norm2", 2 * act / (t if sp else 1), "norm"))
-    if sp:
-        fwd.append(Comm("tp-ag-mlp", "allgather", "tp", act))
     if m.moe is None:
         up = (2 if m.mlp == "swiglu" else 1) * f // t
         fwd.append(_gemm("mlp-up", tok, up, h))
@@ -219,10 +186,11 @@ def build_workload(scn: Scenario) -> Workload:
         fwd.append(_mem("unpermute", 2 * routed * h * BYTES, "embedding"))
         if ep > 1:
             fwd.append(Comm("ep-combine", "alltoall", "ep", a2a))
-    if t > 1:
-        fwd.append(Comm("tp-rs-mlp", "reducescatter" if sp else "allreduce", "tp", act))
-    fwd.append(_mem("residual2", 3 * act / (t if sp else 1), "residual"))
+    return fwd
 
+
+def _backward(fwd: list[Item], mlp: str) -> list[Item]:
+    """One layer's backward: its forward reversed, every GEMM as its data and weight gradients."""
     bwd: list[Item] = []
     for item in reversed(fwd):
         if isinstance(item, Op):
@@ -234,7 +202,7 @@ def build_workload(scn: Scenario) -> Workload:
                 assert item.attn is not None
                 bwd.append(_attention("attention-bwd", item.attn, "bwd"))
             else:
-                factor = _BWD_BYTES.get(item.cls, 5 / 3 if m.mlp == "swiglu" else 1.5)
+                factor = _BWD_BYTES.get(item.cls, 5 / 3 if mlp == "swiglu" else 1.5)
                 bwd.append(_mem(item.name + "-bwd", factor * item.bytes, item.cls + "-bwd"))
         else:
             # The backward of an all-gather is a reduce-scatter and vice versa; without sequence
@@ -242,6 +210,70 @@ def build_workload(scn: Scenario) -> Workload:
             # column-parallel GEMM's input gradient (same count and size).
             swap = {"allgather": "reducescatter", "reducescatter": "allgather"}
             bwd.append(Comm(item.name + "-bwd", swap.get(item.op, item.op), item.group, item.size_bytes))
+    return bwd
+
+
+def _stage_ends(m: ModelSpec, tok: int, t: int) -> tuple[tuple[Item, ...], tuple[Item, ...],
+                                                          tuple[Item, ...], tuple[Item, ...]]:
+    """(first stage's forward, its backward, last stage's forward, its backward): the embedding
+    on the first stage (a gather: memory bound), the output head and the loss on the last."""
+    h, V = m.hidden, m.vocab
+    act = tok * h * BYTES
+    first_f: tuple[Item, ...] = (_mem("embedding", act * 2, "embedding"),)
+    first_b: tuple[Item, ...] = (_mem("embedding-bwd", act * 2, "embedding-bwd"),)
+    head = _gemm("lm-head", tok, V // t, h, "head")
+    loss = _mem("cross-entropy", tok * V // t * 4 * 3, "cross-entropy")   # fp32 logits: write, read, grad
+    last_f: tuple[Item, ...] = (_mem("final-norm", 2 * act, "norm"), head, loss)
+    last_b: tuple[Item, ...] = (_gemm("lm-head-dgrad", tok, h, V // t, "head"),
+                                _gemm("lm-head-wgrad", h, V // t, tok, "head"),
+                                _mem("final-norm-bwd", 3 * act, "norm-bwd"))
+    return first_f, first_b, last_f, last_b
+
+
+def build_workload(scn: Scenario) -> Workload:
+    """Per-rank work of one training step of *scn*.
+
+    The loader has checked the plan and resolved its sizes (``scn.parallelism``: micro-batches,
+    global batch, layers per chunk, local sequence; sim/config/parallelism.py), so every division
+    here is exact; a plan that breaks a rule is refused here with the loader's ConfigError.
+    """
+    m, tr, par = scn.model, scn.training, scn.parallelism
+    par.checked()
+    t, cp, ep = par.tp, par.cp, par.ep
+    b, S = tr.micro_batch, tr.seq_len
+    s = par.local_seq_len
+    h, a, g, d = m.hidden, m.heads, m.kv_heads, m.head_dim
+    tok = b * s                                            # tokens per micro-batch on this rank
+    sp = par.sequence_parallel and t > 1
+    act = tok * h * BYTES                                  # one [b, s, h] activation
+
+    fwd: list[Item] = []
+    # Attention block
+    fwd.append(_mem("norm1", 2 * act / (t if sp else 1), "norm"))
+    if sp:                       # without SP the input is replicated: nothing to gather
+        fwd.append(Comm("tp-ag-attn", "allgather", "tp", act))
+    fwd.append(_gemm("qkv", tok, (a + 2 * g) * d // t, h))
+    fwd.append(_mem("rope", 2 * tok * (a + g) * d // t * BYTES, "rope"))
+    # Attention over this rank's a/t query heads (and its share of the kv heads) against every key
+    # of the sequence (context parallelism hands the other ranks' keys round a ring).
+    heads_local = a // t
+    kv_local = max(1, g // t)
+    attn = AttentionShape(b, heads_local, kv_local, s, s * cp, d, causal=True)
+    fwd.append(_attention("attention", attn, "fwd"))
+    fwd.append(_gemm("attn-out", tok, h, a * d // t))
+    if t > 1:
+        fwd.append(Comm("tp-rs-attn", "reducescatter" if sp else "allreduce", "tp", act))
+    fwd.append(_mem("residual1", 3 * act / (t if sp else 1), "residual"))
+    # MLP block (dense or routed experts)
+    fwd.append(_mem("norm2", 2 * act / (t if sp else 1), "norm"))
+    if sp:
+        fwd.append(Comm("tp-ag-mlp", "allgather", "tp", act))
+    fwd.extend(_mlp_forward(m, tok, t, sp, ep))
+    if t > 1:
+        fwd.append(Comm("tp-rs-mlp", "reducescatter" if sp else "allreduce", "tp", act))
+    fwd.append(_mem("residual2", 3 * act / (t if sp else 1), "residual"))
+
+    bwd = _backward(fwd, m.mlp)
 
     # torchtitan's op-level selective AC (sim/workload/activations.py) changes what is kept, not the
     # time charged: like Megatron's selective recompute, no extra pass (its calibration runs,
@@ -261,17 +293,8 @@ def build_workload(scn: Scenario) -> Workload:
     if m.moe is not None:
         layer_params = (m.attention_params() + 2 * h) // t + m.moe.experts // ep * m.mlp_params() // t
 
-    # Embedding on the first stage (a gather: memory bound), output head + loss on the last.
+    first_f, first_b, last_f, last_b = _stage_ends(m, tok, t)
     V = m.vocab
-    first_f: tuple[Item, ...] = (_mem("embedding", act * 2, "embedding"),)
-    first_b: tuple[Item, ...] = (_mem("embedding-bwd", act * 2, "embedding-bwd"),)
-    head = _gemm("lm-head", tok, V // t, h, "head")
-    loss = _mem("cross-entropy", tok * V // t * 4 * 3, "cross-entropy")   # fp32 logits: write, read, grad
-    last_f: tuple[Item, ...] = (_mem("final-norm", 2 * act, "norm"), head, loss)
-    last_b: tuple[Item, ...] = (_gemm("lm-head-dgrad", tok, h, V // t, "head"),
-                                _gemm("lm-head-wgrad", h, V // t, tok, "head"),
-                                _mem("final-norm-bwd", 3 * act, "norm-bwd"))
-
     gb = par.sequences_per_step
     return Workload(
         scenario=scn, layer=LayerWork(tuple(fwd), tuple(bwd), recompute, layer_params,
