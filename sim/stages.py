@@ -32,7 +32,6 @@ StackEfficiency = dict[tuple[str, str, str], float]
 
 def compute_model(scn: Scenario, stack_efficiency: StackEfficiency | None = None) -> ComputeModel:
     """The compute model of *scn*: its chip, precision and software profile."""
-    assert scn.software is not None, "a parsed scenario always has its software profile"
     return ComputeModel(scn.cluster.chip, scn.training.precision, scn.software, stack_efficiency)
 
 

@@ -98,7 +98,6 @@ def play_step(job: Job, seed: int, *, per_rank: bool = False, trace: bool = Fals
 def _result(job: Job, eng: EngineResult, seed: int, link_sharing_s: float | None) -> StepResult:
     scn, wl = job.scenario, job.workload
     par, chip = scn.parallelism, scn.cluster.chip
-    assert scn.software is not None
     return StepResult(
         scenario=scn.name, topology=job.topology.name, chip=chip.name, chips=scn.cluster.chips,
         step_time_s=eng.step_time_s, tokens_per_step=wl.tokens_per_step,
