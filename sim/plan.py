@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import load_topology_spec, scenario_from_dict
+from .config import data_parallel, load_topology_spec, scenario_from_dict
 from .errors import ConfigError, SimError
 from .topology_spec import GpuClusterSpec
 
@@ -120,7 +120,7 @@ def layouts(chips: int, layers: int, heads: int, gpu: bool, gpus_per_node: int,
     for tp, pp in itertools.product(tps, (1, 2, 4, 8, 16)):
         if chips % (tp * pp) or layers % pp:
             continue
-        dp = chips // (tp * pp)
+        dp = data_parallel(chips, tp, pp, cp=1)
         vss = [1] + [v for v in (2, 4, 5) if pp > 1 and layers % (pp * v) == 0]
         for vs, zero, mb, rc in itertools.product(vss, (1, 3), (1, 2), ("selective", "full")):
             if global_batch % (mb * dp):
@@ -170,7 +170,7 @@ def plan(req: PlanRequest,
     out: list[TopologyPlan] = []
     for topology in req.topologies:
         spec = load_topology_spec(topology, "--topology")
-        gpu = isinstance(spec, GpuClusterSpec)
+        gpu = not spec.chip.is_tpu
         sizes = _sizes(spec, req.max_chips)
         if not sizes:
             raise ConfigError(f"--max-chips: {req.max_chips} is below the smallest {topology} cluster")

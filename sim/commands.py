@@ -1,0 +1,235 @@
+"""What each command of ``clustersim`` does with its parsed arguments (``sim.cli`` parses them):
+check what the flags alone can tell, call the model (``sim.run``, ``sim.plan``, ``sim.sweep``,
+``sim.traces``, the collective and topology models) and print what ``sim.report`` makes of the
+result records (tables, JSON). Expected errors are raised (``sim.errors``) for ``sim.cli.main``
+to print as one line; notes go to stderr through ``warn``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import report
+from .config import PLOT_SUFFIXES, check_output_path
+from .errors import ConfigError
+
+__all__ = ["cmd_run", "cmd_collective", "cmd_sweep", "cmd_plan", "cmd_whatif", "cmd_topo_show",
+           "batch_tokens", "warn"]
+
+
+def warn(line: str) -> None:
+    """A line on stderr (a note, a warning, an error); quiet when stderr is gone."""
+    try:
+        print(line, file=sys.stderr)
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+def cmd_topo_show(args: argparse.Namespace) -> int:
+    from .config import load_cluster
+    from .topology import build_topology
+    from .topology.analysis import summarize
+
+    cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
+                           where="topo show", slices=args.slices,
+                           background_load=args.background_load, nvl_domain=args.nvl_domain)
+    info = summarize(build_topology(cluster))
+    print(report.dump_json(info) if args.json else report.topology_text(info))
+    return 0
+
+
+def cmd_collective(args: argparse.Namespace) -> int:
+    from .collectives import DTYPE_BYTES, OPS, CollectiveModel
+    from .config import load_cluster
+    from .topology import build_topology
+
+    if args.op not in OPS:
+        raise ConfigError(f"--op: unknown collective {args.op!r}; valid: {', '.join(OPS)}")
+    if args.dtype not in DTYPE_BYTES:
+        raise ConfigError(f"--dtype: unknown type {args.dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
+    if args.min_bytes > args.max_bytes:
+        raise ConfigError(f"--min-bytes {args.min_bytes} is larger than --max-bytes {args.max_bytes}")
+    if args.factor < 2:
+        raise ConfigError(f"--factor: must be >= 2, got {args.factor}")
+    cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
+                           sharp=True if args.sharp else None, where="collective",
+                           slices=args.slices, background_load=args.background_load,
+                           nvl_domain=args.nvl_domain)
+    topo = build_topology(cluster)
+    if args.group is not None and args.group < 2:
+        raise ConfigError(f"--group: a collective needs at least 2 ranks, got {args.group}")
+    if args.group is not None and args.group > topo.chips:
+        raise ConfigError(f"--group: {args.group} ranks but the topology has {topo.chips} chips")
+    group = list(range(args.group)) if args.group else None
+    model = CollectiveModel(topo, nccl_version=args.nccl_version)
+    tsize = DTYPE_BYTES[args.dtype]
+    results = []
+    size = args.min_bytes
+    try:
+        while size <= args.max_bytes:
+            results.append(model.time(args.op, max(tsize, size - size % tsize), group, args.algo))
+            size *= args.factor
+    except ConfigError as e:            # the model names its fields (algo ...); the user gave flags
+        if str(e).split(" ", 1)[0].rstrip(":") in ("op", "algo"):
+            raise ConfigError(f"--{e}") from None
+        raise
+    if args.csv:
+        print(report.collective_csv(results, args.dtype, tsize))
+        return 0
+    n = len(group) if group else topo.chips
+    print(report.collective_table(results, args.op, n, topo.name, topo.spec.chip.name, args.dtype,
+                                  tsize))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    import math
+
+    from .config import PRESETS_NAMES, parse_tokens
+    from .plan import PlanRequest, plan
+    from .progress import progress
+
+    if args.model not in PRESETS_NAMES:
+        raise ConfigError(f"--model: unknown model {args.model!r}; valid: {', '.join(PRESETS_NAMES)}")
+    if not (math.isfinite(args.days) and 0 < args.days <= 3650):
+        raise ConfigError(f"--days: expected a number of days in (0, 3650], got {args.days}")
+    plot = check_output_path(args.plot, "--plot", PLOT_SUFFIXES) if args.plot is not None else None
+    prices: dict[str, float] = {}
+    for item in filter(None, (x.strip() for x in args.price.split(","))):
+        name, sep, value = item.partition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = -1.0
+        if not sep or not (math.isfinite(price) and 0 < price <= 10_000):
+            raise ConfigError(f"--price: expected TOPOLOGY=USD_PER_CHIP_HOUR (0 < USD <= 10000), got {item!r}")
+        prices[name.strip()] = price
+    topologies = tuple(t.strip() for t in args.topology.split(",") if t.strip())
+    if not topologies:
+        raise ConfigError("--topology: give one or more topologies, e.g. dgx-h100,tpu-v5p")
+    if unknown := sorted(set(prices) - set(topologies)):
+        raise ConfigError(f"--price: {', '.join(unknown)} is not among --topology {args.topology}")
+    req = PlanRequest(model=args.model, tokens=parse_tokens(args.tokens, "--tokens"), days=args.days,
+                      topologies=topologies, prices=prices, seq_len=args.seq_len,
+                      batch_tokens=batch_tokens(args.batch_tokens), precision=args.precision,
+                      max_chips=args.max_chips, framework=args.framework)
+    plans = plan(req, progress=progress)
+    entries = report.plan_json(plans, req)
+    if plot is not None:
+        from .plots import plot_plan
+
+        plot_plan([e for e in entries.values() if "chips" in e], plot)
+    print(report.dump_json(entries) if args.json
+          else report.plan_text(plans, req, None if plot is None else str(plot)))
+    return 0
+
+
+def batch_tokens(text: str) -> float:
+    """Tokens per step: 4M means 4 x 2^20 (a power-of-two batch), like --max-bytes."""
+    t = text.strip().upper()
+    mult = {"K": 2**10, "M": 2**20}.get(t[-1:], 1)
+    try:
+        v = float(t[:-1] if mult > 1 else t) * mult
+    except ValueError:
+        v = -1.0
+    if not (v >= 1 and v <= 2**32):
+        raise ConfigError(f"--batch-tokens: expected a token count like 4M or 1048576, got {text!r}")
+    return v
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import os
+
+    from .config import read_scenario_raw
+    from .progress import progress
+    from .sweep import parse_over, run_sweep
+    from .training import DEFAULT_MAX_EVENTS
+
+    if not args.over:
+        raise ConfigError("--over: give at least one KEY=V1,V2,... to sweep")
+    out = check_output_path(args.out, "--out", (".csv", ".parquet")) if args.out is not None else None
+    plot = check_output_path(args.plot, "--plot", PLOT_SUFFIXES) if args.plot is not None else None
+    raw, source, _ = read_scenario_raw(args.scenario)
+    axes = [parse_over(o, raw) for o in args.over]
+    workers = args.workers or os.cpu_count() or 1
+    rows = run_sweep(raw, source, axes, sets=args.set, weak=args.weak, workers=workers,
+                     scheduler=args.scheduler, out=out,
+                     max_events=None if args.yes else (args.max_events or DEFAULT_MAX_EVENTS),
+                     progress=progress)
+    if plot is not None:
+        from .plots import plot_sweep
+        from .validate import sweep_overlay
+
+        keys = [a.key for a in axes]
+        plot_sweep(rows, keys, plot, weak=args.weak, measured=sweep_overlay(rows, keys),
+                   measured_label="measured (validation/training)")
+    print(report.dump_json(rows) if args.json
+          else report.sweep_text(rows, [a.key for a in axes], None if out is None else str(out),
+                                 None if plot is None else str(plot)))
+    return 0
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    from .traces import Replay, load_trace, what_if
+
+    trace_out = check_output_path(args.trace_out, "--trace-out") if args.trace_out else None
+    heatmap = check_output_path(args.heatmap, "--heatmap", PLOT_SUFFIXES) if args.heatmap else None
+    prog = load_trace(args.trace, args.meta)
+    for why in prog.skipped:
+        warn(f"clustersim: warning: {args.trace}: partial step skipped, not scored: {why}")
+    w = what_if(prog)
+    files = []
+    if trace_out is not None:
+        import numpy as np
+
+        if args.trace_step is None:
+            i = int(np.argmax(w.step_slowdown))
+        elif args.trace_step in prog.steps.tolist():
+            i = prog.steps.tolist().index(args.trace_step)
+        else:
+            raise ConfigError(f"--trace-step: step {args.trace_step} is not a complete step of {args.trace}; "
+                              f"complete steps: {prog.steps.tolist()[:10]}{' ...' if len(prog.steps) > 10 else ''}")
+        from .trace import write_whatif_trace
+
+        write_whatif_trace(trace_out, prog, {"measured": Replay(prog.start_s, prog.end_s), "replayed": w.replay,
+                                             "straggler-free": w.ideal}, i, w.name)
+        files.append(str(trace_out))
+    if heatmap is not None:
+        from .plots import plot_straggler_heatmap
+
+        workers = sorted(w.by_worker_steps)
+        plot_straggler_heatmap(workers, [int(s) for s in w.steps], [w.by_worker_steps[k].tolist() for k in workers],
+                               heatmap, f"{w.name}: attributed slowdown per worker and step")
+        files.append(str(heatmap))
+    print(report.dump_json(report.whatif_json(w)) if args.json else report.whatif_text(w, files))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .config import load_scenario
+    from .run import run
+    from .training import DEFAULT_MAX_EVENTS
+
+    if args.trace is not None:
+        check_output_path(args.trace, "--trace")
+    scn = load_scenario(args.scenario, args.set)
+    if args.seed is not None and args.seed < 0:
+        raise ConfigError(f"--seed: must be >= 0, got {args.seed}")
+    per_rank = args.trace_ranks == "all"
+    if per_rank and not args.trace:
+        raise ConfigError("--trace-ranks all: needs --trace FILE to write the timeline to")
+    if per_rank and scn.stragglers is not None:
+        raise ConfigError("--trace-ranks all: a straggler scenario is simulated replica by replica; "
+                          "trace the replica it reports with --trace-ranks stage")
+    result = run(scn, seed=args.seed, trace=bool(args.trace), per_rank=per_rank, steps=args.steps,
+                 max_events=None if args.yes else (args.max_events or DEFAULT_MAX_EVENTS))
+    if args.steps > 1 and not args.json:
+        print(f"simulated {args.steps} steps", file=sys.stderr)
+    if args.trace:
+        from .trace import write_trace
+
+        assert result.timeline is not None
+        write_trace(args.trace, result.timeline, scn.name)
+    print(report.dump_json(report.step_json(result)) if args.json else report.step_text(result, args.trace))
+    return 0
