@@ -1,4 +1,5 @@
-"""Max-min fair fluid sharing, the simpy event engine, and routing, against hand-computed cases."""
+"""Max-min fair fluid sharing, the simpy event engine (tests/reference_engines.py), and routing,
+against hand-computed cases."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import simpy
+from graph_edits import fail_link
 
 from sim.config import load_cluster
 from sim.network.fluid import FlowSet, maxmin_rates, play_flows
 from sim.network.links import LinkTable
 from sim.network.routing import Router
 from sim.topology import build_topology
-from sim.topology.edits import fail_link
 
 
 def matrix(entries: list[tuple[int, int, float]], links: int, flows: int) -> sp.csr_array:
@@ -47,7 +48,7 @@ def test_finished_flows_hand_their_bandwidth_on() -> None:
 
 
 def test_event_engine_matches_play_flows() -> None:
-    from sim.network.events import FluidNetwork
+    from reference_engines import FluidNetwork
 
     topo = build_topology(load_cluster("dgx-h100", 16))
     links = LinkTable(topo)
