@@ -8,6 +8,6 @@ training step's transfers put on the links and those links shared on the engine'
 
 from .fluid import FlowSet, maxmin_rates, play_flows
 from .links import LinkTable
-from .routing import Router
+from .routing import Router, make_router
 
-__all__ = ["FlowSet", "LinkTable", "Router", "maxmin_rates", "play_flows"]
+__all__ = ["FlowSet", "LinkTable", "Router", "make_router", "maxmin_rates", "play_flows"]
