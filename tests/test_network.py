@@ -150,3 +150,12 @@ def test_twisted_slices_talk_over_the_dcn() -> None:
     links = LinkTable(topo)
     ids, fr = make_router(topo, links).route(0, 200)
     assert list(links.kind[ids]) == ["pcie", "dcn", "dcn", "pcie"] and fr.sum() == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("name, kw, kind", [
+    ("dgx-h100", {"chips": 64}, "FatTreeRouter"), ("h100-3tier", {"chips": 8192}, "PodRouter"),
+    ("slingshot-dragonfly", {"chips": 64}, "DragonflyRouter"), ("polaris", {"chips": 16}, "DragonflyRouter"),
+    ("tpu-v4", {"slice_": "4x4x4"}, "TorusRouter")])
+def test_each_fabric_kind_gets_its_router(name: str, kw: dict, kind: str) -> None:
+    topo = build_topology(load_cluster(name, **kw))
+    assert type(make_router(topo, LinkTable(topo))).__name__ == kind
