@@ -38,6 +38,7 @@ class FatTreeRouter(GpuRouter):
     or all spines (two tiers)."""
 
     def __init__(self, topo: Topology, links: LinkTable) -> None:
+        # the spine groups first: GpuRouter.__init__ builds the trunk tables from them
         g = topo.graph
         self._spines_all = sorted((n for n, k in g.nodes(data="kind") if k == "spine"), key=str)
         groups: dict[Hashable, list[str]] = defaultdict(list)
