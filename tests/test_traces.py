@@ -84,7 +84,7 @@ def test_hand_made_trace_replays_and_attributes_as_worked_out(tmp_path: Path) ->
 
 
 def test_simpy_replay_agrees_with_the_longest_path(tmp_path: Path) -> None:
-    from sim.engine.replay import simpy_replay_step
+    from reference_engines import simpy_replay_step
 
     for prog in (load_trace(_tiny(tmp_path)), load_trace(DATA / "trace-ST.parquet")):
         for own in (prog.own_s, typical_s(prog)):

@@ -23,7 +23,7 @@ from ..calibration import LINK_EFFICIENCY
 from ..errors import ConfigError
 from ..network.fluid import FlowSet, play_flows
 from ..network.links import LinkTable
-from ..network.routing import Router
+from ..network.routing import make_router
 from ..topology import Topology
 from . import nccl
 from .algorithms import ALGORITHMS, GroupInfo, Phase, Stage, build, group_info, island_of_devices
@@ -76,7 +76,7 @@ class CollectiveModel:
                  proxy_step_us: float | None = None) -> None:
         self.topo = topo
         self.links = LinkTable(topo, LINK_EFFICIENCY if efficiency is None else efficiency)
-        self.router = Router(topo, self.links)
+        self.router = make_router(topo, self.links)
         self._per_byte: dict[tuple, tuple[float, int]] = {}
         # PERF: the plan search asks for the same (op, size, group) many times across layouts
         # (benchmarks/test_bench_plan.py); a result is a pure function of them.

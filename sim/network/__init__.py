@@ -1,13 +1,13 @@
-"""Network model: directed links of a topology graph, routing, and max-min fair fluid sharing.
+"""Network model: directed links of a topology graph, routing, and max-min fair sharing.
 
-``links.LinkTable`` numbers the directed links; ``routing.Router`` turns (src, dst) into link
-fractions (ECMP splits included); ``fluid`` computes max-min fair rates and plays a set of flows to
-completion; ``events`` does the same with a simpy clock so that flows of different collectives
-that overlap in time share links (the general path the fast path is tested against).
+``links.LinkTable`` numbers the directed links; ``routing`` turns (src, dst) into link fractions
+(ECMP splits included) by the fabric kind's router; ``fluid`` computes max-min fair rates and plays
+a set of flows to completion (a collective's steps); ``traffic`` and ``shared`` are the load a
+training step's transfers put on the links and those links shared on the engine's simpy clock.
 """
 
-from .fluid import Flow, FlowSet, maxmin_rates, play_flows
+from .fluid import FlowSet, maxmin_rates, play_flows
 from .links import LinkTable
-from .routing import Router
+from .routing import Router, make_router
 
-__all__ = ["Flow", "FlowSet", "LinkTable", "Router", "maxmin_rates", "play_flows"]
+__all__ = ["FlowSet", "LinkTable", "Router", "make_router", "maxmin_rates", "play_flows"]

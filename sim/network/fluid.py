@@ -9,31 +9,22 @@ completion to the next, recomputing rates each time, until all flows are done.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Flow", "FlowSet", "maxmin_rates", "play_flows", "touched"]
+__all__ = ["FlowSet", "maxmin_rates", "play_flows"]
 
 _EPS = 1e-12
-
-
-@dataclass(frozen=True, slots=True)
-class Flow:
-    """``nbytes`` from ``src`` to ``dst`` (graph nodes, or pseudo-endpoints a router understands)."""
-
-    src: Hashable
-    dst: Hashable
-    nbytes: float
 
 
 class FlowSet:
     """Flows with their routes as a sparse (links x flows) matrix of rate fractions.
 
-    ``links`` are the links some flow crosses and ``routes`` the matrix's rows of those links
-    alone (``touched``); ``matrix`` has a row for every link of the table.
+    ``links`` are the links (ids of a table of *n_links*) some flow crosses and ``routes`` the
+    matrix's rows of those links alone: a link no flow uses constrains nothing, so max-min rates
+    over these rows are the same as over the whole table.
     """
 
     def __init__(self, n_links: int, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
@@ -49,25 +40,9 @@ class FlowSet:
                                    shape=(len(self.links), len(self.nbytes)))
         self.routes.sum_duplicates()
 
-    @property
-    def matrix(self) -> sp.csr_array:
-        """The (all links x flows) matrix of rate fractions."""
-        m = self.routes.tocoo()
-        return sp.csr_array((m.data, (self.links[m.row], m.col)),
-                            shape=(self.n_links, len(self.nbytes)))
-
     def link_bytes(self) -> np.ndarray:
         """Bytes each of ``links`` carries in one play of the flows."""
         return self.routes @ self.nbytes
-
-    @classmethod
-    def from_routes(cls, n_links: int, routes: Sequence[tuple[np.ndarray, np.ndarray]],
-                    nbytes: Sequence[float]) -> "FlowSet":
-        assert len(routes) == len(nbytes)
-        rows = np.concatenate([r[0] for r in routes]) if routes else np.zeros(0, int)
-        vals = np.concatenate([r[1] for r in routes]) if routes else np.zeros(0)
-        cols = np.repeat(np.arange(len(routes)), [len(r[0]) for r in routes])
-        return cls(n_links, rows, cols, vals, nbytes)
 
     def __len__(self) -> int:
         return len(self.nbytes)
@@ -102,17 +77,6 @@ def maxmin_rates(matrix: sp.csr_array, capacity_Bps: np.ndarray,
         assert newly.any(), "progressive filling made no progress"
         free &= ~newly
     return rates
-
-
-def touched(matrix: sp.csr_array, capacity_Bps: np.ndarray,
-            rows: np.ndarray | None = None) -> tuple[sp.csr_array, np.ndarray]:
-    """The rows of *matrix* (and their capacities) that some flow crosses (*rows*, when the caller
-    knows them): a link no flow uses constrains nothing, so max-min rates over these rows alone
-    are the same (PERF: the 98,304-GPU fabric has ~1.3 M directed links, a phase's flows a few
-    thousand)."""
-    if rows is None:
-        rows = np.flatnonzero(np.diff(matrix.indptr))
-    return matrix[rows], np.asarray(capacity_Bps)[rows]
 
 
 def play_flows(flows: FlowSet, capacity_Bps: np.ndarray) -> tuple[float, np.ndarray]:

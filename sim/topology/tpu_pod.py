@@ -5,7 +5,7 @@ Node ids: chips are ints 0..N-1 in rank order (row-major over the slice coordina
 the data-center network between pods. An ICI link that leaves a cube is an ``optical`` edge whose
 ``ocs`` attribute names the OCS that holds its circuit: an OCS is a patch panel of light paths, not a
 routing hop, so circuits are chip-to-chip edges and the OCS node only records which circuits fail
-with it (``sim.topology.edits.fail_ocs``).
+with it (``fail_ocs`` in tests/graph_edits.py).
 """
 
 from __future__ import annotations

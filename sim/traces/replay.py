@@ -4,8 +4,8 @@ own transfer time.
 
 For fixed durations this is a longest-path evaluation of the dependency graph, done here in
 dependency order with numpy over all steps and dp ranks at once (the artifact's simulator works
-the same way). ``sim.engine.replay`` plays the same program as simpy processes; a test shows both
-agree.
+the same way). tests/reference_engines.py plays the same program as simpy processes; a test shows
+both agree.
 """
 
 from __future__ import annotations

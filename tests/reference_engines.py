@@ -1,10 +1,17 @@
-"""The general path: flows as simpy events on a shared fluid network.
+"""Event-driven references that tests compare sim's fast paths with (code only tests use).
 
-``FluidNetwork`` keeps every flow in flight, gives them max-min fair rates over the links, and
-recomputes the rates whenever a flow starts or finishes, so flows of different collectives that
-overlap in time share the links they have in common. ``run_stages`` plays an algorithm's stages
-step by step (each step's flows start together; the next step starts when all are delivered).
-The fast path in ``sim.collectives`` solves one step and multiplies; tests check the two agree.
+``FluidNetwork`` keeps every flow in flight on one simpy clock, gives them max-min fair rates over
+the links (``sim.network.fluid.maxmin_rates``) and recomputes the rates whenever a flow starts or
+finishes, so flows of different collectives that overlap in time share the links they have in
+common; ``run_stages`` plays an algorithm's stages step by step (each step's flows start together;
+the next step starts when all are delivered). ``sim.collectives`` solves one step and multiplies;
+tests/test_collectives.py and tests/test_network.py check the two agree.
+
+``simpy_replay_step`` plays a measured trace's program (``sim.traces.Program``) as simpy processes:
+one process per op of one step of one dp rank; an op starts when its dependencies have ended, and a
+group op (p2p pair, collective) ends at its group's latest arrival plus its own transfer time.
+``sim.traces.replay`` evaluates the same thing as a longest path with numpy;
+tests/test_traces.py compares them on small traces.
 """
 
 from __future__ import annotations
@@ -16,11 +23,12 @@ import numpy as np
 import scipy.sparse as sp
 import simpy
 
-from .fluid import maxmin_rates, touched
-from .links import LinkTable
-from .routing import Router
+from sim.network.fluid import maxmin_rates
+from sim.network.links import LinkTable
+from sim.network.routing import Router
+from sim.traces import Program
 
-__all__ = ["FluidNetwork", "run_stages"]
+__all__ = ["FluidNetwork", "run_stages", "simpy_replay_step"]
 
 ProcGen = Generator[simpy.Event, Any, Any]
 
@@ -49,7 +57,7 @@ class FluidNetwork:
         self._flows[self._next_id] = {"ids": ids, "fr": fr, "left": float(nbytes), "done": done,
                                       "rate": 0.0}
         self._next_id += 1
-        if not self._pending:       # PERF: flows started at one instant cost one rate update
+        if not self._pending:       # flows started at one instant cost one rate update
             self._pending = True
             self.env.process(self._settle())
         return done
@@ -77,7 +85,8 @@ class FluidNetwork:
         cols = np.repeat(np.arange(len(keys)), [len(self._flows[k]["ids"]) for k in keys])
         m = sp.csr_array((vals, (rows, cols)), shape=(len(self.links), len(keys)))
         m.sum_duplicates()
-        rates = maxmin_rates(*touched(m, self.links.capacity_Bps))
+        used = np.flatnonzero(np.diff(m.indptr))           # a link no flow uses constrains nothing
+        rates = maxmin_rates(m[used], np.asarray(self.links.capacity_Bps)[used])
         for k, r in zip(keys, rates):
             self._flows[k]["rate"] = float(r)
         wait = min(max(self._flows[k]["left"], 0.0) / self._flows[k]["rate"] for k in keys)
@@ -117,3 +126,36 @@ def _run_phase(env: simpy.Environment, net: FluidNetwork, phase: Any) -> ProcGen
             devs, vol = phase.from_switch
             events += [net.send(("nvls", g.nodes[int(d)]["node"]), int(d), vol) for d in devs]
         yield env.all_of(events)
+
+
+def simpy_replay_step(prog: Program, own_s: np.ndarray, step_index: int) -> np.ndarray:
+    """Ends (ops, dp ranks) of step *step_index* replayed with per-op times *own_s* (ops, steps, dp)."""
+    env = simpy.Environment()
+    K, D = prog.n_ops, prog.n_dp
+    done = [[env.event() for _ in range(D)] for _ in range(K)]
+    end = np.zeros((K, D))
+    # a group instance: (group, dp rank) or (group, -1) when it spans the dp ranks
+    arrived: dict[tuple[int, int], list[float]] = {}
+    met: dict[tuple[int, int], simpy.Event] = {}
+    size = {g: len(grp.members) * (D if grp.across_dp else 1) for g, grp in enumerate(prog.groups)}
+
+    def op(k: int, d: int) -> Generator[simpy.Event, Any, None]:
+        if prog.deps[k]:
+            yield simpy.AllOf(env, [done[j][d] for j in prog.deps[k]])
+        g = int(prog.group_of[k])
+        if g >= 0:
+            key = (g, -1 if prog.groups[g].across_dp else d)
+            arrived.setdefault(key, []).append(env.now)
+            ev = met.setdefault(key, env.event())
+            if len(arrived[key]) == size[g]:
+                ev.succeed()
+            yield ev                                            # the group's last arrival
+        yield env.timeout(float(own_s[k, step_index, d]))
+        end[k, d] = env.now
+        done[k][d].succeed()
+
+    for d in range(D):                                          # fixed creation order: fixed ties
+        for k in range(K):
+            env.process(op(k, d))
+    env.run()
+    return end

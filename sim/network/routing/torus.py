@@ -1,0 +1,101 @@
+"""TPU slices: dimension-order routing on the ICI torus (x, then y, then z), the shorter way round
+on a wrapped axis and half each way on a tie; slices (pods) talk over host -> DCN -> host. A
+twisted torus, or a graph edited by failures where a hop's link is gone, takes ECMP over the
+shortest ICI paths."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import networkx as nx
+import numpy as np
+
+from ...topology import Topology, TpuFabric
+from ..links import LinkTable
+from .base import Coo, NoPolicy, Router
+
+__all__ = ["TorusRouter"]
+
+_ICI = ("ici", "optical")                 # the edges of a slice (ECMP stays on them)
+
+
+class TorusRouter(Router):
+    """ICI tori joined by the data-center network."""
+
+    def __init__(self, topo: Topology, links: LinkTable) -> None:
+        super().__init__(topo, links)
+        assert isinstance(topo.fabric, TpuFabric), topo.fabric
+        self.fabric = topo.fabric
+
+    def _bulk(self, src: np.ndarray, dst: np.ndarray, idx: np.ndarray, parts: list[Coo]) -> np.ndarray:
+        # PERF: a flow between ICI neighbours (most of a torus collective's) is its one link.
+        index = self.links.index
+        one = np.fromiter((index.get((int(a), int(b)), -1) for a, b in zip(src, dst)),
+                          dtype=np.int64, count=len(src))
+        hit = one >= 0
+        parts.append((one[hit], idx[hit], np.ones(int(hit.sum()))))
+        return ~hit
+
+    def _policy(self, src: Hashable, dst: Hashable, w: float, acc: dict[int, float]) -> None:
+        f = self.fabric
+        if f.twisted:
+            raise NoPolicy
+        a, b = self.g.nodes[src], self.g.nodes[dst]
+        if a["pod"] != b["pod"]:
+            self._over_dcn(src, dst, w, acc)
+            return
+        shape, wraps = f.shape, f.wraps
+        base = int(src) - _flat(a["coords"], shape)  # type: ignore[call-overload]
+        self._dor(list(a["coords"]), tuple(b["coords"]), 0, shape, wraps, base, w, acc)
+
+    def _over_dcn(self, src: Hashable, dst: Hashable, w: float, acc: dict[int, float]) -> None:
+        """Chip -> its host -> DCN -> the other slice's host -> chip."""
+        ha = next(n for n in self.g[src] if self.g.nodes[n]["kind"] == "host")
+        hb = next(n for n in self.g[dst] if self.g.nodes[n]["kind"] == "host")
+        for u, v in ((src, ha), (ha, "dcn"), ("dcn", hb), (hb, dst)):
+            self._add(acc, u, v, w)
+
+    def _dor(self, cur: list[int], goal: tuple[int, ...], axis: int, shape: tuple[int, ...],
+             wraps: tuple[bool, ...], base: int, w: float, acc: dict[int, float]) -> None:
+        while axis < len(shape) and cur[axis] == goal[axis]:
+            axis += 1
+        if axis == len(shape):
+            return
+        length = shape[axis]
+        fwd = (goal[axis] - cur[axis]) % length
+        if not wraps[axis]:
+            dirs = [(1 if goal[axis] > cur[axis] else -1, 1.0)]
+        elif 2 * fwd < length:
+            dirs = [(1, 1.0)]
+        elif 2 * fwd > length:
+            dirs = [(-1, 1.0)]
+        else:
+            dirs = [(1, 0.5), (-1, 0.5)]
+        for step, share in dirs:
+            pos = list(cur)
+            while pos[axis] != goal[axis]:
+                nxt = list(pos)
+                nxt[axis] = (pos[axis] + step) % length
+                self._add(acc, base + _flat(pos, shape), base + _flat(nxt, shape), w * share)
+                pos = nxt
+            self._dor(pos, goal, axis + 1, shape, wraps, base, w * share, acc)
+
+    def _ecmp(self, src: Hashable, dst: Hashable, w: float, acc: dict[int, float]) -> None:
+        if self.g.nodes[src]["pod"] != self.g.nodes[dst]["pod"]:
+            self._over_dcn(src, dst, w, acc)
+            return
+        super()._ecmp(src, dst, w, acc)
+
+    def _allowed(self, u: Hashable, v: Hashable) -> bool:
+        return self.g.edges[u, v]["kind"] in _ICI
+
+    def _distances(self, dst: Hashable) -> dict[Hashable, int]:
+        sub = self.g.edge_subgraph((u, v) for u, v, k in self.g.edges(data="kind") if k in _ICI)
+        return nx.single_source_shortest_path_length(sub, dst) if dst in sub else {dst: 0}
+
+
+def _flat(coords: tuple[int, ...] | list[int], shape: tuple[int, ...]) -> int:
+    i = 0
+    for c, d in zip(coords, shape):
+        i = i * d + c
+    return i
