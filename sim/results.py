@@ -1,6 +1,6 @@
 """Result records of a run (``sim.run.run``): the step and what the scenario asked for besides it,
 each a typed record. Their views (tables, ``run --json`` with DESIGN.md's field names) are in
-``sim/report.py``; nothing here prints or reads a file."""
+``sim/report/``; nothing here prints or reads a file."""
 
 from __future__ import annotations
 

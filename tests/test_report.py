@@ -1,4 +1,4 @@
-"""Views of result records (sim/report.py): DESIGN.md's JSON fields and nccl-tests' columns,
+"""Views of result records (sim/report/): DESIGN.md's JSON fields and nccl-tests' columns,
 built from hand-made records so that each expected value is visible here."""
 
 from __future__ import annotations
