@@ -23,7 +23,8 @@ from .errors import ConfigError
 from .hardware import Chip, failure_causes
 from .units import DAY_S, HOUR_S
 
-__all__ = ["FailureRun", "FailureSummary", "simulate_failures", "young_daly_interval_s"]
+__all__ = ["FailureRun", "FailureSummary", "FailureRecord", "simulate_failures", "failure_report",
+           "young_daly_interval_s"]
 
 
 def young_daly_interval_s(mtbf_s: float, checkpoint_s: float) -> float:

@@ -1,4 +1,5 @@
-"""Stragglers: compute jitter, persistent slow devices, degraded links, and who made everyone wait.
+"""Stragglers' draws: compute jitter, persistent slow devices and degraded links (played and
+attributed by ``sim.straggler_step``).
 
 Synchronous training waits for its slowest member: a tensor-parallel collective for the slowest of
 its TP group, the gradient reduction for the slowest data-parallel replica. The simulation runs
@@ -24,9 +25,11 @@ import numpy as np
 from scipy.special import ndtri
 
 from .config import Scenario, StragglersConfig
+from .topology import Topology
 from .workload.layout import Layout
 
-__all__ = ["ReplicaDraws", "draw_slow_devices", "jitter_for", "replica_jitter"]
+__all__ = ["ReplicaDraws", "draw_slow_devices", "replica_draws", "jitter_for", "replica_jitter",
+           "degrade_links"]
 
 
 def draw_slow_devices(cfg: StragglersConfig, chips: int, rng: np.random.Generator) -> np.ndarray:
@@ -95,7 +98,7 @@ def replica_jitter(scn: Scenario, draws: ReplicaDraws, seed: int,
                       np.random.default_rng([seed, 2, draws.replica]), keep)
 
 
-def degrade_links(topo, cfg: StragglersConfig, seed: int):  # type: ignore[no-untyped-def]
+def degrade_links(topo: Topology, cfg: StragglersConfig, seed: int) -> Topology:
     """The topology with ``link_degrade_fraction`` of its network links (InfiniBand NIC-leaf links
     on GPU clusters, ICI links on TPU slices) at ``link_bandwidth_factor`` of their rate."""
     from .topology import NET_KINDS
