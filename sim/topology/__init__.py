@@ -50,8 +50,10 @@ class Topology:
 
     @property
     def is_tpu(self) -> bool:
-        """A TPU slice (``TpuFabric``) rather than a GPU fat-tree (``GpuFabric``)."""
-        return isinstance(self.fabric, TpuFabric)
+        """A TPU slice rather than a GPU cluster: the chip's answer (``Chip.is_tpu``), the one
+        test of GPU versus TPU (the builders give a TPU chip a ``TpuFabric``, a GPU a
+        ``GpuFabric``: tests/test_hardware.py)."""
+        return self.spec.chip.is_tpu
 
     @property
     def nodes(self) -> int:
