@@ -222,7 +222,9 @@ def test_single_rank_group_costs_nothing() -> None:
 
 def test_model_errors_name_fields_not_flags() -> None:
     """Errors raised inside the model name the call's fields (the CLI re-words them as flags)."""
-    from sim.collectives.algorithms import GroupInfo, hierarchical, pairwise
+    from sim.collectives.hierarchical import hierarchical
+    from sim.collectives.sendrecv import pairwise
+    from sim.collectives.stages import GroupInfo
 
     with pytest.raises(ConfigError, match=r"^op alltoall: groups of more than 2048 ranks"):
         pairwise("alltoall", GroupInfo(tuple(range(2049))), 1.0)
@@ -235,18 +237,18 @@ def test_trees_are_nccls_in_order_double_binary_tree() -> None:
     """The tree NCCL builds over 14 nodes (the diagram in NVIDIA/nccl src/graph/trees.cc): root 0
     above 8, 8 above 4 and 12, leaves 1, 3, 5, ... under their rank-order neighbours; the second
     tree mirrors it for an even count and shifts it by one for an odd count."""
-    from sim.collectives.algorithms import _tree_edges
-    t0, t1 = _tree_edges(14)
+    from sim.collectives.tree import tree_edges
+    t0, t1 = tree_edges(14)
     parent = dict(t0)
     assert parent == {8: 0, 4: 8, 12: 8, 2: 4, 6: 4, 10: 12, 13: 12,
                       1: 2, 3: 2, 5: 6, 7: 6, 9: 10, 11: 10}
     assert dict(t1) == {13 - c: 13 - p for c, p in t0}
-    odd0, odd1 = _tree_edges(5)
+    odd0, odd1 = tree_edges(5)
     assert dict(odd0) == {1: 2, 2: 4, 3: 2, 4: 0}
     assert dict(odd1) == {(c + 1) % 5: (p + 1) % 5 for c, p in odd0}
     # every node but the root has one parent and no node more than two children, in each tree
     for n in (2, 7, 64, 540):
-        for t in _tree_edges(n):
+        for t in tree_edges(n):
             up = dict(t)
             assert len(up) == len(t) == n - 1                 # one parent each but the root
             (root,) = set(range(n)) - set(up)
