@@ -215,6 +215,67 @@ def test_bad_input_messages() -> None:
             m.time("allreduce", bad)
 
 
+# What `clustersim collective --algo A` prints where A is not offered (each record's refusal),
+# byte for byte as before the algorithms became records.
+_REFUSALS = {
+    "tree": "is an all-reduce across several nodes",
+    "nvls": "needs NVLink SHARP (NVSwitch gen 3+) inside one node; dgx-h100 (H100-SXM) is used "
+            "across nodes here",
+    "nvls_tree": "needs NVLink SHARP and several nodes; dgx-h100 (H100-SXM) group is on one node",
+    "collnet": "needs InfiniBand SHARP switches (cluster.sharp: true) and several nodes",
+    "hierarchical": "does not implement allgather here",
+    "torus": "is for TPU slices",
+    "pairwise": "does not implement allgather here",
+    "p2p": "does not implement allgather here",
+    "pat": "is NCCL's all-gather / reduce-scatter across nodes with one GPU per node, from NCCL 2.23 "
+           "(this run: 2.22)",
+}
+
+
+@pytest.mark.parametrize("algo", sorted(_REFUSALS))
+def test_forced_algorithm_refusals_say_why(algo: str) -> None:
+    m = CollectiveModel(build_topology(load_cluster("dgx-h100", 16)), nccl_version=(2, 22))
+    with pytest.raises(ConfigError) as e:
+        m.time("allgather", 1024, algo=algo)
+    assert str(e.value) == f"--algo {algo}: {_REFUSALS[algo]}; available for allgather: ring"
+    a100 = model("dgx-a100", 8)
+    for name, why in (("nvls", "has none"), ("nvls_tree", "has no NVLS")):
+        with pytest.raises(ConfigError, match=rf"^--algo {name}: needs NVLink SHARP .*"
+                                              rf"dgx-a100 \(A100-SXM-80GB\) {why}; available for allreduce: ring$"):
+            a100.time("allreduce", 1024, algo=name)
+
+
+def test_every_registered_algorithm_is_one_complete_record() -> None:
+    """The registry's contract (sim.collectives.algorithm): unique names in the --algo list, known
+    operations, a platform, stages for every operation it is offered for, and on GPUs NCCL's
+    latency for it; what the tuner offers is always a registered name."""
+    from sim.collectives import OPS
+    from sim.collectives.algorithm import Call
+    from sim.collectives.algorithms import ALGORITHMS, BY_NAME, REGISTRY
+
+    assert ALGORITHMS == tuple(a.name for a in REGISTRY) and len(set(ALGORITHMS)) == len(REGISTRY)
+    for a in REGISTRY:
+        assert a.ops and a.ops <= set(OPS) and (a.on_gpu or a.on_tpu), a.name
+        assert BY_NAME[a.name] is a
+    seen = set()
+    for name, chips, kw in (("dgx-h100", 32, {"sharp": True}), ("dgx-h100", 128, {}), ("tpu-v5p", 256, {"slices": 2}),
+                            ("tpu-v4", 64, {})):
+        m = model(name, chips, **kw)
+        n = m.topo.chips
+        for group in (None, list(range(0, n, 8)), list(range(8))):
+            gi = m.group_info(group)
+            for op in OPS:
+                for algo in m.algorithms(op, gi):
+                    seen.add(algo)
+                    a = BY_NAME[algo]
+                    assert a.stages(op, gi, 1e6, m.topo), (algo, op)
+                    if not m.hw.tpu:
+                        for proto in a.protocols(False):
+                            lat = a.latency_s(Call(op, proto, 2**20, gi.n, gi.nodes))
+                            assert math.isfinite(lat) and lat >= 0, (algo, op, proto)
+    assert seen == set(ALGORITHMS)
+
+
 def test_single_rank_group_costs_nothing() -> None:
     assert model("dgx-h100", 8).time("allreduce", GiB, group=[3]).time_s == 0.0
     assert math.isfinite(model("tpu-v4", 64).time("alltoall", GiB).time_s)
