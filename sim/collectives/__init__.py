@@ -87,6 +87,9 @@ class CollectiveModel:
         # (op, algo, groups) -> (link ids, bytes per byte of size): ``sim.collectives.traffic``
         self.link_bytes_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
         self._island_of: dict[int, int] | None = None     # device -> node (slice), read once
+        # PERF: a size sweep or a training step asks for the same groups call after call
+        self._everyone: GroupInfo | None = None            # the group of all chips
+        self._groups: dict[tuple[int, ...], GroupInfo] = {}
 
     # ------------------------------------------------------------------ public
 
@@ -167,14 +170,23 @@ class CollectiveModel:
         if self._island_of is None:
             self._island_of = island_of_devices(self.topo)
         if group is None:
-            return group_info(self.topo, devs, self._island_of)
+            if self._everyone is None:
+                self._everyone = group_info(self.topo, devs, self._island_of)
+            return self._everyone
+        key = tuple(group)
+        hit = self._groups.get(key)
+        if hit is not None:
+            return hit
         members = list(group)
         if len(members) > len(devs):
             raise ConfigError(f"group: {len(members)} ranks but the topology has {len(devs)} chips")
         if members and (len(set(members)) != len(members) or min(members) < 0
                         or max(members) >= len(devs)):
             raise ConfigError(f"group: ranks must be distinct chips in 0..{len(devs) - 1}")
-        return group_info(self.topo, members, self._island_of)
+        gi = group_info(self.topo, members, self._island_of)
+        if len(self._groups) < 10_000:
+            self._groups[key] = gi
+        return gi
 
     def _predict(self, op: str, size: int, gi: GroupInfo, algo: str, proto: str,
                  per_byte: float | None = None, tuner: dict[int, float] | None = None) -> CollectiveResult:

@@ -24,11 +24,12 @@ fastest, as NCCL does. The constants and their sources (NVIDIA/nccl ``src/graph/
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+import types
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol, TypeVar
 
 from ..errors import ConfigError
-from .algorithm import REFERENCE_WIRES, Call, Wires
+from .algorithm import REFERENCE_WIRES, Algorithm, Call, Wires
 from .algorithms import ALGORITHMS, BY_NAME, REGISTRY
 from .platform import Platform
 from .plugin_tuner import plugin_choice
@@ -51,10 +52,17 @@ def busbw_factor(op: str, n: int) -> float:
 def offered(op: str, gi: GroupInfo, hw: Platform) -> list[str]:
     """Algorithms the hardware and the library offer for *op* on the group *gi*, in the order the
     tuner weighs them (``REGISTRY``'s; on TPU slices the ring last)."""
-    algos = [a for a in REGISTRY if a.offers(op, gi, hw)]
+    algos = [a for a in _CANDIDATES.get((op, hw.tpu), ()) if a.offers(op, gi, hw)]
     if hw.tpu:
         algos.sort(key=lambda a: a.tpu_fallback)
     return [a.name for a in algos]
+
+
+# PERF: the records that implement each operation on each platform kind, in REGISTRY's order
+# (what ``offered`` asks, once per call: benchmarks/test_bench_collectives.py)
+_CANDIDATES: Mapping[tuple[str, bool], tuple[Algorithm, ...]] = types.MappingProxyType({
+    (op, tpu): tuple(a for a in REGISTRY if op in a.ops and (a.on_tpu if tpu else a.on_gpu))
+    for op in {op for a in REGISTRY for op in a.ops} for tpu in (False, True)})
 
 
 def choices(op: str, gi: GroupInfo, hw: Platform, algo: str | None = None) -> list[tuple[str, str]]:

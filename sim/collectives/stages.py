@@ -69,28 +69,24 @@ class GroupInfo:
     devices: tuple[int, ...]
     by_node: dict[int, tuple[int, ...]] = field(default_factory=dict)   # GPU node -> its ranks
     by_pod: dict[int, tuple[int, ...]] = field(default_factory=dict)    # TPU slice -> its ranks
+    # Derived once (PERF: every algorithm's applicability and cost asks them,
+    # benchmarks/test_bench_collectives.py)
+    n: int = field(init=False, repr=False, compare=False)         # ranks
+    nodes: int = field(init=False, repr=False, compare=False)     # GPU nodes (1 on TPU slices)
+    ppn: int = field(init=False, repr=False, compare=False)       # most ranks on one node
+    # Every node holds the same number of the group's ranks (trees and hierarchical need it)
+    even: bool = field(init=False, repr=False, compare=False)
+    # Every TPU slice holds the same number of the group's ranks (hierarchical needs it)
+    even_pods: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def n(self) -> int:
-        return len(self.devices)
-
-    @property
-    def nodes(self) -> int:
-        return max(1, len(self.by_node))
-
-    @property
-    def ppn(self) -> int:
-        return max(len(v) for v in self.by_node.values()) if self.by_node else 1
-
-    @property
-    def even(self) -> bool:
-        """Every node holds the same number of the group's ranks (trees and hierarchical need it)."""
-        return len({len(v) for v in self.by_node.values()}) <= 1
-
-    @property
-    def even_pods(self) -> bool:
-        """Every TPU slice holds the same number of the group's ranks (hierarchical needs it)."""
-        return len({len(v) for v in self.by_pod.values()}) <= 1
+    def __post_init__(self) -> None:
+        per_node = {len(v) for v in self.by_node.values()}
+        put = object.__setattr__                   # frozen: derived fields are set once, here
+        put(self, "n", len(self.devices))
+        put(self, "nodes", max(1, len(self.by_node)))
+        put(self, "ppn", max(per_node) if per_node else 1)
+        put(self, "even", len(per_node) <= 1)
+        put(self, "even_pods", len({len(v) for v in self.by_pod.values()}) <= 1)
 
 
 def group_info(topo: Topology, devices: Sequence[int],
