@@ -47,7 +47,7 @@ LINK_EFFICIENCY: dict[str, float] = {
     # Slingshot runs (ALCF Polaris all-reduce on 2, 8, 256 and 540 nodes; sizes >= 64 MiB) by
     # ``sim.validate.fit_link_efficiency``: the efficiency at which the median signed busbw error
     # is zero (tests/test_validation_budgets.py re-derives it), with the deep trees' pipeline fill
-    # (``sim.collectives.nccl.tree_fill_factor``) in the model it is fitted through. Framing alone
+    # (``sim.collectives.tree.tree_fill_factor``) in the model it is fitted through. Framing alone
     # (RoCEv2's 82 bytes per 4 KiB) would give 0.98; Polaris reaches about 36 of its nodes'
     # 50 GB/s on rings (its all-gather and all-reduce alike), through GPU-NIC paths that cross
     # the CPU's host bridge (NCCL_NET_GDR_LEVEL=PHB) and the CXI provider, neither with a
@@ -57,7 +57,7 @@ LINK_EFFICIENCY: dict[str, float] = {
     "slingshot": 0.73,
 }
 # The NCCL net plugin's per-step network latency of a transport (us), for transports whose
-# topology files give none (``nccl.platform``): fitted on the calibration split's latency points
+# topology files give none (``sim.collectives.platform``): fitted on the calibration split's latency points
 # (sim.validate.fit_net_latency; tests/test_validation_budgets.py re-derives it). TCPXO: the A3
 # Mega 2-node all-reduce's 14 points of 8 B-64 KiB (the only TCPXO calibration run). Slingshot:
 # NCCL over aws-ofi-nccl on libfabric CXI (ALCF Polaris), the latency points of Polaris's four

@@ -35,7 +35,7 @@ def shape_str(shape: SliceShape) -> str:
     return "x".join(str(d) for d in shape)
 
 
-# NCCL's protocols, in NCCL's order (sim.collectives.nccl.PROTOCOLS; ``fabric.net_protocols``)
+# NCCL's protocols, in NCCL's order (sim.collectives.platform.PROTOCOLS; ``fabric.net_protocols``)
 NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 # Scale-out transports (``fabric.transport``, topologies/README.md "Fabrics"): each is the link kind
 # of a fabric's NIC and switch links, with its own achievable fraction of line rate
@@ -109,7 +109,8 @@ class GpuClusterSpec:
     tuner_plugin: str | None = None
     # Channels NCCL's topology search finds for rings and trees across nodes (the graph's
     # nChannels, before its run-time doubling; ``fabric.net_channels``) where a system's NCCL log
-    # shows them; None: sim.collectives.nccl's (16, two per NIC on 8-NIC 400 Gb/s nodes).
+    # shows them; None: NCCL's default (sim.collectives.stages.NET_GRAPH_CHANNELS: 16, two per NIC on
+    # 8-NIC 400 Gb/s nodes).
     net_channels: int | None = None
     # Frontier-scale three-tier fabric (0: the SuperPOD layout above). Pods of ``pod_sus`` SUs,
     # each a non-blocking leaf-spine per rail plane (the spines of rail r join only rail r's

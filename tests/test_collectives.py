@@ -215,6 +215,67 @@ def test_bad_input_messages() -> None:
             m.time("allreduce", bad)
 
 
+# What `clustersim collective --algo A` prints where A is not offered (each record's refusal),
+# byte for byte as before the algorithms became records.
+_REFUSALS = {
+    "tree": "is an all-reduce across several nodes",
+    "nvls": "needs NVLink SHARP (NVSwitch gen 3+) inside one node; dgx-h100 (H100-SXM) is used "
+            "across nodes here",
+    "nvls_tree": "needs NVLink SHARP and several nodes; dgx-h100 (H100-SXM) group is on one node",
+    "collnet": "needs InfiniBand SHARP switches (cluster.sharp: true) and several nodes",
+    "hierarchical": "does not implement allgather here",
+    "torus": "is for TPU slices",
+    "pairwise": "does not implement allgather here",
+    "p2p": "does not implement allgather here",
+    "pat": "is NCCL's all-gather / reduce-scatter across nodes with one GPU per node, from NCCL 2.23 "
+           "(this run: 2.22)",
+}
+
+
+@pytest.mark.parametrize("algo", sorted(_REFUSALS))
+def test_forced_algorithm_refusals_say_why(algo: str) -> None:
+    m = CollectiveModel(build_topology(load_cluster("dgx-h100", 16)), nccl_version=(2, 22))
+    with pytest.raises(ConfigError) as e:
+        m.time("allgather", 1024, algo=algo)
+    assert str(e.value) == f"--algo {algo}: {_REFUSALS[algo]}; available for allgather: ring"
+    a100 = model("dgx-a100", 8)
+    for name, why in (("nvls", "has none"), ("nvls_tree", "has no NVLS")):
+        with pytest.raises(ConfigError, match=rf"^--algo {name}: needs NVLink SHARP .*"
+                                              rf"dgx-a100 \(A100-SXM-80GB\) {why}; available for allreduce: ring$"):
+            a100.time("allreduce", 1024, algo=name)
+
+
+def test_every_registered_algorithm_is_one_complete_record() -> None:
+    """The registry's contract (sim.collectives.algorithm): unique names in the --algo list, known
+    operations, a platform, stages for every operation it is offered for, and on GPUs NCCL's
+    latency for it; what the tuner offers is always a registered name."""
+    from sim.collectives import OPS
+    from sim.collectives.algorithm import Call
+    from sim.collectives.algorithms import ALGORITHMS, BY_NAME, REGISTRY
+
+    assert ALGORITHMS == tuple(a.name for a in REGISTRY) and len(set(ALGORITHMS)) == len(REGISTRY)
+    for a in REGISTRY:
+        assert a.ops and a.ops <= set(OPS) and (a.on_gpu or a.on_tpu), a.name
+        assert BY_NAME[a.name] is a
+    seen = set()
+    for name, chips, kw in (("dgx-h100", 32, {"sharp": True}), ("dgx-h100", 128, {}), ("tpu-v5p", 256, {"slices": 2}),
+                            ("tpu-v4", 64, {})):
+        m = model(name, chips, **kw)
+        n = m.topo.chips
+        for group in (None, list(range(0, n, 8)), list(range(8))):
+            gi = m.group_info(group)
+            for op in OPS:
+                for algo in m.algorithms(op, gi):
+                    seen.add(algo)
+                    a = BY_NAME[algo]
+                    assert a.stages(op, gi, 1e6, m.topo), (algo, op)
+                    if not m.hw.tpu:
+                        for proto in a.protocols(False):
+                            lat = a.latency_s(Call(op, proto, 2**20, gi.n, gi.nodes))
+                            assert math.isfinite(lat) and lat >= 0, (algo, op, proto)
+    assert seen == set(ALGORITHMS)
+
+
 def test_single_rank_group_costs_nothing() -> None:
     assert model("dgx-h100", 8).time("allreduce", GiB, group=[3]).time_s == 0.0
     assert math.isfinite(model("tpu-v4", 64).time("alltoall", GiB).time_s)
@@ -222,7 +283,9 @@ def test_single_rank_group_costs_nothing() -> None:
 
 def test_model_errors_name_fields_not_flags() -> None:
     """Errors raised inside the model name the call's fields (the CLI re-words them as flags)."""
-    from sim.collectives.algorithms import GroupInfo, hierarchical, pairwise
+    from sim.collectives.hierarchical import hierarchical
+    from sim.collectives.sendrecv import pairwise
+    from sim.collectives.stages import GroupInfo
 
     with pytest.raises(ConfigError, match=r"^op alltoall: groups of more than 2048 ranks"):
         pairwise("alltoall", GroupInfo(tuple(range(2049))), 1.0)
@@ -235,18 +298,18 @@ def test_trees_are_nccls_in_order_double_binary_tree() -> None:
     """The tree NCCL builds over 14 nodes (the diagram in NVIDIA/nccl src/graph/trees.cc): root 0
     above 8, 8 above 4 and 12, leaves 1, 3, 5, ... under their rank-order neighbours; the second
     tree mirrors it for an even count and shifts it by one for an odd count."""
-    from sim.collectives.algorithms import _tree_edges
-    t0, t1 = _tree_edges(14)
+    from sim.collectives.tree import tree_edges
+    t0, t1 = tree_edges(14)
     parent = dict(t0)
     assert parent == {8: 0, 4: 8, 12: 8, 2: 4, 6: 4, 10: 12, 13: 12,
                       1: 2, 3: 2, 5: 6, 7: 6, 9: 10, 11: 10}
     assert dict(t1) == {13 - c: 13 - p for c, p in t0}
-    odd0, odd1 = _tree_edges(5)
+    odd0, odd1 = tree_edges(5)
     assert dict(odd0) == {1: 2, 2: 4, 3: 2, 4: 0}
     assert dict(odd1) == {(c + 1) % 5: (p + 1) % 5 for c, p in odd0}
     # every node but the root has one parent and no node more than two children, in each tree
     for n in (2, 7, 64, 540):
-        for t in _tree_edges(n):
+        for t in tree_edges(n):
             up = dict(t)
             assert len(up) == len(t) == n - 1                 # one parent each but the root
             (root,) = set(range(n)) - set(up)

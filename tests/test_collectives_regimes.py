@@ -9,6 +9,11 @@ import math
 import pytest
 
 from sim.collectives import CollectiveModel, busbw_factor, nccl, stages_for
+from sim.collectives.algorithm import PROXY_CHANNELS, Call, Wires, proxy_channels
+from sim.collectives.platform import Platform
+from sim.collectives.ring import RING
+from sim.collectives.sharp import NVLS, NVLS_TREE, nvls_efficiency
+from sim.collectives.tree import TREE, tree_chunk_bytes, tree_correction, tree_depth, tree_fill_factor
 from sim.config import load_cluster
 from sim.errors import ConfigError
 from sim.topology import build_topology
@@ -18,6 +23,12 @@ KiB, MiB, GiB = 2**10, 2**20, 2**30
 
 def model(name: str, chips: int) -> CollectiveModel:
     return CollectiveModel(build_topology(load_cluster(name, chips)))
+
+
+def _gpu(arch: str) -> Platform:
+    """A GPU platform with NVLink SHARP, a current NCCL, NCCL's own network latencies and no proxy
+    wait: NCCL's model alone."""
+    return Platform("test", "test-gpu", arch, tpu=False, nvls=True, sharp=False, proxy_step_s=0.0)
 
 
 # --------------------------------------------------------------------------- latency floor
@@ -44,9 +55,9 @@ def test_small_allreduce_across_nodes_is_tree_ll_latency() -> None:
 @pytest.mark.parametrize(("proto", "base", "hw"), [("LL", 6.6, 0.6), ("LL128", 14.0, 1.9), ("Simple", 8.4, 3.4)])
 def test_forced_ring_latency_per_protocol(proto: str, base: float, hw: float) -> None:
     # every protocol's latency on one node: base + 14 steps x its NVLink hwLat
-    assert nccl.latency_s("ring", proto, "allreduce", 8, 1, 8) == pytest.approx((base + 14 * hw) * 1e-6)
+    assert RING.latency_s(Call("allreduce", proto, 8, 8, 1)) == pytest.approx((base + 14 * hw) * 1e-6)
     # all-gather: n-1 steps
-    assert nccl.latency_s("ring", proto, "allgather", 8, 1, 8) == pytest.approx((base + 7 * hw) * 1e-6)
+    assert RING.latency_s(Call("allgather", proto, 8, 8, 1)) == pytest.approx((base + 7 * hw) * 1e-6)
 
 
 # --------------------------------------------------------------------------- channels by size
@@ -54,15 +65,15 @@ def test_forced_ring_latency_per_protocol(proto: str, base: float, hw: float) ->
 def test_channels_drop_for_small_calls_like_nccl() -> None:
     # 24 channels on one node (12 found by the search, doubled); Simple wants 512 threads x 64 B
     # = 32 KiB per channel, ring LL 512 x 8 B x nRanks, LL128 640 x 8 B.
-    assert nccl.channels_used("ring", "Simple", GiB, 8, 1) == (24, 24)
-    assert nccl.channels_used("ring", "Simple", 64 * KiB, 8, 1) == (2, 24)
-    assert nccl.channels_used("ring", "Simple", 100 * KiB, 8, 1) == (3, 24)      # 96K <= 100K < 128K
-    assert nccl.channels_used("ring", "Simple", 1024, 8, 1) == (1, 24)
-    assert nccl.channels_used("ring", "LL", 64 * KiB, 8, 1) == (2, 24)           # 512 x 8 x 8 = 32K
-    assert nccl.channels_used("ring", "LL", 64 * KiB, 16, 2) == (1, 32)          # x 16 ranks = 64K
-    assert nccl.channels_used("ring", "LL128", 64 * KiB, 8, 1) == (12, 24)       # 5 KiB each
-    assert nccl.channels_used("tree", "LL", 64 * KiB, 16, 2) == (16, 32)         # trees: no x nRanks
-    assert nccl.channels_used("nvls", "Simple", 1024, 8, 1) == (16, 16)          # NVLS keeps its own
+    assert RING.channels_used("Simple", GiB, 8, 1) == (24, 24)
+    assert RING.channels_used("Simple", 64 * KiB, 8, 1) == (2, 24)
+    assert RING.channels_used("Simple", 100 * KiB, 8, 1) == (3, 24)      # 96K <= 100K < 128K
+    assert RING.channels_used("Simple", 1024, 8, 1) == (1, 24)
+    assert RING.channels_used("LL", 64 * KiB, 8, 1) == (2, 24)           # 512 x 8 x 8 = 32K
+    assert RING.channels_used("LL", 64 * KiB, 16, 2) == (1, 32)          # x 16 ranks = 64K
+    assert RING.channels_used("LL128", 64 * KiB, 8, 1) == (12, 24)       # 5 KiB each
+    assert TREE.channels_used("LL", 64 * KiB, 16, 2) == (16, 32)         # trees: no x nRanks
+    assert NVLS.channels_used("Simple", 1024, 8, 1) == (16, 16)          # NVLS keeps its own
 
 
 def test_channels_across_nodes_follow_the_topology() -> None:
@@ -71,14 +82,14 @@ def test_channels_across_nodes_follow_the_topology() -> None:
     m = model("hgx-h100-4gpu", 8)
     assert (m.hw.net_channels, m.hw.net_nics) == (4, 4)
     assert (model("dgx-h100", 16).hw.net_channels, model("dgx-h100", 16).hw.net_nics) == (16, 8)
-    assert nccl.channels_used("tree", "Simple", GiB, 8, 2, 4) == (8, 8)
-    assert nccl.channels_used("tree", "Simple", GiB, 16, 2) == (32, 32)
-    assert nccl.channels("ring", True, 4) == 12                     # one node: NVLink's own
+    assert TREE.channels_used("Simple", GiB, 8, 2, 4) == (8, 8)
+    assert TREE.channels_used("Simple", GiB, 16, 2) == (32, 32)
+    assert RING.channels(True, 4) == 12                     # one node: NVLink's own
     # a NIC's proxy serves 2 run-time channels there, 4 on the DGX
-    assert nccl.proxy_channels(4, 4) == 2 and nccl.proxy_channels() == nccl.PROXY_CHANNELS == 4
+    assert proxy_channels(4, 4) == 2 and proxy_channels() == PROXY_CHANNELS == 4
     # NCCL's per-channel ceilings count them: tree LL128 on Hopper across 2 nodes, 36.7 GB/s each
-    assert nccl.busbw_cap_GBps("tree", "LL128", "hopper", 2, 4) == pytest.approx(4 * 36.7)
-    assert nccl.busbw_cap_GBps("tree", "LL128", "hopper", 2) == pytest.approx(16 * 36.7)
+    assert TREE.busbw_cap_GBps("LL128", "hopper", 2, 4) == pytest.approx(4 * 36.7)
+    assert TREE.busbw_cap_GBps("LL128", "hopper", 2) == pytest.approx(16 * 36.7)
 
 
 def test_fewer_channels_mean_proportionally_less_bandwidth() -> None:
@@ -120,20 +131,20 @@ def test_nvls_chunks_shrink_with_the_call_like_nccl() -> None:
     sizes = {16 * GiB: 128 * KiB, GiB: 128 * KiB, GiB - 1: 64 * KiB, 64 * MiB: 64 * KiB,
              64 * MiB - 1: 32 * KiB, 8 * MiB: 32 * KiB, 8 * MiB - 1: 16 * KiB, 1024: 16 * KiB}
     for size, chunk in sizes.items():
-        assert nccl.nvls_chunk_bytes("nvls", size, 8, 1) == chunk, size
+        assert NVLS.chunk_bytes(size, 8, 1) == chunk, size
     # NVLSTree on 2 nodes: 128 KiB from 4 x 128 x 128 KiB = 64 MiB, 32 KiB below 8 MiB; from 4
     # nodes on at most 64 KiB
-    assert nccl.nvls_chunk_bytes("nvls_tree", 64 * MiB, 16, 2) == 128 * KiB
-    assert nccl.nvls_chunk_bytes("nvls_tree", 16 * MiB, 16, 2) == 64 * KiB
-    assert nccl.nvls_chunk_bytes("nvls_tree", 4 * MiB, 16, 2) == 32 * KiB
-    assert nccl.nvls_chunk_bytes("nvls_tree", 16 * GiB, 32, 4) == 64 * KiB
+    assert NVLS_TREE.chunk_bytes(64 * MiB, 16, 2) == 128 * KiB
+    assert NVLS_TREE.chunk_bytes(16 * MiB, 16, 2) == 64 * KiB
+    assert NVLS_TREE.chunk_bytes(4 * MiB, 16, 2) == 32 * KiB
+    assert NVLS_TREE.chunk_bytes(16 * GiB, 32, 4) == 64 * KiB
 
 
 def test_nvls_efficiency_is_nccls_at_its_largest_chunk() -> None:
-    assert nccl.nvls_efficiency("hopper", 128 * KiB) == pytest.approx(0.85)
+    assert nvls_efficiency("hopper", 128 * KiB) == pytest.approx(0.85)
     c0 = 128 * KiB * (1 / 0.85 - 1)
     for c in (16 * KiB, 32 * KiB, 64 * KiB):
-        assert nccl.nvls_efficiency("hopper", c) == pytest.approx(c / (c + c0))
+        assert nvls_efficiency("hopper", c) == pytest.approx(c / (c + c0))
     # so a 16 MiB NVLS all-reduce (32 KiB chunks) reaches 0.586 / 0.85 of the bandwidth a 2 GiB one does
     m = model("dgx-h100", 8)
     small, big = m.time("allreduce", 16 * MiB), m.time("allreduce", 2 * GiB)
@@ -167,17 +178,17 @@ def test_ll_to_ll128_switch_is_where_nccls_costs_cross() -> None:
     above = m.time("allreduce", int(cross * 1.5), algo="ring")
     assert (below.proto, above.proto) == ("LL", "LL128")
     # a slower wire (more latency per step) moves the switch: LL's 14 steps cost as much as LL128's
-    slow = nccl.latency_s("ring", "LL", "allreduce", 8, 1, 8, wire_intra_s=1.5e-6)
+    slow = RING.latency_s(Call("allreduce", "LL", 8, 8, 1), Wires(intra_s=1.5e-6))
     assert slow == pytest.approx((6.6 + 14 * (0.6 + 1.0)) * 1e-6)
 
 
 def test_tuner_prices_trees_with_nccls_correction() -> None:
     # treeCorrectionFactor: index log2(size / 64); Simple at 1 MiB (index 14) 0.5, at 256 MiB 0.9
-    assert nccl.tree_correction("Simple", MiB) == 0.5
-    assert nccl.tree_correction("LL128", 4 * MiB) == 0.8
-    assert nccl.tree_correction("LL", 64) == 1.0
-    assert nccl.tree_correction("Simple", 256 * MiB) == 0.9
-    assert nccl.tree_correction("Simple", 512 * MiB) == 1.0                 # past the table
+    assert tree_correction("Simple", MiB) == 0.5
+    assert tree_correction("LL128", 4 * MiB) == 0.8
+    assert tree_correction("LL", 64) == 1.0
+    assert tree_correction("Simple", 256 * MiB) == 0.9
+    assert tree_correction("Simple", 512 * MiB) == 1.0                 # past the table
 
 
 # --------------------------------------------------------------------------- PAT
@@ -223,10 +234,10 @@ def test_nvls_tree_fills_its_pipeline_one_chunk_per_stage() -> None:
     m = model("dgx-h100", 16)
     net = m._net_Bps()
     assert net == pytest.approx(50e9 * 64 / 66, rel=1e-6)
-    fill = nccl.nvls_tree_fill_s(GiB, 16, 2, net)
+    fill = NVLS_TREE.fill_s(GiB, 16, 2, net)
     assert fill == pytest.approx(3 * 128 * KiB / (net / 16), rel=1e-9)
     # 8 nodes: 2 log2(8) + 1 = 7 stages of (at most) 64 KiB chunks
-    assert nccl.nvls_tree_fill_s(GiB, 64, 8, net) == pytest.approx(7 * 64 * KiB / (net / 16), rel=1e-9)
+    assert NVLS_TREE.fill_s(GiB, 64, 8, net) == pytest.approx(7 * 64 * KiB / (net / 16), rel=1e-9)
     # it is part of the call's time: a fixed cost once the chunks are at their largest
     a, b = (m.time("allreduce", s, algo="nvls_tree") for s in (GiB, 2 * GiB))
     assert 2 * a.transfer_s - b.transfer_s == pytest.approx(fill, rel=1e-6)
@@ -238,44 +249,44 @@ def test_trees_lose_nccls_correction_at_medium_sizes() -> None:
     # loss is NCCL's tree correction (0.8 at log2(4 MiB / 64) = 16): 1/0.8 of the full-channel time
     m = model("dgx-h100", 16)
     size = 4 * MiB
-    assert nccl.channels_used("tree", "LL128", size, 16, 2) == (32, 32)
-    lat, transfer, _ = nccl.call_time_s("allreduce", "tree", "LL128", size, 16, 2, "hopper", 1e-4,
-                                        busbw_factor("allreduce", 16), 0.5e-6, 1.6e-6)
+    assert TREE.channels_used("LL128", size, 16, 2) == (32, 32)
+    lat, transfer, _ = nccl.call_time_s("tree", Call("allreduce", "LL128", size, 16, 2), _gpu("hopper"), 1e-4,
+                                        Wires(0.5e-6, 1.6e-6))
     full = 1e-4 / (120 / 128)
     assert transfer == pytest.approx(full / 0.8, rel=1e-9)
     # 64 KiB tree LL: 16 of 32 channels (512 x 8 B = 4 KiB each) cost more than the correction (0.6)
-    _, t_small, _ = nccl.call_time_s("allreduce", "tree", "LL", 64 * KiB, 16, 2, "hopper", 1e-5,
-                                     busbw_factor("allreduce", 16), 0.5e-6, 1.6e-6)
+    _, t_small, _ = nccl.call_time_s("tree", Call("allreduce", "LL", 64 * KiB, 16, 2), _gpu("hopper"), 1e-5,
+                                     Wires(0.5e-6, 1.6e-6))
     assert t_small == pytest.approx(1e-5 * 3.8 * 2, rel=1e-9)           # below the LL ceiling
     assert m.time("allreduce", size).time_s > 0
 
 
 def test_deep_trees_on_simple_wait_for_their_pipeline_to_fill() -> None:
     # NCCL's tree depth: ppn - 1 + log2i(nodes) (connect.cc); 540 Polaris nodes x 4 GPUs: 3 + 9
-    assert nccl.tree_depth(2160, 540) == 12
-    assert nccl.tree_depth(16, 2) == 8
+    assert tree_depth(2160, 540) == 12
+    assert tree_depth(16, 2) == 8
     # Simple chunks (enqueue.cc calcCollChunking): a 512 KiB step, halved while a channel gets fewer
     # than depth x 8 chunks (floor 128 KiB), depth x 4 (64 KiB), depth (32 KiB)
-    assert nccl.tree_chunk_bytes(GiB, 16, 12) == 512 * KiB          # 128 chunks >= 96
-    assert nccl.tree_chunk_bytes(64 * MiB, 16, 12) == 64 * KiB      # 32 < 48 at 128 KiB; 64 at 64 KiB
-    assert nccl.tree_chunk_bytes(4 * MiB, 16, 12) == 32 * KiB       # 8 chunks of 32 KiB < 12
+    assert tree_chunk_bytes(GiB, 16, 12) == 512 * KiB          # 128 chunks >= 96
+    assert tree_chunk_bytes(64 * MiB, 16, 12) == 64 * KiB      # 32 < 48 at 128 KiB; 64 at 64 KiB
+    assert tree_chunk_bytes(4 * MiB, 16, 12) == 32 * KiB       # 8 chunks of 32 KiB < 12
     # a channel's n chunks take n + 2 depth - 1 chunk times
-    assert nccl.tree_fill_factor(4 * MiB, 2160, 540, 16) == pytest.approx(1 + 23 / 8)
-    assert nccl.tree_fill_factor(GiB, 2160, 540, 16) == pytest.approx(1 + 23 / 128)
+    assert tree_fill_factor(4 * MiB, 2160, 540, 16) == pytest.approx(1 + 23 / 8)
+    assert tree_fill_factor(GiB, 2160, 540, 16) == pytest.approx(1 + 23 / 128)
     # in the call: the larger of it and NCCL's tree correction (0.7 at log2(4 MiB / 64) = 16 for
     # Simple), on Simple only, and not in what the tuner believes
-    used, _ = nccl.channels_used("tree", "Simple", 4 * MiB, 2160, 540)
-    fill = nccl.tree_fill_factor(4 * MiB, 2160, 540, used)
+    used, _ = TREE.channels_used("Simple", 4 * MiB, 2160, 540)
+    fill = tree_fill_factor(4 * MiB, 2160, 540, used)
     assert fill > 1 / 0.7
-    _, transfer, tuned = nccl.call_time_s("allreduce", "tree", "Simple", 4 * MiB, 2160, 540, "ampere",
-                                          1e-4, busbw_factor("allreduce", 2160), 0.5e-6, 1.6e-6)
+    _, transfer, tuned = nccl.call_time_s("tree", Call("allreduce", "Simple", 4 * MiB, 2160, 540),
+                                          _gpu("ampere"), 1e-4, Wires(0.5e-6, 1.6e-6))
     assert transfer == pytest.approx(1e-4 * fill, rel=1e-9)
     assert tuned - transfer < 0
     # two nodes of 8: depth 8, so a 1 GiB call on 32 channels (64 chunks of 512 KiB) loses 15/64,
     # more than NCCL's correction there (1.0)
     # (at 10 ms, under NCCL's bandwidth ceilings)
-    _, t2, _ = nccl.call_time_s("allreduce", "tree", "Simple", GiB, 16, 2, "hopper", 1e-2,
-                                busbw_factor("allreduce", 16), 0.5e-6, 1.6e-6)
+    _, t2, _ = nccl.call_time_s("tree", Call("allreduce", "Simple", GiB, 16, 2), _gpu("hopper"), 1e-2,
+                                Wires(0.5e-6, 1.6e-6))
     assert t2 == pytest.approx(1e-2 * (1 + 15 / 64), rel=1e-9)
 
 
@@ -300,14 +311,14 @@ def test_ll128_across_nodes_waits_for_the_proxy_per_network_step() -> None:
     (the pick) does not see it."""
     from sim.calibration import PROXY_STEP_US
     step = PROXY_STEP_US * 1e-6
-    assert nccl.proxy_wait_s("allreduce", "tree", "LL128", 4 * MiB, 16, 2, step) == pytest.approx(2 * 4 * step)
-    assert nccl.proxy_wait_s("allreduce", "ring", "LL128", 4 * MiB, 16, 2, step) == pytest.approx(2 * 4 * step)
-    assert nccl.proxy_wait_s("allgather", "ring", "LL128", 4 * MiB, 32, 4, step) == pytest.approx(3 * 4 * step)
-    used, full = nccl.channels_used("tree", "LL128", 80 * KiB, 16, 2)
+    assert TREE.proxy_wait_s(Call("allreduce", "LL128", 4 * MiB, 16, 2), step) == pytest.approx(2 * 4 * step)
+    assert RING.proxy_wait_s(Call("allreduce", "LL128", 4 * MiB, 16, 2), step) == pytest.approx(2 * 4 * step)
+    assert RING.proxy_wait_s(Call("allgather", "LL128", 4 * MiB, 32, 4), step) == pytest.approx(3 * 4 * step)
+    used, full = TREE.channels_used("LL128", 80 * KiB, 16, 2)
     assert (used, full) == (16, 32)
-    assert nccl.proxy_wait_s("allreduce", "tree", "LL128", 80 * KiB, 16, 2, step) == pytest.approx(2 * 2 * step)
-    assert nccl.proxy_wait_s("allreduce", "tree", "LL", 4 * MiB, 16, 2, step) == 0.0
-    assert nccl.proxy_wait_s("allreduce", "ring", "LL128", 4 * MiB, 8, 1, step) == 0.0
+    assert TREE.proxy_wait_s(Call("allreduce", "LL128", 80 * KiB, 16, 2), step) == pytest.approx(2 * 2 * step)
+    assert TREE.proxy_wait_s(Call("allreduce", "LL", 4 * MiB, 16, 2), step) == 0.0
+    assert RING.proxy_wait_s(Call("allreduce", "LL128", 4 * MiB, 8, 1), step) == 0.0
     t = build_topology(load_cluster("dgx-h100", 16))
     with_wait, without = CollectiveModel(t), CollectiveModel(t, proxy_step_us=0.0)
     a, b = with_wait.time("allreduce", 4 * MiB), without.time("allreduce", 4 * MiB)

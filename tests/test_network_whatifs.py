@@ -31,7 +31,7 @@ def test_oversubscription_leaves_rail_aligned_rings_and_trees_alone_but_slows_al
     127 edges over 128 nodes only 5 cross a scalable unit, so a 1 GiB all-reduce over all 1,024
     GPUs (NVLSTree) keeps its time. An all-to-all is another matter: 3/4 of every unit's bytes
     leave it, through a quarter of the NICs' rate at 4:1, so it takes 4 x 3/4 = 3 times as long."""
-    from sim.collectives.algorithms import _tree_edges
+    from sim.collectives.tree import tree_edges
     base = {"cluster": {"topology": "dgx-h100", "chips": 1024}, "model": "llama3-70b",
             "training": {"seq_len": 8192, "global_batch": 512},
             "parallelism": {"tp": 8, "zero": 3}}
@@ -39,7 +39,7 @@ def test_oversubscription_leaves_rail_aligned_rings_and_trees_alone_but_slows_al
     flat, thin = run(scenario_from_dict(base)).step, run(scenario_from_dict(over)).step
     assert thin.step_time_s == flat.step_time_s
     assert thin.network_solves == 0
-    assert [sum(c // 32 != p // 32 for c, p in t) for t in _tree_edges(128)] == [5, 5]
+    assert [sum(c // 32 != p // 32 for c, p in t) for t in tree_edges(128)] == [5, 5]
     nets = [CollectiveModel(build_topology(scenario_from_dict(r).cluster)) for r in (base, over)]
     a, b = (n.time("allreduce", GiB) for n in nets)
     assert a.algo == b.algo == "nvls_tree" and b.time_s == pytest.approx(a.time_s, rel=0.01)

@@ -15,13 +15,7 @@ import pytest
 
 from sim.calibration import LINK_EFFICIENCY
 from sim.collectives import CollectiveModel, busbw_factor
-from sim.collectives.nccl import (
-    NVLS_EFFICIENCY,
-    busbw_cap_GBps,
-    nvls_chunk_bytes,
-    nvls_efficiency,
-    nvls_tree_fill_s,
-)
+from sim.collectives.sharp import NVLS, NVLS_EFFICIENCY, NVLS_TREE, nvls_efficiency
 from sim.config import load_cluster
 from sim.config.yamlio import parse_yaml
 from sim.errors import ConfigError
@@ -150,7 +144,7 @@ def test_nvls_over_nvl72_matches_the_in_switch_closed_form() -> None:
     r = model.time("allreduce", size)
     assert r.algo == "nvls"
     bw = 18 * 50e9 * LINK_EFFICIENCY["nvlink"]
-    chunk = nvls_chunk_bytes("nvls", size, n, 1)
+    chunk = NVLS.chunk_bytes(size, n, 1)
     assert chunk == 64 * 1024                    # 1 GiB < 64 x (16 channels x 72 heads) x 128 KiB
     eff = nvls_efficiency("blackwell", chunk)
     assert eff == pytest.approx(65536 / (65536 + 131072 * (1 / NVLS_EFFICIENCY["blackwell"] - 1)))
@@ -253,7 +247,8 @@ def test_racks_cross_the_network_on_the_nvls_heads_and_ring_rails() -> None:
     """An NVL72 rack is one node to NCCL, but its rings, trees and NVLSTree cross the network on
     NET_RAILS of its 72 NICs (NCCL's graph channels: one NIC per channel pair, one NVLS head per
     NVLS channel), not on all of them."""
-    from sim.collectives.algorithms import NET_RAILS, _rings
+    from sim.collectives.ring import _rings
+    from sim.collectives.stages import NET_RAILS
 
     topo = build_topology(load_cluster("gb200-nvl72", 128, nvl_domain=64))
     model = CollectiveModel(topo)
@@ -269,8 +264,8 @@ def test_racks_cross_the_network_on_the_nvls_heads_and_ring_rails() -> None:
     net = size / NET_RAILS / nic
     switch = size * (1 + 1 / 64) / (18 * 50e9 * LINK_EFFICIENCY["nvlink"]) / NVLS_EFFICIENCY["blackwell"]
     assert switch < net
-    fill = nvls_tree_fill_s(size, 128, 2, nic)
-    ceiling = busbw_factor("allreduce", 128) * size / (busbw_cap_GBps("nvls_tree", "Simple", "blackwell", 2) * 1e9)
+    fill = NVLS_TREE.fill_s(size, 128, 2, nic)
+    ceiling = busbw_factor("allreduce", 128) * size / (NVLS_TREE.busbw_cap_GBps("Simple", "blackwell", 2) * 1e9)
     assert r.transfer_s == pytest.approx(max(net, ceiling) + fill, rel=1e-3)
     assert net == pytest.approx(ceiling, rel=0.01)     # 8 NICs' worth is NCCL's own 8 x 96 GB/s
     # DGX H100 nodes (8 GPUs, 8 NICs): every GPU is a head, the NVLS part is slower than the
@@ -280,6 +275,6 @@ def test_racks_cross_the_network_on_the_nvls_heads_and_ring_rails() -> None:
     dnet = size / 8 / (50e9 * LINK_EFFICIENCY["ib"])
     dswitch = size * (1 + 1 / 8) / (18 * 25e9 * LINK_EFFICIENCY["nvlink"]) / NVLS_EFFICIENCY["hopper"]
     assert dswitch > dnet
-    dceiling = busbw_factor("allreduce", 16) * size / (busbw_cap_GBps("nvls_tree", "Simple", "hopper", 2) * 1e9)
-    dfill = nvls_tree_fill_s(size, 16, 2, 50e9 * LINK_EFFICIENCY["ib"])
+    dceiling = busbw_factor("allreduce", 16) * size / (NVLS_TREE.busbw_cap_GBps("Simple", "hopper", 2) * 1e9)
+    dfill = NVLS_TREE.fill_s(size, 16, 2, 50e9 * LINK_EFFICIENCY["ib"])
     assert d.transfer_s == pytest.approx(max(dswitch, dceiling) + dfill, rel=1e-3)

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import simpy
 
-from sim.collectives import CollectiveModel, nccl
+from sim.collectives import CollectiveModel
 from sim.collectives.traffic import collective_traffic, p2p_traffic
+from sim.collectives.tree import tree_fill_factor
 from sim.config import scenario_from_dict
 from sim.engine import Schedule, Segment, StagePlan, simulate
 from sim.network.shared import SharedLinks
@@ -122,7 +123,7 @@ def test_two_dp_groups_on_one_oversubscribed_spine() -> None:
     # pipeline fill (depth 1, 64 chunks of 512 KiB per channel: 1 + 1/64), time that moves no
     # bytes; played together the link never idles, so the engine gives the bytes' time: the
     # fluid model's, less the fill.
-    fill = nccl.tree_fill_factor(size, 2, 2, 32)
+    fill = tree_fill_factor(size, 2, 2, 32)
     assert fill == pytest.approx(1 + 1 / 64)
     assert end == pytest.approx(alone.latency_s + 2 * alone.transfer_s / fill, rel=1e-9)
     # without the oversubscription they do not meet

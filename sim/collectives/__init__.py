@@ -8,6 +8,8 @@ solve per algorithm). Latency is NCCL's tuning model for GPUs and the per-hop IC
 tori. Which algorithms and protocols a call may use and the pick among them (the smallest cost
 by NCCL's own model, as NCCL's tuner picks; on TPU slices the smallest predicted time) are the
 tuner's, in ``sim.collectives.nccl``; this module predicts each candidate's time and that cost.
+Each algorithm is one record of ``sim.collectives.algorithms.REGISTRY`` (its applicability,
+phases and NCCL cost model).
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ from ..network.links import LinkTable
 from ..network.routing import make_router
 from ..topology import Topology
 from . import nccl
-from .algorithms import ALGORITHMS, GroupInfo, Phase, Stage, build, group_info, island_of_devices
+from .algorithm import Call, Wires
+from .algorithms import ALGORITHMS, BY_NAME, build
+from .nccl import busbw_factor
+from .platform import platform
+from .stages import GroupInfo, Phase, Stage, group_info, island_of_devices
 
 __all__ = ["OPS", "ALGORITHMS", "CollectiveModel", "CollectiveResult", "busbw_factor",
            "DTYPE_BYTES"]
@@ -34,17 +40,6 @@ __all__ = ["OPS", "ALGORITHMS", "CollectiveModel", "CollectiveResult", "busbw_fa
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
 DTYPE_BYTES = {"int8": 1, "uint8": 1, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2, "float": 4,
                "float32": 4, "int32": 4, "double": 8, "float64": 8, "int64": 8}
-
-
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factor (NVIDIA/nccl-tests doc/PERFORMANCE.md)."""
-    if n <= 1:
-        return 1.0
-    if op == "allreduce":
-        return 2 * (n - 1) / n
-    if op in ("allgather", "reducescatter", "alltoall"):
-        return (n - 1) / n
-    return 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +79,17 @@ class CollectiveModel:
         # what the tuner may offer here (nccl.offered); *nccl_version* (major, minor) where the
         # release changes it, None for a current NCCL; *net_latency_us* replaces
         # sim.calibration.NET_LATENCY_US (for its fit)
-        self.hw = nccl.platform(topo, nccl_version, net_latency_us, proxy_step_us)
+        self.hw = platform(topo, nccl_version, net_latency_us, proxy_step_us)
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
-        self._wire: tuple[float, float] | None = None
+        self._wire: Wires | None = None
         self._net: float | None = None
         # (op, algo, groups) -> (link ids, bytes per byte of size): ``sim.collectives.traffic``
         self.link_bytes_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
         self._island_of: dict[int, int] | None = None     # device -> node (slice), read once
+        # PERF: a size sweep or a training step asks for the same groups call after call
+        self._everyone: GroupInfo | None = None            # the group of all chips
+        self._groups: dict[tuple[int, ...], GroupInfo] = {}
 
     # ------------------------------------------------------------------ public
 
@@ -172,14 +170,23 @@ class CollectiveModel:
         if self._island_of is None:
             self._island_of = island_of_devices(self.topo)
         if group is None:
-            return group_info(self.topo, devs, self._island_of)
+            if self._everyone is None:
+                self._everyone = group_info(self.topo, devs, self._island_of)
+            return self._everyone
+        key = tuple(group)
+        hit = self._groups.get(key)
+        if hit is not None:
+            return hit
         members = list(group)
         if len(members) > len(devs):
             raise ConfigError(f"group: {len(members)} ranks but the topology has {len(devs)} chips")
         if members and (len(set(members)) != len(members) or min(members) < 0
                         or max(members) >= len(devs)):
             raise ConfigError(f"group: ranks must be distinct chips in 0..{len(devs) - 1}")
-        return group_info(self.topo, members, self._island_of)
+        gi = group_info(self.topo, members, self._island_of)
+        if len(self._groups) < 10_000:
+            self._groups[key] = gi
+        return gi
 
     def _predict(self, op: str, size: int, gi: GroupInfo, algo: str, proto: str,
                  per_byte: float | None = None, tuner: dict[int, float] | None = None) -> CollectiveResult:
@@ -193,13 +200,10 @@ class CollectiveModel:
         if self.hw.tpu:
             lat = hops * self._ici_hop_s + self._dcn_latency_s(op, gi)
             return CollectiveResult(op, algo, "ici", size, gi.n, lat + transfer, lat, transfer)
-        w_intra, w_inter = self._wire_latency_s()
-        nvls_s = self._nvls_part(op, gi, algo) * size if algo in ("nvls", "nvls_tree") else None
-        lat, transfer, tuned = nccl.call_time_s(op, algo, proto, size, gi.n, gi.nodes, self.hw.arch,
-                                                transfer, busbw_factor(op, gi.n), w_intra, w_inter,
-                                                self._net_Bps(), self.hw.since(2, 23), self.hw.net_us,
-                                                nvls_s, self.hw.proxy_step_s, self.hw.nvls,
-                                                self.hw.net_channels, self.hw.net_nics)
+        nvls_s = self._nvls_part(op, gi, algo) * size if BY_NAME[algo].switch_part else None
+        lat, transfer, tuned = nccl.call_time_s(algo, Call(op, proto, size, gi.n, gi.nodes), self.hw,
+                                                transfer, self._wire_latency_s(), self._net_Bps(),
+                                                nvls_s)
         res = CollectiveResult(op, algo, proto, size, gi.n, lat + transfer, lat, transfer)
         if tuner is not None:
             tuner[id(res)] = tuned
@@ -229,7 +233,7 @@ class CollectiveModel:
                 self._net = float(np.min(self.links.capacity_Bps[ids] / np.maximum(fr, 1e-12)))
         return self._net
 
-    def _wire_latency_s(self) -> tuple[float, float]:
+    def _wire_latency_s(self) -> Wires:
         """Path latency of one step inside a node and one between nodes (GPU topologies): the
         routed links' latencies (NVLink and NVSwitch; PCIe, NIC and InfiniBand switches)."""
         if self._wire is None:
@@ -239,8 +243,8 @@ class CollectiveModel:
             first = devs[0] if devs else None
             intra = next((d for d in devs[1:] if node_of[d] == node_of[first]), None)
             inter = next((d for d in devs[1:] if node_of[d] != node_of[first]), None)
-            self._wire = (self.router.path_latency_s(first, intra) if intra is not None else 0.0,
-                          self.router.path_latency_s(first, inter) if inter is not None else 0.0)
+            self._wire = Wires(self.router.path_latency_s(first, intra) if intra is not None else 0.0,
+                               self.router.path_latency_s(first, inter) if inter is not None else 0.0)
         return self._wire
 
     def _cost(self, op: str, gi: GroupInfo, algo: str) -> tuple[float, int]:

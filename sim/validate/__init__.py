@@ -7,11 +7,11 @@ kernel tables) and ``failures`` (published fleet failure records). Budgets for a
 ``DIR/budgets.toml``. The package sits at the end of the data flow: it imports the simulator, and
 nothing in the simulator imports it.
 
-Modules: ``data`` (files and cells), ``stats`` (median, p90), one per suite (``collectives``,
-``training_rows`` + ``training_rules`` + ``training_measured`` + ``training_parallel`` +
-``training_map`` + ``training``, ``compute``, ``failures``), ``budgets``, ``report`` (text and
-JSON), ``fit`` (calibration fits), ``overlay`` (measured points that ``sim.plots`` figures
-overlay), ``cli``.
+Modules: ``data`` (files and cells), ``stats`` (median, p90), one per suite
+(``collectives_systems`` + ``collectives_runs`` + ``collectives``, ``training_rows`` +
+``training_rules`` + ``training_measured`` + ``training_parallel`` + ``training_map`` +
+``training``, ``compute``, ``failures``), ``budgets``, ``report`` (text and JSON), ``fit``
+(calibration fits), ``overlay`` (measured points that ``sim.plots`` figures overlay), ``cli``.
 The predictors that run the simulator itself (``CasePredictor``, ``TrainingPredictor``) are in
 ``sim.validate.predictors``, which this package does not import: it loads the network and engine
 stack, which only the collectives and training suites need.

@@ -1,0 +1,67 @@
+"""The send/recv-based collectives: all-to-all (``pairwise``) and send/recv itself (``p2p``).
+
+NCCL's tuning model has no entry for them: a call costs one ring Simple step's latency (NCCL's
+``src/graph/tuning.cc`` @ 5067397c2676d5aed50042fc39e5c8ee96eb0027, the ring's rows) and moves its
+bytes at the links' rate.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from ..topology import Topology
+from .algorithm import REFERENCE_WIRES, Algorithm, Call, Wires
+from .ring import RING
+from .stages import GroupInfo, Stage, phase
+
+__all__ = ["P2P", "PAIRWISE", "P2p", "Pairwise", "p2p", "pairwise"]
+
+
+def pairwise(op: str, gi: GroupInfo, size: float) -> list[Stage]:
+    """All-to-all: every rank sends size/n to every other rank at once (NCCL's grouped send/recv)."""
+    n = gi.n
+    if n > 2048:
+        raise ConfigError(f"op alltoall: groups of more than 2048 ranks are not modelled yet, got {n}")
+    devs = gi.devices
+    pairs = [(a, b) for a in devs for b in devs if a != b]
+    return [(phase("pairwise", 1, pairs, size / n),)]
+
+
+def p2p(op: str, gi: GroupInfo, size: float) -> list[Stage]:
+    """send/recv as nccl-tests runs it: every rank sends ``size`` to the next, receives from the last."""
+    n = gi.n
+    pairs = [(gi.devices[i], gi.devices[(i + 1) % n]) for i in range(n)]
+    return [(phase("sendrecv", 1, pairs, size),)]
+
+
+class _SendRecv(Algorithm):
+    """Send/recv-based: on GPUs and TPUs alike, any group, Simple; one ring step's latency."""
+
+    on_tpu = True
+    needs_even_nodes = False
+
+    def latency_s(self, call: Call, wires: Wires = REFERENCE_WIRES,
+                  net_us: tuple[float, float] | None = None, exposed_net: bool = True,
+                  net_channels: int | None = None) -> float:
+        """One ring Simple step between two ranks (across nodes where the call crosses them)."""
+        step = Call("sendrecv", call.proto, call.size, 2, min(call.nodes, 2))
+        return RING.latency_s(step, wires, net_us=net_us)
+
+
+class Pairwise(_SendRecv):
+    name = "pairwise"
+    ops = frozenset({"alltoall"})
+
+    def stages(self, op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
+        return pairwise(op, gi, size)
+
+
+class P2p(_SendRecv):
+    name = "p2p"
+    ops = frozenset({"sendrecv"})
+
+    def stages(self, op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
+        return p2p(op, gi, size)
+
+
+PAIRWISE = Pairwise()
+P2P = P2p()

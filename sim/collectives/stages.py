@@ -1,0 +1,114 @@
+"""What a collective algorithm is made of: the group's ranks on the machine and its steps' flows.
+
+Each algorithm (``sim.collectives.algorithms``) turns (operation, group, bytes) into a list of
+*stages* run one after another; a stage is a set of *phases* run at the same time; a phase is
+``steps`` identical steps, each a set of flows that start together (ring steps, torus steps) or,
+for pipelined algorithms (trees, NVLS, SHARP), one step carrying the whole volume. Sizes follow
+nccl-tests: ``size`` is the full array for all-reduce, all-gather and reduce-scatter, the bytes
+each rank sends for all-to-all, and the message for send/recv and broadcast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..topology import Topology
+
+__all__ = ["NET_GRAPH_CHANNELS", "NET_RAILS", "GroupInfo", "Phase", "Stage", "group_info",
+           "island_of_devices", "phase"]
+
+# The NICs of a node NCCL's graphs cross the network on: one NIC per ring/tree graph channel pair
+# (16 graph channels across nodes, two per NIC, NET_GRAPH_CHANNELS, from DGX logs) and one
+# NIC:GPU pair, the "head", per NVLS graph channel (NVIDIA/nccl src/graph/search.cc: "NVLS search
+# only tries to find NIC:GPU combinations to compute the heads"; src/graph/connect.cc
+# ``connectNvls``: nHeads = the NVLS graph's nChannels, 8 on DGX H100, NVIDIA/nccl#1197). On an
+# 8-GPU node that is every NIC; a 72-GPU NVL72 rack (one node to NCCL) crosses on 8 of its 72.
+NET_RAILS = 8
+# Graph channels of NCCL's rings and trees across nodes (before the runtime doubling): 8 NICs, two
+# channels each, on DGX nodes (NCCL logs); a topology's ``fabric.net_channels`` replaces it.
+NET_GRAPH_CHANNELS = 16
+
+
+@dataclass(frozen=True)
+class Phase:
+    """``steps`` repetitions of one step whose flows (src[i] -> dst[i], nbytes[i]) start together."""
+
+    name: str
+    steps: int
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    extra: tuple[tuple[Hashable, Hashable, float], ...] = ()   # flows with pseudo-endpoints
+    hops_per_step: int = 1                                    # TPU: links crossed per step
+    # NVLink SHARP traffic: GPU -> its node's NVSwitch fabric and back, (devices, bytes each)
+    to_switch: tuple[np.ndarray, float] | None = None
+    from_switch: tuple[np.ndarray, float] | None = None
+
+
+Stage = tuple[Phase, ...]
+
+
+def phase(name: str, steps: int, pairs: list[tuple[int, int]], nbytes: float | Sequence[float],
+          extra: tuple[tuple[Hashable, Hashable, float], ...] = (), hops: int = 1) -> Phase:
+    """A phase of device-to-device flows: *pairs* (src, dst) moving *nbytes* each (one number for
+    all, or one per pair)."""
+    src = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
+    dst = np.fromiter((p[1] for p in pairs), dtype=np.int64, count=len(pairs))
+    b = (np.full(len(pairs), float(nbytes)) if isinstance(nbytes, (int, float))  # noqa: UP038
+         else np.asarray(nbytes, float))
+    return Phase(name, steps, src, dst, b, extra, hops)
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """The ranks of a collective and how they sit on the machine."""
+
+    devices: tuple[int, ...]
+    by_node: dict[int, tuple[int, ...]] = field(default_factory=dict)   # GPU node -> its ranks
+    by_pod: dict[int, tuple[int, ...]] = field(default_factory=dict)    # TPU slice -> its ranks
+    # Derived once (PERF: every algorithm's applicability and cost asks them,
+    # benchmarks/test_bench_collectives.py)
+    n: int = field(init=False, repr=False, compare=False)         # ranks
+    nodes: int = field(init=False, repr=False, compare=False)     # GPU nodes (1 on TPU slices)
+    ppn: int = field(init=False, repr=False, compare=False)       # most ranks on one node
+    # Every node holds the same number of the group's ranks (trees and hierarchical need it)
+    even: bool = field(init=False, repr=False, compare=False)
+    # Every TPU slice holds the same number of the group's ranks (hierarchical needs it)
+    even_pods: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        per_node = {len(v) for v in self.by_node.values()}
+        put = object.__setattr__                   # frozen: derived fields are set once, here
+        put(self, "n", len(self.devices))
+        put(self, "nodes", max(1, len(self.by_node)))
+        put(self, "ppn", max(per_node) if per_node else 1)
+        put(self, "even", len(per_node) <= 1)
+        put(self, "even_pods", len({len(v) for v in self.by_pod.values()}) <= 1)
+
+
+def group_info(topo: Topology, devices: Sequence[int],
+               island_of: Mapping[int, int] | None = None) -> GroupInfo:
+    """*devices* grouped by GPU node (``by_node``) or, on TPU slices, by slice (``by_pod``).
+
+    *island_of*: the node (slice) of each device, at least of *devices* (``island_of_devices``;
+    PERF: a caller asking for many groups reads the graph once, benchmarks/test_bench_training.py);
+    read from the graph when None."""
+    by: dict[int, list[int]] = {}
+    if island_of is None:
+        island_of = island_of_devices(topo, devices)
+    for d in devices:
+        by.setdefault(island_of[d], []).append(d)
+    groups = {k: tuple(v) for k, v in by.items()}
+    if topo.is_tpu:
+        return GroupInfo(tuple(devices), by_pod=groups)
+    return GroupInfo(tuple(devices), by_node=groups)
+
+
+def island_of_devices(topo: Topology, devices: Sequence[int] | None = None) -> dict[int, int]:
+    """The GPU node (TPU slice) of each of *devices* (all of *topo*'s when None), from the graph."""
+    nodes = topo.graph.nodes
+    key = "pod" if topo.is_tpu else "node"
+    return {d: nodes[d][key] for d in (topo.devices if devices is None else devices)}
