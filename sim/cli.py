@@ -118,8 +118,10 @@ def _add_collective(sub: Any) -> None:
     coll.add_argument("--sharp", action="store_true", help="InfiniBand SHARP switches (GPU fat-trees)")
     coll.add_argument("--op", required=True, help="allreduce, allgather, reducescatter, alltoall, "
                                                   "broadcast or sendrecv")
+    # The names of sim.collectives.algorithms.REGISTRY (importing it here would cost every command
+    # half a second; tests/test_cli.py checks the two agree).
     coll.add_argument("--algo", help="force an algorithm (ring, tree, nvls, nvls_tree, collnet, "
-                                     "hierarchical, torus, pairwise, p2p)")
+                                     "hierarchical, torus, pairwise, p2p, pat)")
     coll.add_argument("--group", type=_positive_int, help="ranks 0..N-1 only (default: all chips)")
     coll.add_argument("--min-bytes", type=_size, default=8, help="smallest size (default 8)")
     coll.add_argument("--max-bytes", type=_size, default=128 * 2**20, help="largest (default 128M)")

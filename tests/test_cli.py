@@ -98,3 +98,16 @@ def test_bad_byte_counts_are_one_line(capsys, text) -> None:
                  "--min-bytes", text]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--min-bytes" in err and repr(text) in err
+
+
+def test_the_algo_help_names_every_registered_algorithm() -> None:
+    """``collective --algo``'s help lists the registry's names (sim/cli.py keeps them by hand so
+    that parsing arguments does not import the collective models)."""
+    from sim.cli import build_parser
+    from sim.collectives.algorithms import ALGORITHMS
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    coll = sub.choices["collective"]                        # type: ignore[attr-defined]
+    algo = next(a for a in coll._actions if a.dest == "algo")
+    listed = algo.help.split("(", 1)[1].rstrip(")").split(", ")
+    assert sorted(listed) == sorted(ALGORITHMS)
