@@ -17,3 +17,34 @@ def specs_yaml() -> dict:
     import yaml
 
     return yaml.safe_load((DATA / "specs.yaml").read_text())
+
+
+@pytest.fixture(scope="session")
+def training_report():
+    """``validate_training`` over validation/training/ with the calibrated predictor, played once
+    per session (~100 s): the training budget check and the golden ``validate --suite training``
+    read the same report. Under pytest-xdist a session is one worker, so the tests that use it
+    carry ``xdist_group("training_report")`` and CI runs the slow lane with ``--dist loadgroup``."""
+    from sim.validate import validate_training
+    from sim.validate.predictors import TrainingPredictor
+
+    return validate_training(REPO / "validation" / "training", TrainingPredictor())
+
+
+@pytest.fixture
+def shared_training_report(training_report, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``clustersim validate --suite training`` answered from *training_report*: the command's
+    call ``validate_training(<repo>/validation/training, TrainingPredictor())`` returns the
+    session's report; any other call (another folder, predictor or mapping) runs as before."""
+    import sim.validate.cli as validate_cli
+    from sim.validate.predictors import TrainingPredictor
+
+    play = validate_cli.validate_training
+    bundled = (REPO / "validation" / "training").resolve()
+
+    def once(data_dir: Path, predict: object, mapped: object = None):
+        if mapped is None and Path(data_dir).resolve() == bundled and predict == TrainingPredictor():
+            return training_report
+        return play(data_dir, predict, mapped)
+
+    monkeypatch.setattr(validate_cli, "validate_training", once)

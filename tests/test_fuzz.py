@@ -168,6 +168,7 @@ KEYS = {
 FIELD = st.sampled_from([(s, k) for s, ks in KEYS.items() for k in ks])
 
 
+@pytest.mark.slow  # the fuzzing corpus: 400 generated scenarios (~5 s)
 @settings(max_examples=400, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(changes=st.lists(st.tuples(FIELD, VALUES), min_size=1, max_size=3))
@@ -224,6 +225,7 @@ def _topo_fields(name: str) -> list[tuple[str, ...]]:
             for k, v in raw.items() for kk in (v if isinstance(v, dict) else [None])]
 
 
+@pytest.mark.slow  # the fuzzing corpus: 150 generated topology files (~3 s)
 @settings(max_examples=150, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data(), name=st.sampled_from(NEW_FABRICS))

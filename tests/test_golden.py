@@ -30,7 +30,10 @@ _TOPOLOGIES = sorted(p.stem for p in (REPO / "topologies").glob("*.yaml"))
 
 
 def _case(name: str, argv: str, slow: bool = False) -> object:
-    return pytest.param(name, argv, id=name, marks=[pytest.mark.slow] if slow else [])
+    marks = [pytest.mark.slow] if slow else []
+    if name == "validate-training":     # plays the session's training_report (tests/conftest.py)
+        marks.append(pytest.mark.xdist_group("training_report"))
+    return pytest.param(name, argv, id=name, marks=marks)
 
 
 CASES = (
@@ -94,7 +97,9 @@ def _play(argv: str, tmp: Path) -> str:
 
 
 @pytest.mark.parametrize(("name", "argv"), CASES)
-def test_output_is_unchanged(name: str, argv: str, tmp_path: Path) -> None:
+def test_output_is_unchanged(name: str, argv: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if name == "validate-training":
+        request.getfixturevalue("shared_training_report")
     got = _play(argv, tmp_path)
     path = GOLDEN / f"{name}.txt"
     if UPDATE:

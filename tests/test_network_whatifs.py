@@ -21,6 +21,7 @@ def _step(raw: dict) -> float:
     return run(scenario_from_dict(raw)).step.step_time_s
 
 
+@pytest.mark.slow  # two 1,024-GPU ZeRO-3 steps (~8 s)
 def test_oversubscription_leaves_rail_aligned_rings_and_trees_alone_but_slows_all_to_all() -> None:
     """Which answer is right for rail-aligned NCCL traffic. A ZeRO-3 step with TP 8 inside each
     node runs every data-parallel collective as rings of one GPU per node on one rail; a ring

@@ -16,6 +16,7 @@ def _plan(argv: list[str], capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow  # two searches up to 256 chips (~20 s); plan-json's golden is the quick plan
 def test_plan_answers_per_topology(capsys, tmp_path: Path) -> None:
     png = tmp_path / "p.png"
     out = _plan(["--model", "llama3-8b", "--tokens", "300B", "--days", "30", "--max-chips", "256",
@@ -34,6 +35,7 @@ def test_plan_answers_per_topology(capsys, tmp_path: Path) -> None:
     assert png.stat().st_size > 5_000
 
 
+@pytest.mark.slow  # the 70B search up to 128 chips, twice (~20 s)
 def test_an_impossible_deadline_shows_the_closest(capsys) -> None:
     out = _plan(["--model", "llama3-70b", "--tokens", "15T", "--days", "1", "--max-chips", "128",
                  "--topology", "dgx-h100"], capsys)

@@ -23,6 +23,7 @@ def _json(argv: list[str], capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow  # five runs of the 1,024-GPU straggler scenario (~50 s)
 def test_same_seed_same_output_other_seed_other_slow_chips(capsys) -> None:
     a = _json(["run", STRAGGLERS, "--seed", "5", "--json"], capsys)
     b = _json(["run", STRAGGLERS, "--seed", "5", "--json"], capsys)
@@ -32,6 +33,7 @@ def test_same_seed_same_output_other_seed_other_slow_chips(capsys) -> None:
     assert len(others | {tuple(a["slow_chips"])}) > 1
 
 
+@pytest.mark.slow  # the 1,024-GPU straggler scenario (~10 s)
 def test_the_straggler_trace_is_the_replica_the_breakdown_reports(tmp_path: Path, capsys) -> None:
     path = tmp_path / "t.json"
     assert main(["run", STRAGGLERS, "--trace", str(path)]) == 0
@@ -103,6 +105,7 @@ def test_internal_errors_are_one_line_unless_debug(monkeypatch, capsys) -> None:
     assert "Traceback" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # every bundled scenario's step (~20 s)
 def test_the_work_estimate_is_within_a_factor_two_of_the_events_played() -> None:
     """``estimate_events`` (what the work limit refuses on) against the events the engine plays,
     for every bundled scenario that runs one engine per step, and per-rank."""

@@ -25,7 +25,8 @@ def one_op_then_barrier() -> StagePlan:
                      0.0, False, 0.0, 0.0, 0.0)
 
 
-@pytest.mark.parametrize("n, sigma", [(8, 0.1), (64, 0.05), (256, 0.2)])
+@pytest.mark.parametrize("n, sigma", [(8, 0.1), (64, 0.05),
+                                      pytest.param(256, 0.2, marks=pytest.mark.slow)])  # ~6 s
 def test_per_rank_step_is_the_expected_max_of_n_lognormals(n: int, sigma: float) -> None:
     steps = []
     for seed in range(300):

@@ -52,6 +52,7 @@ def test_linear_scaling_has_efficiency_one() -> None:
     assert [r["scaling_efficiency"] for r in rows] == [1.0, 1.0, 1.0, ""]
 
 
+@pytest.mark.slow  # 16 70B points and a process pool (~6 s)
 def test_sweep_rows_resume_and_workers(tmp_path: Path) -> None:
     raw, src, _ = read_scenario_raw(S70)
     axes = [parse_over("cluster.chips=64..512x2", raw), parse_over("parallelism.zero=1,3", raw)]
@@ -83,6 +84,7 @@ def test_bad_points_are_rows_not_aborts(tmp_path: Path, capsys) -> None:
     assert "parallelism" in rows[0]["error"]
 
 
+@pytest.mark.slow  # starts a Dask cluster (~3 s)
 def test_dask_local_cluster_gives_the_same_rows() -> None:
     distributed = pytest.importorskip("distributed")
     raw, src, _ = read_scenario_raw(S70)
@@ -93,6 +95,7 @@ def test_dask_local_cluster_gives_the_same_rows() -> None:
     assert on_dask == run_sweep(raw, src, axes)
 
 
+@pytest.mark.slow  # waits out the connection timeout (~5 s)
 def test_unreachable_scheduler_is_one_line(capsys) -> None:
     assert main(["sweep", "default", "--over", "cluster.chips=8,16",
                  "--scheduler", "tcp://127.0.0.1:9"]) == 2

@@ -87,6 +87,7 @@ def test_proxy_step_is_the_calibration_fit() -> None:
     assert fitted == PROXY_STEP_US
 
 
+@pytest.mark.slow  # a full refit over the calibration split (~20 s)
 def test_net_latency_is_the_calibration_fit() -> None:
     """``NET_LATENCY_US`` re-derived from the calibration split: transports whose topology file
     gives no ``net_latency_us`` and are not IB verbs, whose latencies NCCL's own table gives

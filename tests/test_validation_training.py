@@ -8,15 +8,16 @@ from pathlib import Path
 import pytest
 
 from sim.calibration import STACK_EFFICIENCY
-from sim.validate import check_budgets, fit_stack_efficiency, load_budgets, validate_training
+from sim.validate import check_budgets, fit_stack_efficiency, load_budgets
 from sim.validate.predictors import TrainingPredictor
 
 DATA = Path(__file__).resolve().parent.parent / "validation"
 
 
 @pytest.mark.slow
-def test_training_within_budget() -> None:
-    report = validate_training(DATA / "training", TrainingPredictor())
+@pytest.mark.xdist_group("training_report")
+def test_training_within_budget(training_report) -> None:
+    report = training_report        # validate_training(DATA / "training", TrainingPredictor()), played once
     assert check_budgets(report, load_budgets(DATA / "budgets.toml")) == []
     for fam in ("A100", "H100", "TPU"):
         s = report.summary("test", fam)
