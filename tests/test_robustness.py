@@ -92,12 +92,12 @@ def test_yaml_duplicate_keys_and_depth(tmp_path: Path) -> None:
 
 
 def test_internal_errors_are_one_line_unless_debug(monkeypatch, capsys) -> None:
-    import sim.cli
+    import sim.commands
 
     def boom(args):
         raise ZeroDivisionError("float division by zero")
 
-    monkeypatch.setattr(sim.cli, "_cmd_topo_show", boom)
+    monkeypatch.setattr(sim.commands, "cmd_topo_show", boom)
     assert main(["topo", "show", "dgx-h100"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "please report" in err and "Traceback" not in err
