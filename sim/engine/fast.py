@@ -3,6 +3,9 @@ path the plan search screens layouts with."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from ..workload.schedules import Step
 from ..workload.schedules import schedule as schedule_steps
 from .records import EngineResult, Schedule, StagePlan
 
@@ -51,85 +54,116 @@ def fast_step(plan: list[StagePlan], schedule: Schedule) -> EngineResult:
     where transfers of the step share links it is optimistic; ``clustersim plan`` screens with it
     and confirms the layout it picks with the full engine.
     """
-    pp, vs, micro = schedule.pp, schedule.vs, schedule.micro
-    n_chunks = pp * vs
+    pp = schedule.pp
     done: dict[tuple[str, int, int], float] = {}
-    steps = [schedule_steps(schedule.schedule_kind, st, pp, micro, vs, schedule.group) for st in range(pp)]
-    pos = [0] * pp
-    now = [0.0] * pp
-    busy = [{"compute": 0.0, "comm": 0.0, "pipeline_bubble": 0.0} for _ in range(pp)]
-    dp_free = [0.0] * pp                   # when each stage's data-parallel stream is next free
-    last_b: list[dict[int, int]] = [{} for _ in range(pp)]
-    for st in range(pp):
-        for k, m, cc in steps[st]:
-            if k == "B" and m > last_b[st].get(cc, -1):
-                last_b[st][cc] = m
-    seg_time = [{k: (sum(x.seconds for x in segs if x.kind == "compute"),
-                     sum(x.seconds for x in segs if x.kind != "compute"))
-                 for k, segs in (("F", sp.layer_fwd), ("B", sp.layer_bwd))} for sp in plan]
-    remaining = sum(len(x) for x in steps)
+    lanes = [_lane(schedule_steps(schedule.schedule_kind, st, pp, schedule.micro, schedule.vs,
+                                  schedule.group), plan[st]) for st in range(pp)]
+    remaining = sum(len(lane.steps) for lane in lanes)
     while remaining:
-        progressed = False
+        played = 0
         for st in range(pp):
-            sp = plan[st]
-            while pos[st] < len(steps[st]):
-                kind, m, c = steps[st][pos[st]]
-                g = c * pp + st
-                dep = (("F", m, g - 1) if kind == "F" and g > 0 else
-                       ("B", m, g + 1) if kind == "B" and g < n_chunks - 1 else None)
-                if dep is not None and dep not in done:
-                    break
-                t = now[st]
-                if dep is not None and done[dep] > t:
-                    busy[st]["pipeline_bubble"] += done[dep] - t
-                    t = done[dep]
-                if kind == "F":
-                    extra = (sp.first_fwd if g == 0 else 0.0) + (sp.last_fwd if g == n_chunks - 1 else 0.0)
-                else:
-                    extra = (sp.first_bwd if g == 0 else 0.0) + (sp.last_bwd if g == n_chunks - 1 else 0.0)
-                comp, comm = seg_time[st][kind]
-                expo = 0.0
-                if sp.fsdp_layer_gather_s:
-                    traffic = sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0)
-                    expo = max(0.0, traffic - comp)
-                layer = comp + comm + expo
-                reduce = (kind == "B" and m == last_b[st][c])
-                item = ((sp.dp_layer_s + sp.replica_layer_s) if not sp.dp_per_microbatch
-                        else sp.replica_layer_s) if reduce else 0.0
-                if extra and kind == "F" and g == 0:
-                    t += extra
-                start_layers = t
-                n_layers = sp.layers_of(c)
-                if item:
-                    for li in range(n_layers):
-                        end = start_layers + (li + 1) * layer
-                        dp_free[st] = max(dp_free[st], end) + item
-                t = start_layers + n_layers * layer
-                if extra and not (kind == "F" and g == 0):
-                    t += extra
-                busy[st]["compute"] += n_layers * comp + extra
-                busy[st]["comm"] += n_layers * (comm + expo)
-                crosses = (kind == "F" and g < n_chunks - 1) or (kind == "B" and g > 0)
-                done[(kind, m, g)] = t + (sp.p2p_s if crosses and pp > 1 else 0.0)
-                now[st] = t
-                pos[st] += 1
-                remaining -= 1
-                progressed = True
-        assert progressed, "schedule dependencies form a cycle"
+            played += _play(lanes[st], st, plan[st], done, pp, pp * schedule.vs)
+        assert played, "schedule dependencies form a cycle"
+        remaining -= played
+    return _result(plan, lanes)
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One stage while ``fast_step`` plays it (mutable, private to one call): its schedule steps,
+    how far it got and the seconds it spent so far."""
+
+    steps: tuple[Step, ...]
+    last_b: dict[int, int]                   # chunk -> micro-batch of its last backward
+    seg_s: dict[str, tuple[float, float]]    # "F"/"B" -> one layer's (compute, other segments) s
+    pos: int = 0                             # next step to play
+    now: float = 0.0
+    dp_free: float = 0.0                     # when the data-parallel stream is next free
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    bubble_s: float = 0.0
+
+
+def _lane(steps: tuple[Step, ...], sp: StagePlan) -> _Lane:
+    """The stage's lane before its first step: the last backward of each chunk, one layer's times."""
+    last_b: dict[int, int] = {}
+    for k, m, cc in steps:
+        if k == "B" and m > last_b.get(cc, -1):
+            last_b[cc] = m
+    seg_s = {k: (sum(x.seconds for x in segs if x.kind == "compute"),
+                 sum(x.seconds for x in segs if x.kind != "compute"))
+             for k, segs in (("F", sp.layer_fwd), ("B", sp.layer_bwd))}
+    return _Lane(steps, last_b, seg_s)
+
+
+def _play(lane: _Lane, st: int, sp: StagePlan, done: dict[tuple[str, int, int], float], pp: int,
+          n_chunks: int) -> int:
+    """How many steps stage *st* played: its next steps in order until one waits on a step not yet
+    in *done* (each step's end, p2p delay included, goes into *done*)."""
+    steps, last_b = lane.steps, lane.last_b
+    pos = start_pos = lane.pos
+    now, dp_free = lane.now, lane.dp_free
+    while pos < len(steps):
+        kind, m, c = steps[pos]
+        g = c * pp + st
+        dep = (("F", m, g - 1) if kind == "F" and g > 0 else
+               ("B", m, g + 1) if kind == "B" and g < n_chunks - 1 else None)
+        if dep is not None and dep not in done:
+            break
+        t = now
+        if dep is not None and done[dep] > t:
+            lane.bubble_s += done[dep] - t
+            t = done[dep]
+        if kind == "F":
+            extra = (sp.first_fwd if g == 0 else 0.0) + (sp.last_fwd if g == n_chunks - 1 else 0.0)
+        else:
+            extra = (sp.first_bwd if g == 0 else 0.0) + (sp.last_bwd if g == n_chunks - 1 else 0.0)
+        comp, comm = lane.seg_s[kind]
+        expo = 0.0
+        if sp.fsdp_layer_gather_s:
+            traffic = sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0)
+            expo = max(0.0, traffic - comp)
+        layer = comp + comm + expo
+        reduce = (kind == "B" and m == last_b[c])
+        item = ((sp.dp_layer_s + sp.replica_layer_s) if not sp.dp_per_microbatch
+                else sp.replica_layer_s) if reduce else 0.0
+        if extra and kind == "F" and g == 0:
+            t += extra
+        start_layers = t
+        n_layers = sp.layers_of(c)
+        if item:
+            for li in range(n_layers):
+                end = start_layers + (li + 1) * layer
+                dp_free = max(dp_free, end) + item
+        t = start_layers + n_layers * layer
+        if extra and not (kind == "F" and g == 0):
+            t += extra
+        lane.compute_s += n_layers * comp + extra
+        lane.comm_s += n_layers * (comm + expo)
+        crosses = (kind == "F" and g < n_chunks - 1) or (kind == "B" and g > 0)
+        done[(kind, m, g)] = t + (sp.p2p_s if crosses and pp > 1 else 0.0)
+        now = t
+        pos += 1
+    lane.pos, lane.now, lane.dp_free = pos, now, dp_free
+    return pos - start_pos
+
+
+def _result(plan: list[StagePlan], lanes: list[_Lane]) -> EngineResult:
+    """The step: every stage's tail (the data-parallel stream's exposed rest, the optimizer, the
+    parameter gather), the first stage to finish last and its breakdown."""
     finish = []
-    for st, sp in enumerate(plan):
-        t = now[st]
-        exposed_dp = max(0.0, dp_free[st] - t)
+    exposed: list[float] = []
+    for lane, sp in zip(lanes, plan):
+        t = lane.now
+        exposed_dp = max(0.0, lane.dp_free - t)
         t += exposed_dp + sp.optimizer_s + sp.param_gather_s
-        busy[st]["exposed_dp"] = exposed_dp
-        busy[st]["comm"] += sp.param_gather_s
-        busy[st]["optimizer"] = sp.optimizer_s
+        exposed.append(exposed_dp)
         finish.append(t)
     step = max(finish)
-    crit = min(st for st in range(pp) if finish[st] == step)
-    b = busy[crit]
-    breakdown = {"compute": b["compute"], "exposed_comm": b["comm"] + b["exposed_dp"],
-                 "pipeline_bubble": b["pipeline_bubble"], "straggler_wait": 0.0,
-                 "optimizer": b["optimizer"]}
+    crit = min(st for st in range(len(lanes)) if finish[st] == step)
+    b, sp = lanes[crit], plan[crit]
+    breakdown = {"compute": b.compute_s, "exposed_comm": b.comm_s + sp.param_gather_s + exposed[crit],
+                 "pipeline_bubble": b.bubble_s, "straggler_wait": 0.0,
+                 "optimizer": sp.optimizer_s}
     breakdown["other"] = max(0.0, step - sum(breakdown.values()))
     return EngineResult(step, breakdown, crit)

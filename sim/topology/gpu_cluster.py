@@ -31,9 +31,7 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
     spec = cluster.topology
     assert isinstance(spec, GpuClusterSpec)
     g = nx.Graph()
-    gpn = spec.gpus_per_node
-    nodes = cluster.chips // gpn
-    nvlink_Bps = spec.chip.scaleup_link_Bps
+    nodes = cluster.chips // spec.gpus_per_node
     over = cluster.oversubscription if cluster.oversubscription is not None else spec.oversubscription
     # Oversubscription N:1 at the leaf: down ports stay, up ports shrink (and with them the spines).
     up_ports = spec.leaf_down_ports / over
@@ -52,73 +50,95 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
 
     sus = math.ceil(nodes / spec.su_nodes)
     rails = spec.rails
-    k = spec.nics_per_gpu
     net = spec.transport                  # link kind of every NIC and switch link
     dragonfly = spec.layout == "dragonfly"
     for n in range(nodes):
-        su = n // spec.su_nodes
-        for s in range(spec.nvswitches_per_node):
-            g.add_node(f"n{n}/nvs{s}", kind="nvswitch", node=n, nvls=spec.chip.in_network_reduction)
-        for local in range(gpn):
-            dev = n * gpn + local
-            rail = spec.rail_of(local)
-            g.add_node(dev, kind="gpu", node=n, local=local, rail=rail,
-                       host=n * (gpn // spec.host_gpus) + local // spec.host_gpus)
-            for s, nl in enumerate(spec.gpu_switch_links):
-                link(dev, f"n{n}/nvs{s}", nl * nvlink_Bps, nvl_lat, "nvlink", nl)
-            # No NVSwitch (4-GPU HGX boards): mesh_links NVLinks straight to every earlier GPU;
-            # one hop GPU to GPU, so each edge carries both halves of the switch path's latency.
-            for peer in range(n * gpn, dev) if spec.mesh_links else ():
-                link(peer, dev, spec.mesh_links * nvlink_Bps, 2 * nvl_lat, "nvlink", spec.mesh_links)
-            nic = f"n{n}/nic{rail}"
-            if nic not in g:                  # GPUs sharing a NIC reach it over their own PCIe lanes
-                g.add_node(nic, kind="nic", node=n, rail=rail)
-                # a dragonfly switch takes every NIC of its nodes (no rail planes)
-                leaf = f"sw/{su}" if dragonfly else f"leaf/s{su}/r{rail}"
-                if leaf not in g:
-                    g.add_node(leaf, kind="leaf", su=su, rail=None if dragonfly else rail,
-                               sharp=sharp)
-                # A GPU striping several NICs (nics_per_gpu) reaches its leaf over all of them.
-                link(nic, leaf, k * min(spec.nic_Bps, port), ib_lat, net, k)
-            link(dev, nic, spec.pcie_Bps, pcie_lat, "pcie", 1)
+        _build_node(g, spec, n, sharp, (nvl_lat, pcie_lat, ib_lat), link)
 
-    leaves = [(su, r) for su in range(sus) for r in range(rails)]
     tiers = 1 if nodes == 1 else (2 if sus <= spec.two_tier_max_sus else 3)
     if dragonfly:
         tiers = _build_dragonfly(g, spec, sus, port, ib_lat, net, link) if nodes > 1 else 1
     elif spec.pod_sus and nodes > 1:
         tiers = _build_pods(g, spec, sus, rails, up_ports, radix, port, ib_lat, net, sharp, link)
     elif tiers == 2:
-        # Every leaf reaches every spine (NV-SPOD-H100 4-SU layout: 32 leaves x 2 cables to 16 spines).
-        n_spines = math.ceil(len(leaves) * up_ports / radix)
-        spines = [f"spine/{i}" for i in range(n_spines)]
-        for sp in spines:
-            g.add_node(sp, kind="spine", sharp=sharp)
-        for su, r in leaves:
-            for sp in spines:
-                link(f"leaf/s{su}/r{r}", sp, up_ports * port / n_spines, ib_lat, net,
-                     up_ports / n_spines)
+        _build_spines(g, sus, rails, up_ports, radix, port, ib_lat, net, sharp, link)
     elif tiers == 3:
-        # One spine group per rail (half of each spine's ports down), cores join the groups.
-        per_rail = math.ceil(sus * up_ports / (radix / 2))
-        n_cores = math.ceil(rails * per_rail * (radix / 2) / radix)
-        cores = [f"core/{i}" for i in range(n_cores)]
-        for c in cores:
-            g.add_node(c, kind="core", sharp=sharp)
-        for r in range(rails):
-            group = [f"spine/r{r}/{i}" for i in range(per_rail)]
-            for i, sp in enumerate(group):
-                g.add_node(sp, kind="spine", rail=r, sharp=sharp)
-                # Spine i of every rail uses the same slice of cores, so the core layer mixes rails.
-                for ci, share in _spread(i, radix // 2, n_cores).items():
-                    link(sp, cores[ci], share * port, ib_lat, net, share)
-            for su in range(sus):
-                for sp in group:
-                    link(f"leaf/s{su}/r{r}", sp, up_ports * port / per_rail, ib_lat, net,
-                         up_ports / per_rail)
+        _build_rail_spines(g, sus, rails, up_ports, radix, port, ib_lat, net, sharp, link)
     nvls = spec.chip.in_network_reduction and spec.nvswitches_per_node > 0
     return g, GpuFabric(nodes=nodes, tiers=tiers, scalable_units=sus, oversubscription=over,
                         sharp=sharp, nvls=nvls)
+
+
+def _build_node(g: nx.Graph, spec: GpuClusterSpec, n: int, sharp: bool,
+                lat_us: tuple[float, float, float], link: Any) -> None:
+    """Adds node *n*: its NVSwitches, its GPUs wired to them (or to each other), its NICs and the
+    leaf (or dragonfly switch) each NIC is the first to reach; *lat_us*: NVLink, PCIe, network."""
+    nvl_lat, pcie_lat, ib_lat = lat_us
+    gpn = spec.gpus_per_node
+    nvlink_Bps = spec.chip.scaleup_link_Bps
+    dragonfly = spec.layout == "dragonfly"
+    su = n // spec.su_nodes
+    for s in range(spec.nvswitches_per_node):
+        g.add_node(f"n{n}/nvs{s}", kind="nvswitch", node=n, nvls=spec.chip.in_network_reduction)
+    for local in range(gpn):
+        dev = n * gpn + local
+        rail = spec.rail_of(local)
+        g.add_node(dev, kind="gpu", node=n, local=local, rail=rail,
+                   host=n * (gpn // spec.host_gpus) + local // spec.host_gpus)
+        for s, nl in enumerate(spec.gpu_switch_links):
+            link(dev, f"n{n}/nvs{s}", nl * nvlink_Bps, nvl_lat, "nvlink", nl)
+        # No NVSwitch (4-GPU HGX boards): mesh_links NVLinks straight to every earlier GPU;
+        # one hop GPU to GPU, so each edge carries both halves of the switch path's latency.
+        for peer in range(n * gpn, dev) if spec.mesh_links else ():
+            link(peer, dev, spec.mesh_links * nvlink_Bps, 2 * nvl_lat, "nvlink", spec.mesh_links)
+        nic = f"n{n}/nic{rail}"
+        if nic not in g:                  # GPUs sharing a NIC reach it over their own PCIe lanes
+            g.add_node(nic, kind="nic", node=n, rail=rail)
+            # a dragonfly switch takes every NIC of its nodes (no rail planes)
+            leaf = f"sw/{su}" if dragonfly else f"leaf/s{su}/r{rail}"
+            if leaf not in g:
+                g.add_node(leaf, kind="leaf", su=su, rail=None if dragonfly else rail,
+                           sharp=sharp)
+            # A GPU striping several NICs (nics_per_gpu) reaches its leaf over all of them.
+            k = spec.nics_per_gpu
+            link(nic, leaf, k * min(spec.nic_Bps, spec.ib_port_Bps), ib_lat, spec.transport, k)
+        link(dev, nic, spec.pcie_Bps, pcie_lat, "pcie", 1)
+
+
+def _build_spines(g: nx.Graph, sus: int, rails: int, up_ports: float, radix: int, port: float,
+                  lat_us: float, net: str, sharp: bool, link: Any) -> None:
+    """Adds the two-tier spine layer: every leaf reaches every spine (NV-SPOD-H100 4-SU layout:
+    32 leaves x 2 cables to 16 spines)."""
+    leaves = [(su, r) for su in range(sus) for r in range(rails)]
+    n_spines = math.ceil(len(leaves) * up_ports / radix)
+    spines = [f"spine/{i}" for i in range(n_spines)]
+    for sp in spines:
+        g.add_node(sp, kind="spine", sharp=sharp)
+    for su, r in leaves:
+        for sp in spines:
+            link(f"leaf/s{su}/r{r}", sp, up_ports * port / n_spines, lat_us, net, up_ports / n_spines)
+
+
+def _build_rail_spines(g: nx.Graph, sus: int, rails: int, up_ports: float, radix: int, port: float,
+                       lat_us: float, net: str, sharp: bool, link: Any) -> None:
+    """Adds the three-tier layers: one spine group per rail (half of each spine's ports down),
+    cores joining the groups."""
+    per_rail = math.ceil(sus * up_ports / (radix / 2))
+    n_cores = math.ceil(rails * per_rail * (radix / 2) / radix)
+    cores = [f"core/{i}" for i in range(n_cores)]
+    for c in cores:
+        g.add_node(c, kind="core", sharp=sharp)
+    for r in range(rails):
+        group = [f"spine/r{r}/{i}" for i in range(per_rail)]
+        for i, sp in enumerate(group):
+            g.add_node(sp, kind="spine", rail=r, sharp=sharp)
+            # Spine i of every rail uses the same slice of cores, so the core layer mixes rails.
+            for ci, share in _spread(i, radix // 2, n_cores).items():
+                link(sp, cores[ci], share * port, lat_us, net, share)
+        for su in range(sus):
+            for sp in group:
+                link(f"leaf/s{su}/r{r}", sp, up_ports * port / per_rail, lat_us, net,
+                     up_ports / per_rail)
 
 
 def _build_pods(g: nx.Graph, spec: GpuClusterSpec, sus: int, rails: int, up_ports: float,
