@@ -15,7 +15,6 @@ from .errors import ConfigError, InfeasibleError
 from .job import Job
 from .results import SharedJobRecord, StepResult, StragglerRecord
 from .shared_step import shared_step
-from .straggler_step import straggler_step
 from .units import GiB
 
 __all__ = ["PlayedStep", "play_step", "check_step_work", "check_work", "EVENTS_PER_S",
@@ -76,6 +75,10 @@ def play_step(job: Job, seed: int, *, per_rank: bool = False, trace: bool = Fals
     if job.neighbour is not None:
         eng, shared = shared_step(job, trace)
     elif scn.stragglers is not None and not per_rank:
+        # PERF: imported here, as before the run layer: the draws need scipy.special (~50 ms of
+        # every command's start), which only straggler scenarios use.
+        from .straggler_step import straggler_step
+
         eng, stragglers = straggler_step(job, seed, trace)
     else:
         par = scn.parallelism
