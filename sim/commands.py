@@ -142,9 +142,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import os
 
     from .config import read_scenario_raw
+    from .job import DEFAULT_MAX_EVENTS
     from .progress import progress
     from .sweep import parse_over, run_sweep
-    from .training import DEFAULT_MAX_EVENTS
 
     if not args.over:
         raise ConfigError("--over: give at least one KEY=V1,V2,... to sweep")
@@ -208,8 +208,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .config import load_scenario
+    from .job import DEFAULT_MAX_EVENTS
     from .run import run
-    from .training import DEFAULT_MAX_EVENTS
 
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
@@ -225,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run(scn, seed=args.seed, trace=bool(args.trace), per_rank=per_rank, steps=args.steps,
                  max_events=None if args.yes else (args.max_events or DEFAULT_MAX_EVENTS))
     if args.steps > 1 and not args.json:
-        print(f"simulated {args.steps} steps", file=sys.stderr)
+        warn(f"simulated {args.steps} steps")
     if args.trace:
         from .trace import write_trace
 

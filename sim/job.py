@@ -2,7 +2,12 @@
 fit), the topology and collective model it runs on, the per-stage plans and schedule, and, where
 the scenario asks for them, the plans on undegraded links (stragglers' degraded links) and the
 second job sharing the fabric (``cluster.shared_with``). Everything downstream reads these
-fields; nothing re-derives them."""
+fields; nothing re-derives them.
+
+Also the work guard: a job whose steps would process more simulation events than the command
+allows is refused as soon as its plans are known, with the estimate, before anything else is
+planned or played.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import numpy as np
 
 from .collectives import CollectiveModel
 from .config import Scenario
-from .engine import Schedule, StagePlan
+from .engine import Schedule, StagePlan, estimate_events, private_loads
 from .errors import ConfigError
 from .stages import StackEfficiency, plan_stages
 from .topology import Topology, build_topology, paused_gc
@@ -21,7 +26,13 @@ from .workload.layout import Layout
 from .workload.memory import MemoryBreakdown, check_fits, memory_per_chip
 from .workload.transformer import Workload, build_workload
 
-__all__ = ["Job", "Neighbour", "resolve_job", "schedule_of"]
+__all__ = ["Job", "Neighbour", "resolve_job", "schedule_of", "EVENTS_PER_S", "DEFAULT_MAX_EVENTS"]
+
+# Engine speed on the CI machine (benchmarks/test_bench_training.py: ~0.8-0.9 M events/s) and the
+# default work limit of a command: ~10 s of simulation. Larger plans are refused up front with the
+# estimate, and run with --max-events.
+EVENTS_PER_S = 800_000
+DEFAULT_MAX_EVENTS = 8_000_000
 
 
 def schedule_of(scn: Scenario, wl: Workload) -> Schedule:
@@ -31,17 +42,16 @@ def schedule_of(scn: Scenario, wl: Workload) -> Schedule:
                     schedule_kind=par.schedule, group=par.microbatch_group)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Neighbour:
-    """The second job on the next chips of the fabric: its scenario, work and plans."""
+    """The second job on the next chips of the fabric: its scenario, plans and schedule."""
 
     scenario: Scenario
-    workload: Workload
     plans: list[StagePlan]
     schedule: Schedule
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Job:
     """A scenario resolved for the step (module docstring). *clean_plans* / *clean_capacity_Bps*:
     the plans and link capacities before the stragglers' degraded links (the same objects where
@@ -63,14 +73,41 @@ class Job:
     def capacity_Bps(self) -> np.ndarray:
         return self.net.links.capacity_Bps
 
+    def ranks_per_stage(self, per_rank: bool) -> int:
+        """Ranks the engine plays per pipeline stage: all of them (tp x cp x dp) when *per_rank*,
+        else one representative."""
+        par = self.scenario.parallelism
+        return par.tp * par.cp * par.dp if per_rank else 1
+
+
+def _check_work(scn: Scenario, plans: list[StagePlan], schedule: Schedule, capacity_Bps: np.ndarray,
+                max_events: int, steps: int, per_rank: bool, trace: bool) -> None:
+    """Refuse (ConfigError) when *steps* steps would process more simpy events than *max_events*
+    (``sim.engine.estimate_events``), with the time they would take."""
+    par = scn.parallelism
+    per_stage = par.tp * par.cp * par.dp if per_rank else 1
+    sims = par.dp if scn.stragglers is not None and not per_rank else 1
+    delays = private_loads(plans, capacity_Bps, schedule.micro * schedule.vs) if not trace else None
+    events = steps * estimate_events(plans, vs=schedule.vs, micro=schedule.micro,
+                                     ranks_per_stage=per_stage, simulations=sims, delays=delays)
+    if events > max_events:
+        what = f"{scn.source}: {steps} steps" if steps > 1 else f"{scn.source}: this step"
+        minutes = events / EVENTS_PER_S / 60
+        took = f"~{minutes:.0f} minutes" if minutes >= 1 else f"~{minutes * 60:.0f} s"
+        raise ConfigError(f"{what} would process ~{events:,} simulation events ({took}), over the "
+                          f"limit of {max_events:,}; pass --max-events {events} (or --yes) to run "
+                          "it anyway, or shrink training.global_batch / --steps")
+
 
 def resolve_job(scn: Scenario, *, topo: Topology | None = None, net: CollectiveModel | None = None,
                 stack_efficiency: StackEfficiency | None = None, per_rank: bool = False,
+                trace: bool = False, steps: int = 1, max_events: int | None = None,
                 freeze: Callable[[], None] = lambda: None) -> Job:
     """*scn* resolved (module docstring). *topo* / *net*: a topology and collective model already
-    built for ``scn.cluster`` (callers that run many scenarios on one cluster). *per_rank*: the
-    step will be played rank by rank (refused with a neighbour job). *freeze* is called once the
-    topology and its link tables are built (``sim.topology.frozen_gc``)."""
+    built for ``scn.cluster`` (callers that run many scenarios on one cluster; a job sharing its
+    fabric builds its own, for both jobs' chips). *per_rank*, *trace*, *steps*: how the job will
+    be played, for the work guard; *max_events*: its limit (None: none). *freeze* is called once
+    the topology and its link tables are built (``sim.topology.frozen_gc``)."""
     wl = build_workload(scn)
     mem = memory_per_chip(wl)
     check_fits(wl, mem)
@@ -90,19 +127,23 @@ def resolve_job(scn: Scenario, *, topo: Topology | None = None, net: CollectiveM
             from .stragglers import degrade_links
 
             clean = (topo, net or CollectiveModel(topo))
+            # The degraded links are the scenario's (its seed), the same for every --seed / step.
             topo = degrade_links(topo, scn.stragglers, scn.seed)
             net = CollectiveModel(topo)
         net = net or CollectiveModel(topo)
         freeze()
     plans = plan_stages(wl, net, stack_efficiency)
+    schedule = schedule_of(scn, wl)
+    if max_events is not None:
+        _check_work(scn, plans, schedule, net.links.capacity_Bps, max_events, steps, per_rank, trace)
     clean_plans, clean_capacity = plans, net.links.capacity_Bps
-    if clean is not None and clean[0] is not topo:
+    if clean is not None and clean[0] is not topo and not per_rank:      # only stragglers read them
         clean_plans, clean_capacity = plan_stages(wl, clean[1], stack_efficiency), clean[1].links.capacity_Bps
     neighbour = None
     if other is not None:
         owl = build_workload(other)
         check_fits(owl, memory_per_chip(owl))
-        neighbour = Neighbour(other, owl, plan_stages(owl, net, stack_efficiency, offset=scn.cluster.chips),
+        neighbour = Neighbour(other, plan_stages(owl, net, stack_efficiency, offset=scn.cluster.chips),
                               schedule_of(other, owl))
-    return Job(scn, wl, mem, topo, net, plans, schedule_of(scn, wl), Layout.of(scn.parallelism),
+    return Job(scn, wl, mem, topo, net, plans, schedule, Layout.of(scn.parallelism),
                clean_plans, clean_capacity, neighbour)

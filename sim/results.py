@@ -14,7 +14,7 @@ if TYPE_CHECKING:                       # type names only
     from .engine import Interval
     from .faults import FailureRecord
 
-__all__ = ["StepResult", "StragglerRecord", "SharedJobRecord", "StepDistribution", "RunResult"]
+__all__ = ["StepResult", "StragglerAttribution", "StragglerRecord", "SharedJobRecord", "StepDistribution", "RunResult"]
 
 
 @dataclass(frozen=True)
@@ -59,15 +59,29 @@ class StepResult:
 
 
 @dataclass(frozen=True)
-class StragglerRecord:
-    """Who made a straggler step wait (``sim.straggler_step``): the slowest replica, how long the
-    median one waited for it, the slow chips drawn, and the slowdown against the straggler-free
-    step with its attribution (``slowdown``, ``straggler_free_step_s``, ``by_stage``,
-    ``by_replica``, ``by_cause``: Lin et al. OSDI 2025's definitions)."""
+class StragglerAttribution:
+    """The slowdown stragglers caused and who caused it, with the definitions of the measured
+    what-if (Lin et al. OSDI 2025, Eq. 1-4; ``sim.traces.whatif``): *slowdown* S = the step over
+    the straggler-free step; each ``by_*`` maps a group (a pipeline stage, a data-parallel replica,
+    a cause: jitter, slow chips, degraded links) to the step with only its stragglers kept, over
+    the straggler-free step."""
 
-    slowdown: dict[str, Any]
-    replica: int
-    replica_slow_chips: tuple[int, ...]
+    slowdown: float
+    straggler_free_step_s: float
+    by_stage: dict[str, float]
+    by_replica: dict[str, float]
+    by_cause: dict[str, float]
+
+
+@dataclass(frozen=True)
+class StragglerRecord:
+    """Who made a straggler step wait (``sim.straggler_step``): the slowest replica and its slow
+    chips, how long the median replica waited for it, every slow chip drawn, the replicas' step
+    times (min, median, max) and the attribution of the slowdown."""
+
+    attribution: StragglerAttribution
+    slowest_replica: int
+    slowest_replica_chips: tuple[int, ...]
     excess_s: float
     slow_chips: tuple[int, ...]
     replica_step_s: dict[str, float]            # min, median, max over the replicas
@@ -108,8 +122,8 @@ class StepDistribution:
 class RunResult:
     """What ``run(scenario)`` answers: the step, and each part the scenario asked for (None where
     it did not): stragglers, the job sharing the fabric, the step-time distribution, failures and
-    the time to train the failures' token budget, and the cost. *timeline*: the step's intervals
-    when a trace was asked for."""
+    the time to train ``failures.tokens`` (``cost.train``: ``training.tokens``'s), and the cost.
+    *timeline*: the step's intervals when a trace was asked for."""
 
     scenario: Scenario
     step: StepResult
@@ -118,5 +132,5 @@ class RunResult:
     shared: SharedJobRecord | None = None
     distribution: StepDistribution | None = None
     failures: FailureRecord | None = None
-    failures_train: TimeToTrain | None = None
+    failures_time_to_train: TimeToTrain | None = None
     timeline: tuple[Interval, ...] | None = None

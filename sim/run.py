@@ -18,7 +18,7 @@ from .progress import progress
 from .results import RunResult, StepDistribution
 from .stages import StackEfficiency
 from .topology import Topology, frozen_gc
-from .training import check_step_work, play_step
+from .training import play_step
 
 __all__ = ["run"]
 
@@ -31,7 +31,8 @@ def run(scenario: Scenario, seed: int | None = None, *, steps: int = 1, trace: b
     *steps* > 1: that many steps with fresh straggler draws (seeds seed, seed+1, ...) for the
     distribution; *trace*: keep the step's timeline; *per_rank*: play every rank of a stage;
     *max_events*: refuse (ConfigError) before running when the steps would process more simpy
-    events than this (None: no limit). *topo* / *net*: built already for ``scenario.cluster``;
+    events than this (None: no limit). *topo* / *net*: built already for ``scenario.cluster``
+    (a scenario sharing its fabric, ``cluster.shared_with``, builds its own for both jobs);
     *stack_efficiency* overrides ``sim.calibration.STACK_EFFICIENCY`` (for its fit)."""
     step_seed = scenario.seed if seed is None else seed
     # PERF: a large cluster's graph and link tables are millions of long-lived objects that each
@@ -40,22 +41,22 @@ def run(scenario: Scenario, seed: int | None = None, *, steps: int = 1, trace: b
     # until the step is done.
     with frozen_gc() as freeze:
         job = resolve_job(scenario, topo=topo, net=net, stack_efficiency=stack_efficiency,
-                          per_rank=per_rank, freeze=freeze)
-        if max_events is not None:
-            check_step_work(job, max_events=max_events, steps=steps, per_rank=per_rank, trace=trace)
+                          per_rank=per_rank, trace=trace, steps=steps, max_events=max_events,
+                          freeze=freeze)
         played = play_step(job, step_seed, per_rank=per_rank, trace=trace)
         distribution = None
         if steps > 1:
+            # The further draws keep only their step time: nothing that explains it is played.
             times = [played.result.step_time_s] + [
-                play_step(job, step_seed + k).result.step_time_s
+                play_step(job, step_seed + k, extras=False).result.step_time_s
                 for k in progress(range(1, steps), steps - 1, "simulating steps")]
             distribution = StepDistribution.of(times)
     step = played.result
-    failures = failures_train = None
+    failures = failures_time = None
     if scenario.failures is not None:
         failures = failure_report(scenario, step.tokens_per_s, step_seed)
         if scenario.failures.tokens is not None:
-            failures_train = time_to_train(scenario.failures.tokens, step.tokens_per_s, failures.goodput)
+            failures_time = time_to_train(scenario.failures.tokens, step.tokens_per_s, failures.goodput)
     cost = cost_summary(scenario, step.tokens_per_s, failures.goodput if failures else None)
     return RunResult(scenario, step, cost, played.stragglers, played.shared, distribution, failures,
-                     failures_train, tuple(played.engine.intervals) if trace else None)
+                     failures_time, tuple(played.engine.intervals) if trace else None)

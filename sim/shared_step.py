@@ -11,13 +11,17 @@ from .results import SharedJobRecord
 __all__ = ["shared_step"]
 
 
-def shared_step(job: Job, trace: bool) -> tuple[EngineResult, SharedJobRecord]:
-    """The job's step while its neighbour steps on the same links, and the record of both."""
+def shared_step(job: Job, trace: bool,
+                extras: bool = True) -> tuple[EngineResult, SharedJobRecord | None]:
+    """The job's step while its neighbour steps on the same links and, with *extras*, the record
+    of both (each job's step alone on the same links, for what sharing cost)."""
     other = job.neighbour
     assert other is not None
     cap = job.capacity_Bps
     eng, other_steps = simulate_together(job.plans, other.plans, cap, job=job.schedule,
                                          other_job=other.schedule, trace=trace)
+    if not extras:
+        return eng, None
     alone = simulate(job.plans, job.schedule, capacity_Bps=cap).step_time_s
     other_alone = simulate(other.plans, other.schedule, capacity_Bps=cap).step_time_s
     return eng, SharedJobRecord(

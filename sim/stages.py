@@ -114,7 +114,8 @@ def _layer_passes(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: Lay
 
 @dataclass(frozen=True)
 class _DataParallel:
-    """A stage's data-parallel transfers alone on the network, in seconds (0: none)."""
+    """A stage's data-parallel work: its transfers' times alone on the network (seconds, 0: none),
+    what they move, and the optimizer step over the stage's share of the parameters."""
 
     op: str                    # the gradient reduction: reduce-scatter under ZeRO, else all-reduce
     grad_bytes: int            # one layer's bf16 gradients
@@ -124,6 +125,7 @@ class _DataParallel:
     gather_s: float            # ZeRO-3: all-gather one layer's weights
     param_gather_s: float      # ZeRO-1/2: gather the updated weights, what stays exposed
     params: int                # the stage's parameters (its layers and embeddings)
+    chunk_layers: tuple[int, ...]  # the stage's real layers per model chunk
     optimizer_s: float
 
 
@@ -143,7 +145,8 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
                if lay.replicas > 1 else 0.0)
     fsdp = par.zero >= 3 and shard > 1
     gather = net.time("allgather", grad_bytes, dpg).time_s if fsdp else 0.0
-    layers = sum(par.stage_chunk_layers(stage))       # this stage's real layers
+    chunk_layers = tuple(par.stage_chunk_layers(stage))
+    layers = sum(chunk_layers)                        # this stage's real layers
     params = layers * wl.layer.params + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
     opt_params = params / (shard if par.zero >= 1 else 1)
     tr = scn.training
@@ -156,7 +159,8 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
         # next step's forward runs the chunks before it; only what exceeds one micro-batch's
         # forward over the stage stays exposed.
         pg = max(0.0, pg - sum(x.seconds for x in fwd if x.kind == "compute") * layers)
-    return _DataParallel(dp_op, grad_bytes, dp_layer, replica, fsdp, gather, pg, params, optimizer)
+    return _DataParallel(dp_op, grad_bytes, dp_layer, replica, fsdp, gather, pg, params, chunk_layers,
+                        optimizer)
 
 
 def plan_stages(wl: Workload, net: CollectiveModel, stack_efficiency: StackEfficiency | None = None,
@@ -183,7 +187,7 @@ def plan_stages(wl: Workload, net: CollectiveModel, stack_efficiency: StackEffic
             return cm.stream_time_s(i for i in items if isinstance(i, Op))
         plans.append(StagePlan(
             layer_fwd=fwd, layer_bwd=bwd, layers_per_chunk=wl.layers_per_chunk,
-            chunk_layers=par.stage_chunk_layers(stage) if par.uneven else (),
+            chunk_layers=dp.chunk_layers if par.uneven else (),
             first_fwd=t(wl.first_forward), first_bwd=t(wl.first_backward),
             last_fwd=t(wl.last_forward), last_bwd=t(wl.last_backward), p2p_s=p2p,
             dp_layer_s=dp.layer_s, dp_per_microbatch=dp.per_microbatch,

@@ -1,5 +1,7 @@
 """A step with stragglers: every data-parallel replica played with its own draws (jitter, slow
-chips, on degraded links), the slowest setting the step, and who made everyone wait.
+chips, on degraded links), the slowest setting the step, and who made everyone wait. The engine
+record returned is the median replica's (the breakdown ``run`` reports) with its step time set
+to the slowest replica's and its ``straggler_wait`` grown by the difference.
 
 The draws and their statistics are ``sim.stragglers``; this plays them on the engine and
 attributes the slowdown with the definitions of the measured what-if (``sim.traces.whatif``).
@@ -8,13 +10,12 @@ attributes the slowdown with the definitions of the measured what-if (``sim.trac
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from .engine import EngineResult, StagePlan, simulate
 from .job import Job
-from .results import StragglerRecord
+from .results import StragglerAttribution, StragglerRecord
 from .stragglers import ReplicaDraws, draw_slow_devices, replica_draws, replica_jitter
 from .traces.whatif import slowdowns
 
@@ -24,10 +25,11 @@ __all__ = ["straggler_step"]
 _Played = tuple[float, ReplicaDraws, EngineResult]
 
 
-def straggler_step(job: Job, seed: int, trace: bool) -> tuple[EngineResult, StragglerRecord]:
-    """Every data-parallel replica simulated with its own draws; the slowest sets the step. The
-    engine record returned is the median replica's (the breakdown it reports), its
-    ``straggler_wait`` grown by how long that replica waited for the slowest."""
+def straggler_step(job: Job, seed: int, trace: bool,
+                   extras: bool = True) -> tuple[EngineResult, StragglerRecord | None]:
+    """Every data-parallel replica simulated with its own draws; the slowest sets the step (the
+    module docstring says what the engine record returned holds). *extras*: also attribute the
+    slowdown and return the record (else None: the step time alone is wanted)."""
     scn = job.scenario
     cfg = scn.stragglers
     assert cfg is not None
@@ -53,10 +55,12 @@ def straggler_step(job: Job, seed: int, trace: bool) -> tuple[EngineResult, Stra
         assert abs(eng.step_time_s - median[0]) <= 1e-9 * median[0], (eng.step_time_s, median[0])
     eng.breakdown_s["straggler_wait"] += step - median[0]
     eng.step_time_s = step
+    if not extras:
+        return eng, None
     record = StragglerRecord(
-        slowdown=_attribution(job, seed, slow, step, results),
-        replica=slowest[1].replica,
-        replica_slow_chips=tuple(slowest[1].slow_chips),
+        attribution=_attribution(job, seed, slow, step, results),
+        slowest_replica=slowest[1].replica,
+        slowest_replica_chips=tuple(slowest[1].slow_chips),
         excess_s=step - median[0],
         slow_chips=tuple(int(x) for x in slow),
         replica_step_s={"min": ordered[0][0], "median": median[0], "max": step})
@@ -64,7 +68,7 @@ def straggler_step(job: Job, seed: int, trace: bool) -> tuple[EngineResult, Stra
 
 
 def _attribution(job: Job, seed: int, slow: np.ndarray, step_s: float,
-                 results: list[_Played]) -> dict[str, Any]:
+                 results: list[_Played]) -> StragglerAttribution:
     """The slowdown the stragglers caused and who caused it, with the definitions of the measured
     what-if (``sim.traces.whatif.slowdowns``; Lin et al. OSDI 2025, Eq. 1-4): S = step / the
     straggler-free step (no jitter, no slow chip, every link at its rate); a group's attributed
@@ -83,7 +87,8 @@ def _attribution(job: Job, seed: int, slow: np.ndarray, step_s: float,
     draws = [r[1] for r in results]
     links_degraded = job.plans is not job.clean_plans
 
-    def play(plans: list[StagePlan], cap: np.ndarray, jitter: Any = None) -> float:
+    def play(plans: list[StagePlan], cap: np.ndarray,
+             jitter: Callable[[int, int], float] | None = None) -> float:
         return simulate(plans, job.schedule, jitter=jitter, capacity_Bps=cap).step_time_s
 
     ideal_s = play(job.clean_plans, job.clean_capacity_Bps)
@@ -109,11 +114,10 @@ def _attribution(job: Job, seed: int, slow: np.ndarray, step_s: float,
     by_cause = slowdowns(step_with, causes, ideal_s)
     if links_degraded:
         by_cause["degraded_links"] = play(job.plans, job.capacity_Bps) / ideal_s
-    return {
-        "slowdown": step_s / ideal_s,
-        "straggler_free_step_s": ideal_s,
-        "by_stage": slowdowns(step_with, {str(st): (lambda s, c, st=st: s == st)
-                                          for st in range(job.schedule.pp)}, ideal_s),
-        "by_replica": {str(r): max(t, ideal_s) / ideal_s for r, t in sorted(alone.items())},
-        "by_cause": by_cause,
-    }
+    return StragglerAttribution(
+        slowdown=step_s / ideal_s,
+        straggler_free_step_s=ideal_s,
+        by_stage=slowdowns(step_with, {str(st): (lambda s, c, st=st: s == st)
+                                       for st in range(job.schedule.pp)}, ideal_s),
+        by_replica={str(r): max(t, ideal_s) / ideal_s for r, t in sorted(alone.items())},
+        by_cause=by_cause)

@@ -1,57 +1,23 @@
 """One training step of a resolved job (``sim.job``): the engine plays it, alone, with every
 data-parallel replica's stragglers (``sim.straggler_step``) or beside a second job on the same
 links (``sim.shared_step``), and the result is a ``StepResult``.
-
-Also the work guard: a step that would process more simulation events than the command allows
-is refused up front with the estimate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .engine import EngineResult, estimate_events, private_loads, simulate
-from .errors import ConfigError, InfeasibleError
+from .engine import EngineResult, simulate
+from .errors import InfeasibleError
 from .job import Job
 from .results import SharedJobRecord, StepResult, StragglerRecord
 from .shared_step import shared_step
 from .units import GiB
 
-__all__ = ["PlayedStep", "play_step", "check_step_work", "check_work", "EVENTS_PER_S",
-           "DEFAULT_MAX_EVENTS", "MAX_STEP_S"]
+__all__ = ["PlayedStep", "play_step", "MAX_STEP_S"]
 
-# Engine speed on the CI machine (benchmarks/test_bench_training.py: ~0.8-0.9 M events/s) and the
-# default work limit of a command: ~10 s of simulation. Larger plans are refused up front with the
-# estimate, and run with --max-events.
-EVENTS_PER_S = 800_000
-DEFAULT_MAX_EVENTS = 8_000_000
 # A training step longer than this (100 days) means an input outside any real range.
 MAX_STEP_S = 100 * 86400.0
-
-
-def check_work(events: int, max_events: int, what: str) -> None:
-    """ConfigError when *events* exceeds *max_events*, with the time it would take."""
-    if events > max_events:
-        minutes = events / EVENTS_PER_S / 60
-        took = f"~{minutes:.0f} minutes" if minutes >= 1 else f"~{minutes * 60:.0f} s"
-        raise ConfigError(f"{what} would process ~{events:,} simulation events ({took}), over the "
-                          f"limit of {max_events:,}; pass --max-events {events} (or --yes) to run "
-                          "it anyway, or shrink training.global_batch / --steps")
-
-
-def check_step_work(job: Job, *, max_events: int, steps: int = 1, per_rank: bool = False,
-                    trace: bool = False) -> None:
-    """Refuse (ConfigError) before anything runs when *steps* steps of *job* would process more
-    simpy events than *max_events* (``sim.engine.estimate_events``)."""
-    scn, sch = job.scenario, job.schedule
-    par = scn.parallelism
-    per_stage = par.tp * par.cp * par.dp if per_rank else 1
-    sims = par.dp if scn.stragglers is not None and not per_rank else 1
-    delays = private_loads(job.plans, job.capacity_Bps, sch.micro * sch.vs) if not trace else None
-    est = estimate_events(job.plans, vs=sch.vs, micro=sch.micro, ranks_per_stage=per_stage,
-                          simulations=sims, delays=delays)
-    check_work(est * steps, max_events,
-               f"{scn.source}: {steps} steps" if steps > 1 else f"{scn.source}: this step")
 
 
 @dataclass(frozen=True)
@@ -65,28 +31,30 @@ class PlayedStep:
     shared: SharedJobRecord | None = None
 
 
-def play_step(job: Job, seed: int, *, per_rank: bool = False, trace: bool = False) -> PlayedStep:
+def play_step(job: Job, seed: int, *, per_rank: bool = False, trace: bool = False,
+              extras: bool = True) -> PlayedStep:
     """One step of *job* with the draws of *seed*. *per_rank*: every rank of a stage played (not
-    one representative); *trace*: keep the intervals for a timeline."""
+    one representative); *trace*: keep the intervals for a timeline. *extras*: also play what
+    explains the step (the straggler attribution, the step with its transfers alone, the
+    neighbour's step alone); without them only the step itself is played and the records are
+    None (``run --steps``' further draws, which keep only the step time)."""
     scn = job.scenario
     stragglers: StragglerRecord | None = None
     shared: SharedJobRecord | None = None
     link_sharing_s: float | None = None
     if job.neighbour is not None:
-        eng, shared = shared_step(job, trace)
+        eng, shared = shared_step(job, trace, extras)
     elif scn.stragglers is not None and not per_rank:
         # PERF: imported here, as before the run layer: the draws need scipy.special (~50 ms of
         # every command's start), which only straggler scenarios use.
         from .straggler_step import straggler_step
 
-        eng, stragglers = straggler_step(job, seed, trace)
+        eng, stragglers = straggler_step(job, seed, trace, extras)
     else:
-        par = scn.parallelism
-        eng = simulate(job.plans, job.schedule,
-                       ranks_per_stage=par.tp * par.cp * par.dp if per_rank else 1,
+        eng = simulate(job.plans, job.schedule, ranks_per_stage=job.ranks_per_stage(per_rank),
                        groups=job.layout.local_group if per_rank else None,
                        trace=trace, capacity_Bps=job.capacity_Bps)
-        if eng.network_solves and not per_rank:
+        if eng.network_solves and not per_rank and extras:
             # What sharing links cost: the same step with every transfer at its time alone.
             alone = simulate(job.plans, job.schedule).step_time_s
             link_sharing_s = max(0.0, eng.step_time_s - alone)

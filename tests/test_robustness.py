@@ -140,3 +140,19 @@ def test_the_work_estimate_is_within_a_factor_two_of_the_events_played() -> None
         assert played / 2 <= est <= 2 * played or max(est, played) < 1000, (scn.name, est, played)
         checked += 1
     assert checked >= 8
+
+
+def test_the_work_limit_refuses_before_the_neighbour_job_is_planned(tmp_path: Path, capsys) -> None:
+    """The work guard answers as soon as the job's own plans are known: a job over --max-events
+    is refused as such (exit 2) even when its cluster.shared_with neighbour would not fit in
+    memory (exit 3 once it is planned)."""
+    (tmp_path / "other.yaml").write_text(
+        "name: other\ncluster: {topology: dgx-h100, chips: 8}\nmodel: llama3-70b\n"
+        "training: {seq_len: 8192, global_batch: 8}\nparallelism: {tp: 1}\n")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: job\ncluster: {topology: dgx-h100, chips: 8, shared_with: other.yaml}\n"
+                   "model: llama3-8b\ntraining: {seq_len: 4096, global_batch: 8}\nparallelism: {tp: 8}\n")
+    assert main(["run", str(job), "--max-events", "10"]) == 2
+    assert "simulation events" in capsys.readouterr().err
+    assert main(["run", str(job)]) == 3
+    assert "GiB per chip" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy import integrate, stats
@@ -63,7 +65,7 @@ def test_one_slow_gpu_slows_the_whole_step() -> None:
     slow = played.step
     assert slow.step_time_s > 1.5 * clean.step_time_s
     assert slow.breakdown_s["straggler_wait"] > 0
-    assert played.stragglers is not None and len(played.stragglers.replica_slow_chips) == 1
+    assert played.stragglers is not None and len(played.stragglers.slowest_replica_chips) == 1
     assert sum(slow.breakdown_s.values()) == pytest.approx(slow.step_time_s, rel=1e-9)
 
 
@@ -100,7 +102,7 @@ def _attribution(stragglers: dict[str, float], **over: object) -> tuple[float, d
     r = run(scn)
     clean = run(scenario_from_dict({**BASE, **over})).step
     assert r.stragglers is not None
-    return clean.step_time_s, {**r.stragglers.slowdown, "step_s": r.step.step_time_s}
+    return clean.step_time_s, {**dataclasses.asdict(r.stragglers.attribution), "step_s": r.step.step_time_s}
 
 
 def test_one_slow_chip_is_attributed_to_its_stage_replica_and_cause_alone() -> None:

@@ -50,15 +50,19 @@ def step_json(r: RunResult) -> dict[str, Any]:
         out.update(steps=d.steps, step_time_dist_s={"mean": d.mean, "p50": d.p50, "p99": d.p99,
                                                     "min": d.min, "max": d.max})
     if r.failures is not None:
-        out.update(_failures_json(r.failures, r.failures_train))
+        out.update(_failures_json(r.failures, r.failures_time_to_train))
     out.update(_cost_json(r.cost))
     return out
 
 
 def _stragglers_json(x: StragglerRecord) -> dict[str, Any]:
-    return {"straggler_slowdown": x.slowdown, "straggler_replica": x.replica,
-            "straggler_chips": list(x.replica_slow_chips), "straggler_excess_s": x.excess_s,
-            "slow_chips": list(x.slow_chips), "replica_step_s": x.replica_step_s}
+    a = x.attribution
+    return {"straggler_slowdown": {"slowdown": a.slowdown, "straggler_free_step_s": a.straggler_free_step_s,
+                                   "by_stage": a.by_stage, "by_replica": a.by_replica,
+                                   "by_cause": a.by_cause},
+            "straggler_replica": x.slowest_replica, "straggler_chips": list(x.slowest_replica_chips),
+            "straggler_excess_s": x.excess_s, "slow_chips": list(x.slow_chips),
+            "replica_step_s": x.replica_step_s}
 
 
 def _shared_json(n: SharedJobRecord) -> dict[str, Any]:
@@ -153,21 +157,20 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
             f"  goodput          {100 * f.goodput:.1f} % (5-95%: {100 * lo:.1f}-{100 * hi:.1f}), "
             f"effective {f.effective_tokens_per_s:,.0f} tokens/s",
         ]
-        if r.failures_train is not None:
-            lines.append(f"  time to train    {r.failures_train.days:.1f} days for "
-                         f"{r.failures_train.token_budget:.3g} tokens")
+        if r.failures_time_to_train is not None:
+            lines.append(f"  time to train    {r.failures_time_to_train.days:.1f} days for "
+                         f"{r.failures_time_to_train.token_budget:.3g} tokens")
     if trace_file:
         lines.append(f"  trace            {trace_file} (open in ui.perfetto.dev)")
     return "\n".join(lines)
 
 
 def _stragglers_text(x: StragglerRecord) -> list[str]:
-    a = x.slowdown
-    return [f"  stragglers       slowest replica {x.replica} finished "
+    a = x.attribution
+    return [f"  stragglers       slowest replica {x.slowest_replica} finished "
             f"{x.excess_s:.3f} s after the median one"
-            + (f" (slow chips {list(x.replica_slow_chips)})" if x.replica_slow_chips else ""),
-            f"  slowdown         {a['slowdown']:.3f} x the straggler-free step "
-            f"({a['straggler_free_step_s']:.3f} s); with only these stragglers kept:",
-            f"                   by stage {top(a['by_stage'], 4)}; by replica "
-            f"{top(a['by_replica'], 3)}" + (f"; by cause {top(a['by_cause'], 4)}"
-                                              if a["by_cause"] else "")]
+            + (f" (slow chips {list(x.slowest_replica_chips)})" if x.slowest_replica_chips else ""),
+            f"  slowdown         {a.slowdown:.3f} x the straggler-free step "
+            f"({a.straggler_free_step_s:.3f} s); with only these stragglers kept:",
+            f"                   by stage {top(a.by_stage, 4)}; by replica "
+            f"{top(a.by_replica, 3)}" + (f"; by cause {top(a.by_cause, 4)}" if a.by_cause else "")]

@@ -52,7 +52,7 @@ def slowdowns(step_with: Callable[[M], np.ndarray | float], groups: Mapping[str,
     """Eq. 2-4 for any job that can be played with a subset of its stragglers: per group label,
     the mean step with only that group's stragglers kept (*step_with(mask)*) over the mean
     straggler-free step. A measured trace keeps a group's ops at their measured times (``what_if``);
-    a simulated job keeps a group's draws (``sim.training``, ``run`` with ``stragglers:``)."""
+    a simulated job keeps a group's draws (``sim.straggler_step``, ``run`` with ``stragglers:``)."""
     return {label: float(np.mean(step_with(mask)) / ideal_mean_s) for label, mask in groups.items()}
 
 
