@@ -74,10 +74,14 @@ class Job:
         return self.net.links.capacity_Bps
 
     def ranks_per_stage(self, per_rank: bool) -> int:
-        """Ranks the engine plays per pipeline stage: all of them (tp x cp x dp) when *per_rank*,
-        else one representative."""
-        par = self.scenario.parallelism
-        return par.tp * par.cp * par.dp if per_rank else 1
+        return ranks_per_stage(self.scenario, per_rank)
+
+
+def ranks_per_stage(scn: Scenario, per_rank: bool) -> int:
+    """Ranks the engine plays per pipeline stage: all of them (tp x cp x dp) when *per_rank*,
+    else one representative."""
+    par = scn.parallelism
+    return par.tp * par.cp * par.dp if per_rank else 1
 
 
 def _check_work(scn: Scenario, plans: list[StagePlan], schedule: Schedule, capacity_Bps: np.ndarray,
@@ -85,11 +89,10 @@ def _check_work(scn: Scenario, plans: list[StagePlan], schedule: Schedule, capac
     """Refuse (ConfigError) when *steps* steps would process more simpy events than *max_events*
     (``sim.engine.estimate_events``), with the time they would take."""
     par = scn.parallelism
-    per_stage = par.tp * par.cp * par.dp if per_rank else 1
     sims = par.dp if scn.stragglers is not None and not per_rank else 1
     delays = private_loads(plans, capacity_Bps, schedule.micro * schedule.vs) if not trace else None
     events = steps * estimate_events(plans, vs=schedule.vs, micro=schedule.micro,
-                                     ranks_per_stage=per_stage, simulations=sims, delays=delays)
+                                     ranks_per_stage=ranks_per_stage(scn, per_rank), simulations=sims, delays=delays)
     if events > max_events:
         what = f"{scn.source}: {steps} steps" if steps > 1 else f"{scn.source}: this step"
         minutes = events / EVENTS_PER_S / 60
