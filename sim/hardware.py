@@ -45,6 +45,17 @@ class Chip:
     # Host DRAM per accelerator in its standard system (the host's memory / its accelerators):
     # what activation offload may fill. None: no source in the catalogue (offload is refused).
     host_memory_bytes: float | None = None
+    fp4_flops: float | None = None       # dense FP4 (NVFP4 / MXFP4) peak; None: no FP4 tensor cores
+    # HBM a program can allocate: the total CUDA reports (cudaGetDeviceProperties totalGlobalMem,
+    # torch.cuda.get_device_properties().total_memory), where a measurement or a published query
+    # gives it; None: the catalogue capacity (``hbm_bytes``). NVIDIA's "80 GB" / "192 GB" are
+    # closer to GiB than to GB, so the catalogue figure understates what fits.
+    hbm_usable_bytes: float | None = None
+
+    @property
+    def usable_hbm_bytes(self) -> float:
+        """HBM the memory check may fill (``hbm_usable_bytes``, else ``hbm_bytes``)."""
+        return self.hbm_bytes if self.hbm_usable_bytes is None else self.hbm_usable_bytes
 
     @property
     def is_tpu(self) -> bool:
@@ -65,14 +76,18 @@ class Chip:
         return self.scaleup_links * self.scaleup_link_Bps
 
     def peak_flops(self, precision: str) -> float:
-        """Dense peak for *precision* ("bf16" or "fp8"), FLOP/s."""
-        if precision == "bf16":
-            return self.bf16_flops
-        if precision == "fp8":
-            if self.fp8_flops is None:
-                raise ConfigError(f"training.precision: fp8 is not supported on {self.name}; use bf16")
-            return self.fp8_flops
-        raise ConfigError(f"training.precision: got {precision!r}; valid: bf16, fp8")
+        """Dense tensor-core peak of *precision*'s GEMMs, FLOP/s: bf16; fp8 and mxfp8 (FP8
+        elements) at the FP8 peak; nvfp4 at the FP4 peak. Which precisions a chip runs at all is
+        ``sim.precision.precisions_of``."""
+        peaks = {"bf16": self.bf16_flops, "fp8": self.fp8_flops, "mxfp8": self.fp8_flops,
+                 "nvfp4": self.fp4_flops}
+        if precision not in peaks:
+            raise ConfigError(f"training.precision: got {precision!r}; valid: {', '.join(peaks)}")
+        peak = peaks[precision]
+        if peak is None:
+            raise ConfigError(f"training.precision: {precision} is not supported on {self.name}; "
+                              "use bf16")
+        return peak
 
 
 _CHIPS = (
@@ -113,6 +128,9 @@ _CHIPS = (
         usd_per_chip_hour=55.04 / 8,        # AWS p5.48xlarge $55.04/h for 8 GPUs (AWSGPU, 2026-01)
         in_network_reduction=True,          # NVSwitch gen3 SHARP (NV-NVS3; SB-GPU)
         sms=132,                           # GK-H100; validation/compute/h100-sxm-80gb/env.json: 132
+        # validation/compute/h100-sxm-80gb/env.json: total_memory 79.18 GiB (measured here);
+        # nvidia-smi totals 81,559 MiB (modal-labs/modal-client#2797)
+        hbm_usable_bytes=79.18 * GiB,
         price_source="AWS p5.48xlarge on-demand, $55.04/h for 8 GPUs (2026-01)",
         host_memory_bytes=2000 * GB / 8,    # NVIDIA DGX H100 datasheet: 2 TB system memory
     ),
@@ -127,6 +145,7 @@ _CHIPS = (
         usd_per_chip_hour=63.296 / 8,       # AWS p5en.48xlarge $63.296/h for 8 GPUs (AWSGPU)
         in_network_reduction=True,
         sms=132,                           # validation/compute/h200-sxm-141gb/env.json: 132
+        hbm_usable_bytes=139.80 * GiB,     # validation/compute/h200-sxm-141gb/env.json (measured)
         price_source="AWS p5en.48xlarge on-demand, $63.30/h for 8 GPUs",
         host_memory_bytes=2000 * GB / 8,    # NVIDIA DGX H200 datasheet: 2 TB system memory
     ),
@@ -134,6 +153,7 @@ _CHIPS = (
         name="B200", vendor="nvidia", family="B200", arch="blackwell",
         bf16_flops=2250 * TFLOPS,           # GK-B200 (HGX 1000 W); SB-GPU 2.3e15; VERDA 2.25 PF
         fp8_flops=4500 * TFLOPS,            # GK-B200; SB-GPU 4.5e15
+        fp4_flops=9000 * TFLOPS,            # GK-B200; SB-GPU 9.0e15 (FACTS.md 1a)
         hbm_bytes=192 * GB,                 # GK-B200, SB-GPU (VERDA 180 GB: we follow the two agreeing)
         hbm_Bps=8000 * GB,                  # SB-GPU table 8.0e12 (VERDA 7.7e12, SB prose 9e12)
         scaleup_links=18, scaleup_link_Bps=50 * GB,   # NVLink5: 18 x 50 = 900 GB/s per dir (SB-GPU)
@@ -141,6 +161,9 @@ _CHIPS = (
         usd_per_chip_hour=113.9328 / 8,     # AWS p6-b200.48xlarge $113.9328/h for 8 GPUs (AWSGPU)
         in_network_reduction=True,
         sms=148,                           # NVIDIA Blackwell: 148 SMs per B200 (two 74-SM dies)
+        # CUDA totalGlobalMem 178.35 GiB (pytorch/ao#4002, a device query on a B200; nvidia-smi
+        # totals 183,359 MiB, NVIDIA/TensorRT-LLM#10278)
+        hbm_usable_bytes=178.35 * GiB,
         price_source="AWS p6-b200.48xlarge on-demand, $113.93/h for 8 GPUs",
     ),
     # GB200 NVL72: the Blackwell GPU of a GB200 superchip, at the NVL72's 1,200 W. GK-B200 gives
@@ -150,6 +173,7 @@ _CHIPS = (
         name="GB200", vendor="nvidia", family="B200", arch="blackwell",
         bf16_flops=2500 * TFLOPS,           # GK-B200 ("GB200 variant of B200 configured to 1,200 W")
         fp8_flops=5000 * TFLOPS,            # GK-B200 (VERDA 4,500)
+        fp4_flops=10000 * TFLOPS,           # GK-B200 (VERDA 9,000)
         hbm_bytes=186 * GB,                 # MLPERF-GB200: 186 GB usable HBM3e per GPU
         hbm_Bps=7700 * GB,                  # VERDA 7.7 TB/s
         scaleup_links=18, scaleup_link_Bps=50 * GB,   # NVLink5: 18 x 50 GB/s per dir (SB-GPU; datacrunch)

@@ -12,9 +12,14 @@ model, the memory model and the step plan:
   ``partial`` (Megatron/Apex fusions: LayerNorm, bias-GeLU, bias-dropout-add; the rest eager) or
   ``fused`` (every norm, activation, RoPE and residual streams its tensors once: Transformer
   Engine, torch.compile, XLA);
-- ``fp8_linear``: under ``precision: fp8`` only the linear layers' GEMMs run in FP8, forward and
-  backward (Transformer Engine's Linear/LayerNormLinear/LayerNormMLP; torchao Float8Linear);
-  attention, softmax, norms and the output head stay bf16. A profile without it runs no FP8 GEMM.
+- ``low_precision``: the low-precision formats (``sim.precision``: ``fp8``, ``mxfp8``, ``nvfp4``)
+  the stack's linear layers run, forward and backward (Transformer Engine's
+  Linear/LayerNormLinear/LayerNormMLP; torchao Float8Linear / MXLinear); attention, softmax, norms
+  and the output head stay bf16. A profile with none runs no low-precision GEMM (``fp8_linear``:
+  whether it runs FP8);
+- ``quantized_saves``: a linear layer keeps its quantized input for the backward instead of the
+  BF16 one, and caches quantized weights for the step (Transformer Engine); otherwise it keeps the
+  BF16 input and quantizes again in the backward (torchao's float8 / MX training);
 - ``tp_comm_overlap``: sequence-parallel all-gathers and reduce-scatters pipelined with the GEMMs
   that consume or produce them (Transformer Engine userbuffers, Megatron ``--tp-comm-overlap``);
 - ``param_gather_overlap``: the ZeRO-1/2 weight all-gather after the optimizer overlapped with the
@@ -64,7 +69,8 @@ class SoftwareProfile:
     framework: str
     attention: str                 # ATTENTION_KERNELS, or "auto"
     elementwise: str               # ELEMENTWISE
-    fp8_linear: bool
+    low_precision: tuple[str, ...]
+    quantized_saves: bool
     tp_comm_overlap: bool
     param_gather_overlap: bool
     optimizer: str                 # OPTIMIZERS
@@ -81,6 +87,11 @@ class SoftwareProfile:
                              (self.selective_recompute, SELECTIVE_RECOMPUTE)):
             if value not in valid:
                 raise ValueError(f"software profile {self.framework}: {value!r} is not one of {valid}")
+
+    @property
+    def fp8_linear(self) -> bool:
+        """The stack's linear layers run FP8 (per-tensor scaling)."""
+        return "fp8" in self.low_precision
 
     def describe(self) -> dict[str, object]:
         """Plain JSON fields (for ``--json`` and the run table)."""
@@ -114,8 +125,12 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # Megatron's own ColumnParallelLinear, megatron/core/models/gpt/gpt_model.py; FP8 attention is
     # off by default, TE recipe fp8_dpa=False); --tp-comm-overlap and --overlap-param-gather in
     # NeMo's recipes; TE/Apex FusedAdam (megatron/core/optimizer); TE's CPU offload context.
+    # Low precision: TE's recipes DelayedScaling / Float8CurrentScaling (fp8), MXFP8BlockScaling
+    # and NVFP4BlockScaling (TE 2.x API docs, transformer_engine.common.recipe); te.Linear saves
+    # its quantized input for the wgrad and caches quantized weights across micro-batches.
     SoftwareProfile(framework="megatron-te", attention="auto", elementwise="fused",
-                    fp8_linear=True, tp_comm_overlap=True, param_gather_overlap=True,
+                    low_precision=("fp8", "mxfp8", "nvfp4"), quantized_saves=True,
+                    tp_comm_overlap=True, param_gather_overlap=True,
                     optimizer="adamw_fused", host_kernel_s=_TE_HOST_S, runs_on_tpu=False,
                     eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
                     offload_overlap=True),
@@ -123,14 +138,16 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # scale-mask-softmax between two batched GEMMs (--use-flash-attn came later and is off by
     # default); Apex fused LayerNorm, bias-GeLU and bias-dropout-add fusions; Apex FusedAdam.
     SoftwareProfile(framework="megatron", attention="xla", elementwise="partial",
-                    fp8_linear=False, tp_comm_overlap=False, param_gather_overlap=False,
+                    low_precision=(), quantized_saves=False,
+                    tp_comm_overlap=False, param_gather_overlap=False,
                     optimizer="adamw_fused", host_kernel_s=_TE_HOST_S, runs_on_tpu=False,
                     eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
                     offload_overlap=False),
     # Megatron-DeepSpeed (BLOOM, vTrain's runs): Megatron's kernels as above, DeepSpeed's
     # pipeline and ZeRO; --use-flash-attn is off by default (megatron/arguments.py).
     SoftwareProfile(framework="deepspeed", attention="xla", elementwise="partial",
-                    fp8_linear=False, tp_comm_overlap=False, param_gather_overlap=False,
+                    low_precision=(), quantized_saves=False,
+                    tp_comm_overlap=False, param_gather_overlap=False,
                     optimizer="adamw_fused", host_kernel_s=_TE_HOST_S, runs_on_tpu=False,
                     eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
                     offload_overlap=False),
@@ -141,15 +158,21 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # Float8Linear for FP8 linears. Eager autograd; SDPA in [b, heads, s, d] layout as torchtitan
     # writes it (torchtitan/models/llama/model.py ``Attention.forward``: SDPA's output, then its
     # ``transpose(1, 2).contiguous()`` copy for the out-projection).
+    # Low precision through torchao: Float8Linear (fp8) and MX training (mxfp8, torchtitan's
+    # ``mx`` model converter); NVFP4 training is not released there (pytorch/ao#3293 tracks it).
+    # torchao's autograd functions save the high-precision input and quantize it again in the
+    # backward, so no quantized copy is kept (the same for the two profiles below).
     SoftwareProfile(framework="pytorch-eager", attention="auto", elementwise="eager",
-                    fp8_linear=True, tp_comm_overlap=False, param_gather_overlap=False,
+                    low_precision=("fp8", "mxfp8"), quantized_saves=False,
+                    tp_comm_overlap=False, param_gather_overlap=False,
                     optimizer="adamw_foreach", host_kernel_s=_EAGER_HOST_S, runs_on_tpu=False,
                     eager_autograd=True, sdpa_output_copy=True, selective_recompute="op-sac",
                     offload_overlap=False),
     # torch.compile: Inductor fuses the elementwise ops around the GEMMs and SDPA; same kernels
     # for matmuls and attention; its min-cut partitioner leaves the fused stacks' activations.
     SoftwareProfile(framework="torch-compile", attention="auto", elementwise="fused",
-                    fp8_linear=True, tp_comm_overlap=False, param_gather_overlap=False,
+                    low_precision=("fp8", "mxfp8"), quantized_saves=False,
+                    tp_comm_overlap=False, param_gather_overlap=False,
                     optimizer="adamw_foreach", host_kernel_s=_COMPILED_HOST_S, runs_on_tpu=False,
                     eager_autograd=False, sdpa_output_copy=False, selective_recompute="op-sac",
                     offload_overlap=False),
@@ -157,7 +180,8 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # pytorch-eager), fused AdamW by default (pytorch/torchtitan#881), Float8Linear for FP8;
     # prefetching of the next layer's weights is in the engine for every ZeRO-3 run.
     SoftwareProfile(framework="pytorch-fsdp", attention="auto", elementwise="eager",
-                    fp8_linear=True, tp_comm_overlap=False, param_gather_overlap=False,
+                    low_precision=("fp8", "mxfp8"), quantized_saves=False,
+                    tp_comm_overlap=False, param_gather_overlap=False,
                     optimizer="adamw_fused", host_kernel_s=_EAGER_HOST_S, runs_on_tpu=False,
                     eager_autograd=True, sdpa_output_copy=True, selective_recompute="op-sac",
                     offload_overlap=False),
@@ -169,7 +193,8 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # flash kernels return [b, s, heads, d], whose reshape to [b, s, h] is a view
     # (llmfoundry/models/layers/attention.py), so no copy of the attention output.
     SoftwareProfile(framework="llm-foundry", attention="triton", elementwise="eager",
-                    fp8_linear=True, tp_comm_overlap=False, param_gather_overlap=False,
+                    low_precision=("fp8",), quantized_saves=True,
+                    tp_comm_overlap=False, param_gather_overlap=False,
                     optimizer="adamw_foreach", host_kernel_s=_EAGER_HOST_S, runs_on_tpu=False,
                     eager_autograd=True, sdpa_output_copy=False, selective_recompute="op-sac",
                     offload_overlap=False),
@@ -181,13 +206,15 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # tensor-parallel all-gathers and reduce-scatters hide behind the matmuls next to them.
     # Selective recomputation is its minimal_flash remat policy, the one its GPU configs run.
     SoftwareProfile(framework="maxtext", attention="auto", elementwise="fused",
-                    fp8_linear=True, tp_comm_overlap=True, param_gather_overlap=False,
+                    low_precision=("fp8",), quantized_saves=False,
+                    tp_comm_overlap=True, param_gather_overlap=False,
                     optimizer="adamw_fused", host_kernel_s=0.0, runs_on_tpu=True,
                     eager_autograd=False, sdpa_output_copy=False,
                     selective_recompute="minimal_flash", offload_overlap=True),
     # Paxml/Praxis (JAX/XLA): dot-product attention compiled by XLA (scores through HBM).
     SoftwareProfile(framework="paxml", attention="xla", elementwise="fused",
-                    fp8_linear=True, tp_comm_overlap=False, param_gather_overlap=False,
+                    low_precision=("fp8",), quantized_saves=False,
+                    tp_comm_overlap=False, param_gather_overlap=False,
                     optimizer="adamw_fused", host_kernel_s=0.0, runs_on_tpu=True,
                     eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
                     offload_overlap=True),

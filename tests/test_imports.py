@@ -51,7 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hardware",),                                     # chip catalogue
     ("software", "topology_spec", "compute"),          # stack profiles; topology specs; kernel formulas
     #                                                    and fits (compute.kernels, compute.tables)
-    ("calibration",),                                  # fitted constants (of compute.kernels' records)
+    ("calibration", "precision"),                      # fitted constants; training precisions
     ("config",),                                       # YAML -> typed scenario
     ("topology",),                                     # spec + size -> graph
     ("workload", "traces"),                            # scenario -> per-rank ops; measured trace ->

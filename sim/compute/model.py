@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from .. import calibration as cal
 from ..hardware import Chip
+from ..precision import active_recipe
 from ..software import SoftwareProfile
 from ..workload.transformer import Op
 from .kernels import (
@@ -93,7 +94,7 @@ class ComputeModel:
         self.profile = profile
         self.gpu = not chip.is_tpu
         self.bf16_peak = chip.bf16_flops
-        self.fp8 = precision == "fp8" and profile.fp8_linear and chip.fp8_faster
+        self.recipe = active_recipe(precision, chip, profile)   # None: every GEMM in BF16
         self.hbm_Bps = chip.hbm_Bps
         table = cal.STACK_EFFICIENCY if stack_efficiency is None else stack_efficiency
         self.stack_efficiency = stack_efficiency_of(table, stack_key(profile, chip, precision))
@@ -106,15 +107,19 @@ class ComputeModel:
                          for dt, p in cal.GEMM_HOPPER.items()}
 
     # ------------------------------------------------------------------ kernels
-    def gemm_s(self, m: int, n: int, k: int, fp8: bool = False, batch: int = 1) -> float:
+    def gemm_s(self, m: int, n: int, k: int, fp8: bool = False, batch: int = 1,
+               dtype: str = "bf16") -> float:
+        """One (batched) GEMM's time with inputs in *dtype* (bf16, fp8, mxfp8, nvfp4; ``fp8=True``
+        is ``dtype="fp8"``) at the chip's peak for it."""
+        dtype = "fp8" if fp8 else dtype
         if not self.gpu:
             flops = 2.0 * m * n * k * batch
             nbytes = 2.0 * batch * (m * k + k * n + m * n)
             return gemm_curve_time_s(flops, nbytes, self.bf16_peak, cal.TPU_GEMM_E_MAX,
                                      cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps * cal.TPU_MEMORY_FRACTION)
-        if fp8:
-            assert self.chip.fp8_flops is not None
-            return gemm_time_s(m, n, k, 1.0, self.chip.fp8_flops, self.sms, self.hbm_Bps,
+        if dtype != "bf16":
+            in_B = 0.5 + 1.0 / 16 if dtype == "nvfp4" else 1.0
+            return gemm_time_s(m, n, k, in_B, self.chip.peak_flops(dtype), self.sms, self.hbm_Bps,
                                self.gemm["fp8"], batch)
         return gemm_time_s(m, n, k, 2.0, self.bf16_peak, self.sms, self.hbm_Bps,
                            self.gemm["bf16"], batch)
@@ -186,12 +191,26 @@ class ComputeModel:
             assert op.attn is not None, op
             return self.attention_s(op.attn, op.cls)
         m, n, k = op.shape
-        if self.fp8 and op.cls == "linear":
-            # FP8 GEMM plus the cast of its activation / gradient operand to FP8 (bf16 read,
-            # fp8 written) that Transformer Engine runs beside it.
-            return (self.gemm_s(m, n, k, fp8=True, batch=op.batch)
-                    + self.memory_s(3.0 * m * k * op.batch, "cast"))
-        return self.gemm_s(m, n, k, batch=op.batch)
+        bf16 = self.gemm_s(m, n, k, batch=op.batch)
+        recipe = self.recipe
+        if recipe is None or op.cls != "linear":
+            return bf16
+        low = self.gemm_s(m, n, k, batch=op.batch, dtype=recipe.name)
+        quantized = self._quantized_elements(op)
+        if quantized:
+            low += self.memory_s(recipe.quantize_B(self.chip) * quantized, "cast")
+        return recipe.bf16_share * bf16 + (1.0 - recipe.bf16_share) * low
+
+    def _quantized_elements(self, op: Op) -> float:
+        """Elements a low-precision linear GEMM quantizes first (``sim.precision``): the forward
+        its input (m x k), the dgrad the output gradient (m x k: tokens x outputs); the wgrad reads
+        the copies those wrote, unless the stack kept the BF16 input (torchao), which the wgrad
+        quantizes again (its m x k: inputs x tokens). Weights are quantized once a step and
+        cached across micro-batches (not charged: a few milliseconds a step)."""
+        m, _, k = op.shape
+        if op.name.endswith("-wgrad") and self.profile.quantized_saves:
+            return 0.0
+        return float(m) * k * op.batch
 
     def stream_time_s(self, ops: Iterable[Op]) -> float:
         """A stretch of kernels on one stream: the sum of their times, or the host's time to issue
@@ -202,13 +221,14 @@ class ComputeModel:
 
     def kernels(self, op: Op) -> int:
         """Kernel launches one op takes: an unfused attention pass is its GEMMs and a softmax
-        (3 forward, 5 backward), a flash kernel's recompute none, an FP8 linear its cast and GEMM."""
+        (3 forward, 5 backward), a flash kernel's recompute none, a low-precision linear its
+        quantization (where it has one) and GEMM."""
         if op.kind == "attention":
             if self.profile.attention == "xla":
                 return 5 if op.cls == "bwd" else 3
             return 0 if op.cls == "recompute" else 1
-        if op.kind == "gemm" and self.fp8 and op.cls == "linear":
-            return 2
+        if op.kind == "gemm" and self.recipe is not None and op.cls == "linear":
+            return 2 if self._quantized_elements(op) else 1
         return 1
 
     def optimizer_s(self, nbytes: float) -> float:

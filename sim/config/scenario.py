@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..models import PRESETS, ModelSpec, MoE
-from ..software import FRAMEWORKS, resolve_software
+from ..precision import PRECISIONS, check_chip, check_stack
+from ..software import resolve_software
 from ..topology_spec import GpuClusterSpec
 from .fields import Section, parse_tokens, show
 from .overrides import apply_overrides
@@ -85,11 +86,7 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     software = resolve_software(soft_s.text("framework") if soft_s.has("framework") else None,
                                 soft_s.text("attention") if soft_s.has("attention") else None,
                                 cluster.chip)
-    if training.precision == "fp8" and not software.fp8_linear:
-        fp8 = [n for n, p in FRAMEWORKS.items() if p.fp8_linear]
-        raise ConfigError(f"training.precision: fp8 needs a framework with FP8 linear layers; "
-                          f"{software.framework} has none; use bf16, or software.framework: "
-                          f"{', '.join(fp8[:-1])} or {fp8[-1]}")
+    check_stack(training.precision, cluster.chip, software)
     strag = (_stragglers(top.section("stragglers", SECTION_KEYS["stragglers"]))
              if "stragglers" in raw else None)
     fail = (_failures(top.section("failures", SECTION_KEYS["failures"]))
@@ -257,15 +254,14 @@ def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
         seq_len=s.integer("seq_len", 4096),
         global_batch=s.opt_int("global_batch"),
         micro_batch=s.integer("micro_batch", 1),
-        precision=s.text("precision", "bf16", ("bf16", "fp8")),
+        precision=s.text("precision", "bf16", PRECISIONS),
         recompute=s.text("recompute", "selective", ("none", "selective", "full")),
         tokens=parse_tokens(s.raw["tokens"], s.at("tokens")) if s.has("tokens") else None,
         optimizer_state=s.text("optimizer_state", "fp32", OPTIMIZER_STATES),
         master_weights=s.flag("master_weights", True),
         vocab_tiling=s.integer("vocab_tiling", 1),
     )
-    if t.precision == "fp8" and cluster.chip.fp8_flops is None:
-        raise ConfigError(f"training.precision: fp8 is not supported on {cluster.chip.name}; use bf16")
+    check_chip(t.precision, cluster.chip, s.at("precision"))
     if s.has("remat_policy"):           # the per-tensor policy decides; `recompute` then does not
         name, policy = parse_remat_policy(s.raw["remat_policy"], s.at("remat_policy"))
         t = replace(t, remat_policy_name=name, remat_policy=policy)

@@ -120,7 +120,7 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
         f"  step time        {s.step_time_s:.3f} s",
         f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.chips:,.0f} per chip)",
         f"  MFU              {100 * s.mfu:.1f} %",
-        f"  memory per chip  {s.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.hbm_bytes / 2**30:.1f} GiB",
+        f"  memory per chip  {s.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.usable_hbm_bytes / 2**30:.1f} GiB",
         f"  cost             ${s.cost_usd_per_million_tokens:.3f} per million tokens at "
         f"${r.cost.usd_per_chip_hour:.2f} per chip-hour ({r.cost.price_source})",
         "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in s.breakdown_s.items() if v > 1e-9),

@@ -39,6 +39,12 @@ What each stack keeps (recompute ``none`` / ``selective``), by the facts of its 
 - ``full`` (every stack): the layer input only.
 - A ``training.remat_policy`` (any stack): the layer input plus each named tensor where the policy
   puts it (``device``: HBM; ``offload``: pinned host memory; ``remat``: recomputed).
+
+Under a low-precision recipe (``sim.precision``) on a stack with ``quantized_saves`` (Transformer
+Engine), a linear layer keeps the quantized copy of its input that its wgrad reads instead of the
+BF16 tensor: ``attn_norm_out``, ``mlp_norm_out`` and ``mlp_act`` shrink to the recipe's bytes per
+element; ``context`` stays BF16 (the attention backward reads it) and gains the quantized copy
+the out-projection saves. The recipe's BF16 layers keep BF16 tensors.
 """
 
 from __future__ import annotations
@@ -47,8 +53,14 @@ from dataclasses import dataclass
 
 from ..config import Scenario
 from ..config.remat import REMAT_PRESETS
+from ..precision import active_recipe
 
 __all__ = ["LayerActivations", "layer_activation_bytes", "kept_tensors"]
+
+# Linear-layer inputs a quantizing stack keeps as its quantized copy instead of BF16, and the one
+# that another op also reads in BF16 (the attention output: the attention backward's ``O``).
+_QUANTIZED_INPUTS = ("attn_norm_out", "mlp_norm_out", "mlp_act")
+_ALSO_QUANTIZED = ("context",)
 
 _BASE = ("decoder_layer_input", "attn_norm_out", "query_proj", "key_proj", "value_proj", "context",
          "mlp_norm_in", "mlp_norm_out", "mlpwi_0", "mlpwi_1", "mlp_act")
@@ -104,6 +116,17 @@ def kept_tensors(scn: Scenario) -> dict[str, str]:
     return {t: "device" for t in names}
 
 
+def _quantized_scale(scn: Scenario) -> tuple[float, float]:
+    """(bytes kept per BF16 byte of a quantized linear input, extra bytes per BF16 byte of the
+    attention output): (1, 0) unless the stack keeps quantized inputs under an active recipe."""
+    recipe = active_recipe(scn.training.precision, scn.cluster.chip, scn.software)
+    if recipe is None or not scn.software.quantized_saves:
+        return 1.0, 0.0
+    low = recipe.element_B / 2.0
+    share = recipe.bf16_share
+    return share + (1.0 - share) * low, (1.0 - share) * low
+
+
 def layer_activation_bytes(scn: Scenario) -> LayerActivations:
     """Bytes one layer keeps per micro-batch on one chip (module docstring), split into HBM and
     host memory."""
@@ -112,10 +135,12 @@ def layer_activation_bytes(scn: Scenario) -> LayerActivations:
     tokens = scn.training.micro_batch * par.local_seq_len
     sp = par.sequence_parallel and t > 1
     sizes = _sizes(scn)
+    scale, extra = _quantized_scale(scn)
     out = {"device": 0.0, "offload": 0.0}
     for name, loc in kept_tensors(scn).items():
         per_token, split = sizes[name]
-        out[loc] += tokens * per_token / (t if split == "tp" or sp else 1)
+        factor = scale if name in _QUANTIZED_INPUTS else 1.0 + extra if name in _ALSO_QUANTIZED else 1.0
+        out[loc] += factor * tokens * per_token / (t if split == "tp" or sp else 1)
     return LayerActivations(out["device"], out["offload"])
 
 

@@ -14,6 +14,10 @@ stage holds at once is its schedule's own peak (``schedules.stage_activation_pea
 s holds pp - s, interleaving Megatron's warm-up depth, each chunk with its real layers).
 The output head's fp32 logits (4 b s V / t bytes) are divided by ``training.vocab_tiling``
 (MaxText ``num_vocab_tiling``: the loss computed in that many chunks of the logits).
+Under a low-precision recipe a stack that keeps quantized copies (Transformer Engine) also holds
+the quantized weights of its linear layers for the step (``weights_quantized``: the recipe's
+copies per weight, sim/precision.py; TE caches them across micro-batches), and keeps quantized
+linear inputs as activations (sim/workload/activations.py).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 
 from ..config import Scenario
 from ..errors import InfeasibleError
+from ..precision import active_recipe
 from ..units import GiB
 from .activations import layer_activation_bytes
 from .schedules import stage_activation_peak_B
@@ -48,18 +53,21 @@ class MemoryBreakdown:
     activations_per_microbatch_B: float = 0.0
     in_flight: float = 1.0
     offloaded_B: float = 0.0
+    weights_quantized_B: float = 0.0
 
     @property
     def total_B(self) -> float:
         """HBM per chip: every term but the offloaded activations."""
-        return (self.weights_B + self.gradients_B + self.optimizer_B + self.activations_B
-                + self.logits_B + self.reserved_B)
+        return (self.weights_B + self.weights_quantized_B + self.gradients_B + self.optimizer_B
+                + self.activations_B + self.logits_B + self.reserved_B)
 
     def as_GiB(self) -> dict[str, float]:
         """Every term in GiB, named for ``memory_breakdown_GiB`` (``run --json``); ``total`` is the
         HBM estimate (offloaded_host excluded), activations = activations_per_microbatch x the
         micro-batches in flight."""
-        return {"weights": self.weights_B / GiB, "gradients": self.gradients_B / GiB,
+        return {"weights": self.weights_B / GiB,
+                "weights_quantized": self.weights_quantized_B / GiB,
+                "gradients": self.gradients_B / GiB,
                 "optimizer": self.optimizer_B / GiB, "activations": self.activations_B / GiB,
                 "activations_per_microbatch": self.activations_per_microbatch_B / GiB,
                 "logits": self.logits_B / GiB, "reserved": self.reserved_B / GiB,
@@ -109,7 +117,19 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     logits = head if pp == 1 else 0.0
     return MemoryBreakdown(weights, grads, optim, acts, RUNTIME_RESERVED_B, logits_B=logits,
                            activations_per_microbatch_B=layer_act * layers, in_flight=in_flight,
-                           offloaded_B=host)
+                           offloaded_B=host, weights_quantized_B=_quantized_weights_B(wl, layers))
+
+
+def _quantized_weights_B(wl: Workload, layers: int) -> float:
+    """The quantized copies of a stage's linear weights a quantizing stack caches for the step
+    (the layers' parameters: norms are a rounding error; embedding and head stay BF16)."""
+    scn: Scenario = wl.scenario
+    chip, par = scn.cluster.chip, scn.parallelism
+    recipe = active_recipe(scn.training.precision, chip, scn.software)
+    if recipe is None or not scn.software.quantized_saves:
+        return 0.0
+    per_param = recipe.copies(chip) * recipe.element_B * (1.0 - recipe.bf16_share)
+    return per_param * layers * wl.layer.params / (par.shard_ranks if par.zero >= 3 else 1)
 
 
 def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
@@ -124,7 +144,7 @@ def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
             f"GiB of host memory per chip (model estimate) but a {chip.name} host has "
             f"{host_cap / GiB:.1f} GiB per chip; try: keep fewer tensors offloaded in "
             "training.remat_policy; lower training.micro_batch")
-    cap = chip.hbm_bytes
+    cap = chip.usable_hbm_bytes
     if mem.total_B <= cap:
         return
     par, tr = scn.parallelism, scn.training
@@ -141,9 +161,11 @@ def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
         hints.append(f"raise training.vocab_tiling (now {tr.vocab_tiling})")
     hints.append("raise parallelism.tp or pp")
     offl = f", offloaded to host {mem.offloaded_B / GiB:.1f}" if mem.offloaded_B else ""
+    quant = (f" + {mem.weights_quantized_B / GiB:.1f} quantized copies"
+             if mem.weights_quantized_B else "")
     raise InfeasibleError(
         f"{scn.source}: needs {mem.total_B / GiB:.1f} GiB per chip (model estimate: weights "
-        f"{mem.weights_B / GiB:.1f}, gradients {mem.gradients_B / GiB:.1f}, optimizer "
+        f"{mem.weights_B / GiB:.1f}{quant}, gradients {mem.gradients_B / GiB:.1f}, optimizer "
         f"{mem.optimizer_B / GiB:.1f}, activations {mem.activations_B / GiB:.1f} = "
         f"{mem.activations_per_microbatch_B / GiB:.2f} x {mem.in_flight:g} micro-batches in "
         f"flight, logits {mem.logits_B / GiB:.1f}, reserved {mem.reserved_B / GiB:.1f}{offl}) "

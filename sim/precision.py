@@ -1,0 +1,142 @@
+"""Training precisions: what each ``training.precision`` runs on which chip, under which stack.
+
+``bf16`` is mixed precision with BF16 tensor-core GEMMs everywhere. The low-precision formats run
+only the linear layers' GEMMs (forward ``fprop``, backward ``dgrad`` and ``wgrad``) in the low
+precision; attention, softmax, norms, the router and the output head stay BF16 (Transformer
+Engine's ``te.Linear`` family; torchao's ``Float8Linear`` / ``MXLinear``; NVIDIA, "Pretraining
+Large Language Models with NVFP4", arXiv 2509.25149, section 4: "only the GEMMs inside linear
+layers ... Fprop, Wgrad, Dgrad"):
+
+- ``fp8``: Hopper-style FP8 with one scale per tensor (TE ``DelayedScaling`` /
+  ``Float8CurrentScaling``; e4m3 forward, e5m2 gradients). Hopper's FP8 tensor cores take only
+  K-major (TN) operands, so each quantized operand is also written transposed for the GEMM that
+  reduces over the other dimension (TE's fused cast-transpose); Blackwell's take either layout
+  and need one copy (TE skips the transpose on sm100).
+- ``mxfp8``: OCP microscaling FP8, e4m3 elements with one e8m0 scale per 32 elements along the
+  reduction dimension (TE ``MXFP8BlockScaling``). The blocks run along K, which differs between
+  the forward/dgrad and the wgrad GEMM, so every operand is quantized twice (row-wise and
+  column-wise), each with its scales: 1 + 1/32 bytes per element. Blackwell tensor cores only
+  (block-scaled MMA, ``tcgen05.mma ... block_scale``).
+- ``nvfp4``: e2m1 elements with one e4m3 scale per 16 elements plus an fp32 scale per tensor
+  (TE ``NVFP4BlockScaling``): 0.5 + 1/16 bytes per element, row-wise and column-wise copies, a
+  16x16 random Hadamard transform fused into the wgrad operands' quantization and stochastic
+  rounding of gradients (arXiv 2509.25149 section 4; pytorch/ao#3293 lists the same kernels).
+  The recipe keeps about 16% of the linear layers in BF16 (arXiv 2509.25149: "selective
+  high-precision layers", the last blocks): ``bf16_share``. Blackwell only, at the FP4 peak.
+
+Each recipe also says what the stack keeps: the quantized copy of each linear layer's input saved
+for the backward in place of the BF16 tensor (TE saves the quantized input its wgrad reads; torchao
+saves the high-precision input and quantizes again in the backward), and the quantized weight
+copies cached for the step (TE caches them across micro-batches: ``is_first_microbatch``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .hardware import Chip
+from .software import FRAMEWORKS, SoftwareProfile
+
+__all__ = ["PRECISIONS", "LOW_PRECISIONS", "Recipe", "RECIPES", "recipe_of", "active_recipe", "check_chip", "check_stack",
+           "precisions_of"]
+
+LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
+PRECISIONS = ("bf16",) + LOW_PRECISIONS
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """One low-precision format as a GEMM sees it and as memory holds it.
+
+    ``element_B``: bytes per element of one quantized copy, its scales included; ``copies``: the
+    quantized copies of each operand a quantization writes (row-wise, and column-wise or
+    transposed where the other GEMM needs it); ``peak``: which of the chip's peaks its GEMMs run
+    at (``fp8`` or ``fp4``); ``bf16_share``: the share of linear layers the recipe keeps in BF16.
+    """
+
+    name: str
+    element_B: float
+    copies_hopper: int
+    copies_blackwell: int
+    peak: str
+    bf16_share: float = 0.0
+
+    def copies(self, chip: Chip) -> int:
+        """Quantized copies of one operand on *chip* (Hopper needs a transposed one for fp8)."""
+        return self.copies_hopper if chip.arch == "hopper" else self.copies_blackwell
+
+    def quantize_B(self, chip: Chip) -> float:
+        """HBM bytes one quantization kernel moves per element: the BF16 read and every copy
+        written (the amax / block-max is taken in the same pass)."""
+        return 2.0 + self.copies(chip) * self.element_B
+
+
+# NVFP4's BF16 share: arXiv 2509.25149 keeps "about 16%" of the linear layers in BF16 (its 12B
+# model's last blocks); taken as a share of every stage's linear GEMMs (assumed: spread evenly).
+NVFP4_BF16_SHARE = 0.16
+
+RECIPES: dict[str, Recipe] = {
+    "fp8": Recipe("fp8", element_B=1.0, copies_hopper=2, copies_blackwell=1, peak="fp8"),
+    "mxfp8": Recipe("mxfp8", element_B=1.0 + 1.0 / 32, copies_hopper=2, copies_blackwell=2,
+                    peak="fp8"),
+    "nvfp4": Recipe("nvfp4", element_B=0.5 + 1.0 / 16, copies_hopper=2, copies_blackwell=2,
+                    peak="fp4", bf16_share=NVFP4_BF16_SHARE),
+}
+
+
+def recipe_of(precision: str) -> Recipe | None:
+    """The recipe of a low precision; None for bf16."""
+    return RECIPES.get(precision)
+
+
+def active_recipe(precision: str, chip: Chip, software: SoftwareProfile) -> Recipe | None:
+    """The recipe a run's linear layers really run: *precision*'s where the stack runs the format
+    and the chip's tensor cores run it faster than BF16; None otherwise (an FP8 run on a chip
+    whose FP8 peak equals its BF16 one, TPU v5p say, is a BF16 run)."""
+    recipe = RECIPES.get(precision)
+    if recipe is None or precision not in software.low_precision:
+        return None
+    if precision not in precisions_of(chip) or chip.peak_flops(precision) <= chip.bf16_flops:
+        return None
+    return recipe
+
+
+def precisions_of(chip: Chip) -> tuple[str, ...]:
+    """The precisions *chip*'s tensor cores run: FP8 where it has an FP8 peak; the block-scaled
+    formats on Blackwell only (Hopper has no block-scaled MMA: MXFP8 there is an emulation, not a
+    tensor-core path); NVFP4 where it also has an FP4 peak."""
+    out = ["bf16"]
+    if chip.fp8_flops is not None:
+        out.append("fp8")
+    if chip.arch == "blackwell" and chip.fp8_flops is not None:
+        out.append("mxfp8")
+    if chip.arch == "blackwell" and chip.fp4_flops is not None:
+        out.append("nvfp4")
+    return tuple(out)
+
+
+def check_chip(precision: str, chip: Chip, where: str = "training.precision") -> None:
+    """ConfigError (one line: the field, the value, what is valid) for a precision *chip*'s
+    tensor cores cannot run."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"{where}: unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
+    valid = precisions_of(chip)
+    if precision not in valid:
+        why = ("block-scaled formats need Blackwell tensor cores" if precision in ("mxfp8", "nvfp4")
+               else "no FP8 tensor-core path")
+        raise ConfigError(f"{where}: {precision} is not supported on {chip.name} ({why}); "
+                          f"valid on {chip.name}: {', '.join(valid)}")
+
+
+def check_stack(precision: str, chip: Chip, software: SoftwareProfile,
+                where: str = "training.precision") -> None:
+    """ConfigError for a low precision the stack's linear layers do not run."""
+    if precision == "bf16" or precision in software.low_precision:
+        return
+    able = [n for n, p in FRAMEWORKS.items() if precision in p.low_precision
+            and (p.runs_on_tpu or not chip.is_tpu)]
+    names = f"{', '.join(able[:-1])} or {able[-1]}" if len(able) > 1 else "".join(able)
+    raise ConfigError(f"{where}: {precision} needs a framework with {precision.upper()} linear "
+                      f"layers; {software.framework} has none; use bf16, or "
+                      f"software.framework: {names}")
