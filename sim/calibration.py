@@ -171,9 +171,12 @@ TPU_SPLASH_VS_GEMM = 0.75
 # sim.compute.tables.fit_memory_fractions on memory_bound.csv (median over its shapes; eager
 # PyTorch kernels: F.rms_norm, silu(u) * v, x + y). `copy` (a 2 GiB device-to-device copy) stands
 # for a fused elementwise kernel that streams its tensors once.
+# `quantize`: the fused per-tensor FP8 quantization kernels (amax, scale and cast, with or without
+# the transposed copy) of quantize_compiled.csv, the rate every low-precision recipe's quantize
+# kernels run at (sim/precision.py; assumed for the block-scaled formats, which Hopper cannot run).
 MEMORY_FRACTION: dict[str, float] = {
-    "copy": 0.879, "residual_add": 0.855, "rmsnorm_fwd": 0.515, "rmsnorm_bwd": 0.245,
-    "swiglu_fwd": 0.304,
+    "copy": 0.879, "quantize": 0.666, "residual_add": 0.855, "rmsnorm_fwd": 0.515,
+    "rmsnorm_bwd": 0.245, "swiglu_fwd": 0.304,
 }
 # TPU: a copy reaches 6.42 of ~7.37 TB/s on TPU7x (compute_and_tpu.md A2): 0.87; XLA fuses
 # elementwise work, so every memory-bound op runs at that fraction.

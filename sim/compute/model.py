@@ -197,8 +197,9 @@ class ComputeModel:
             return bf16
         low = self.gemm_s(m, n, k, batch=op.batch, dtype=recipe.name)
         quantized = self._quantized_elements(op)
-        if quantized:
-            low += self.memory_s(recipe.quantize_B(self.chip) * quantized, "cast")
+        if quantized:               # a fused quantize kernel, whatever the stack's elementwise mode
+            low += memory_time_s(recipe.quantize_B(self.chip) * quantized, self.hbm_Bps,
+                                 cal.MEMORY_FRACTION["quantize"])
         return recipe.bf16_share * bf16 + (1.0 - recipe.bf16_share) * low
 
     def _quantized_elements(self, op: Op) -> float:

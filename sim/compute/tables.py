@@ -28,6 +28,9 @@ GPU_FOLDERS = {"h100-sxm-80gb": "H100-SXM", "h200-sxm-141gb": "H200"}
 BACKENDS = {"CUDNN_ATTENTION": "cudnn", "FLASH_ATTENTION": "flash-attention-2"}
 # The memory-bound ops the tables measure (validation/compute/README.md).
 MEMORY_OPS = frozenset({"copy", "rmsnorm_fwd", "rmsnorm_fwd+bwd", "swiglu_fwd", "residual_add"})
+# The fused per-tensor FP8 quantization kernels of quantize_compiled.csv (amax, scale, cast; the
+# cast-transpose also writes the transposed copy Hopper's FP8 GEMMs need).
+QUANTIZE_OPS = frozenset({"pertensor_current", "cast_transpose_current"})
 # Rows shorter than this are mostly launch and event latency (README: "< ~30 us"); the fit skips
 # them, the report keeps them.
 FIT_MIN_S = 20e-6
@@ -120,6 +123,18 @@ def load_cases(folder: Path) -> list[KernelCase]:
         for r in _rows(path):
             op = _pick(r, "op", MEMORY_OPS, path)
             out.append(KernelCase("memory_bound.csv", "memory", op, f"{op} {r.get('shape', '')}",
+                                  _num(r, "time_us", path) * 1e-6,
+                                  nbytes=_num(r, "bytes_moved", path)))
+    path = folder / "quantize_compiled.csv"
+    if path.exists():
+        # FP8 quantization as a fused kernel (Inductor-compiled: one kernel per cast, as TE's cast
+        # kernels are): the per-tensor casts only; the MXFP8 rows emulate on Hopper what Blackwell
+        # runs in hardware-aided kernels, and the eager rows are chains of small kernels.
+        for r in _rows(path):
+            op = _pick(r, "op", QUANTIZE_OPS | {"mxfp8_rowwise", "mxfp8_rowwise_colwise"}, path)
+            if op not in QUANTIZE_OPS:
+                continue
+            out.append(KernelCase(path.name, "memory", "quantize", f"{op} {r.get('tokens')}x{r.get('hidden')}",
                                   _num(r, "time_us", path) * 1e-6,
                                   nbytes=_num(r, "bytes_moved", path)))
     path = folder / "optimizer.csv"
