@@ -20,6 +20,8 @@ model, the memory model and the step plan:
 - ``quantized_saves``: a linear layer keeps its quantized input for the backward instead of the
   BF16 one, and caches quantized weights for the step (Transformer Engine); otherwise it keeps the
   BF16 input and quantizes again in the backward (torchao's float8 / MX training);
+- ``quantized_params``: the formats whose linear weights the stack holds as quantized parameters,
+  with no BF16 model copy beside the optimizer's fp32 master (Megatron ``--fp8-param-gather``);
 - ``tp_comm_overlap``: sequence-parallel all-gathers and reduce-scatters pipelined with the GEMMs
   that consume or produce them (Transformer Engine userbuffers, Megatron ``--tp-comm-overlap``);
 - ``param_gather_overlap``: the ZeRO-1/2 weight all-gather after the optimizer overlapped with the
@@ -80,6 +82,7 @@ class SoftwareProfile:
     sdpa_output_copy: bool
     selective_recompute: str       # SELECTIVE_RECOMPUTE
     offload_overlap: bool
+    quantized_params: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for value, valid in ((self.attention, ATTENTION_KERNELS + ("auto",)),
@@ -128,12 +131,15 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # Low precision: TE's recipes DelayedScaling / Float8CurrentScaling (fp8), MXFP8BlockScaling
     # and NVFP4BlockScaling (TE 2.x API docs, transformer_engine.common.recipe); te.Linear saves
     # its quantized input for the wgrad and caches quantized weights across micro-batches.
+    # Megatron-Bridge's FP8 (delayed, current scaling) and MXFP8 recipes set fp8_param_gather:
+    # the weights are FP8 parameters, no BF16 copy; its NVFP4 recipe has no FP4 parameters
+    # ("fp4_param ... not supported for now", src/megatron/bridge/training/mixed_precision.py).
     SoftwareProfile(framework="megatron-te", attention="auto", elementwise="fused",
                     low_precision=("fp8", "mxfp8", "nvfp4"), quantized_saves=True,
                     tp_comm_overlap=True, param_gather_overlap=True,
                     optimizer="adamw_fused", host_kernel_s=_TE_HOST_S, runs_on_tpu=False,
                     eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
-                    offload_overlap=True),
+                    offload_overlap=True, quantized_params=("fp8", "mxfp8")),
     # Megatron-LM before Transformer Engine (2020-2022 papers): attention through Megatron's fused
     # scale-mask-softmax between two batched GEMMs (--use-flash-attn came later and is off by
     # default); Apex fused LayerNorm, bias-GeLU and bias-dropout-add fusions; Apex FusedAdam.

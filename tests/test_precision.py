@@ -119,6 +119,11 @@ def test_a_quantizing_stack_keeps_quantized_inputs_and_caches_quantized_weights(
     assert te.weights_quantized_B == pytest.approx(layers * wl.layer.params * 2 * (1 + 1 / 32))
     assert ao.activations_B == ao_bf16.activations_B and ao.weights_quantized_B == 0
     assert "weights_quantized" in te.as_GiB()
+    # Megatron holds FP8 / MXFP8 weights as FP8 parameters (fp8_param_gather): no BF16 copy of the
+    # layers' weights; NVFP4 keeps its BF16 weights beside the quantized copies
+    assert te.weights_B < bf16.weights_B / 2
+    assert memory_per_chip(build_workload(scn("nvfp4"))).weights_B == bf16.weights_B
+    assert ao.weights_B == ao_bf16.weights_B
 
 
 def test_hopper_fp8_keeps_a_transposed_copy_blackwell_does_not() -> None:

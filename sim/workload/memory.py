@@ -17,7 +17,9 @@ The output head's fp32 logits (4 b s V / t bytes) are divided by ``training.voca
 Under a low-precision recipe a stack that keeps quantized copies (Transformer Engine) also holds
 the quantized weights of its linear layers for the step (``weights_quantized``: the recipe's
 copies per weight, sim/precision.py; TE caches them across micro-batches), and keeps quantized
-linear inputs as activations (sim/workload/activations.py).
+linear inputs as activations (sim/workload/activations.py). Where the stack holds those weights
+as quantized parameters (``software.quantized_params``: Megatron's fp8_param_gather), their BF16
+copy is gone from ``weights``.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     shard = par.shard_ranks            # ZeRO shards over the shard group (zero_group), not replicas
     layers = par.layers_per_stage
     params = layers * wl.layer.params + wl.embed_params * (2 if pp == 1 else 1)
-    weights = 2.0 * params / (shard if par.zero >= 3 else 1)
+    weights = 2.0 * (params - _quantized_params(wl, layers)) / (shard if par.zero >= 3 else 1)
     grads = 2.0 * params / (shard if par.zero >= 2 else 1)
     per_param = optimizer_bytes_per_param(tr.optimizer_state, tr.master_weights)
     optim = per_param * params / (shard if par.zero >= 1 else 1)
@@ -118,6 +120,16 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     return MemoryBreakdown(weights, grads, optim, acts, RUNTIME_RESERVED_B, logits_B=logits,
                            activations_per_microbatch_B=layer_act * layers, in_flight=in_flight,
                            offloaded_B=host, weights_quantized_B=_quantized_weights_B(wl, layers))
+
+
+def _quantized_params(wl: Workload, layers: int) -> float:
+    """The stage's layer parameters a stack holds only as quantized parameters (no BF16 copy):
+    ``software.quantized_params`` under its active recipe, less the recipe's BF16 layers."""
+    scn: Scenario = wl.scenario
+    recipe = active_recipe(scn.training.precision, scn.cluster.chip, scn.software)
+    if recipe is None or recipe.name not in scn.software.quantized_params:
+        return 0.0
+    return (1.0 - recipe.bf16_share) * layers * wl.layer.params
 
 
 def _quantized_weights_B(wl: Workload, layers: int) -> float:
