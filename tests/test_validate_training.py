@@ -450,7 +450,8 @@ def test_topology_chip_table_matches_topology_files() -> None:
     for topo, chip in TOPOLOGY_CHIPS.items():
         assert load_topology_spec(topo).chip.name == chip
     peaks_TFLOPs = {"dgx-a100": 312, "dgx-a100-40gb": 312, "hgx-a100-4nic": 312, "dgx-h100": 989.4, "dgx-h200": 990,
-                    "dgx-b200": 2250, "gb200-nvl72": 2500, "tpu-v4": 275, "tpu-v5e": 197, "tpu-v5p": 459, "tpu-v6e": 918}
+                    "dgx-b200": 2250, "gb200-nvl72": 2500,
+                    "tpu-v4": 275, "tpu-v5e": 197, "tpu-v5p": 459, "tpu-v6e": 918}
     assert {t: CATALOGUE[c].bf16_flops / 1e12 for t, c in TOPOLOGY_CHIPS.items()} == pytest.approx(peaks_TFLOPs)
 
 
