@@ -291,7 +291,7 @@ def test_nonsense_prediction_is_a_bug(data: Path) -> None:
     ([("nope", "seq_len", "1", "why")], "not in runs.csv"),
     ([("a100-step", "step_time_s", "1", "why")], "cannot be overridden"),
     ([("a100-step", "seq_len", "1024", "")], "reason"),
-    ([("a100-step", "topology", "dgx-b200", "why")], "topology"),
+    ([("a100-step", "topology", "dgx-v100", "why")], "topology"),
     ([("a100-step", "seq_len", "1024", "a"), ("a100-step", "seq_len", "512", "b")], "duplicate"),
 ])
 def test_bad_overrides(tmp_path: Path, overrides: list[tuple[str, str, str, str]], match: str) -> None:
@@ -450,6 +450,7 @@ def test_topology_chip_table_matches_topology_files() -> None:
     for topo, chip in TOPOLOGY_CHIPS.items():
         assert load_topology_spec(topo).chip.name == chip
     peaks_TFLOPs = {"dgx-a100": 312, "dgx-a100-40gb": 312, "hgx-a100-4nic": 312, "dgx-h100": 989.4, "dgx-h200": 990,
+                    "dgx-b200": 2250, "gb200-nvl72": 2500,
                     "tpu-v4": 275, "tpu-v5e": 197, "tpu-v5p": 459, "tpu-v6e": 918}
     assert {t: CATALOGUE[c].bf16_flops / 1e12 for t, c in TOPOLOGY_CHIPS.items()} == pytest.approx(peaks_TFLOPs)
 

@@ -97,6 +97,8 @@ class _RowMapper(RowReader):
             if rule.note:
                 self.assumptions.append(rule.note)
             topo = rule.topology
+            if topo not in TOPOLOGY_CHIPS:
+                raise _Unsupported(f"topology {topo} (hardware {hardware!r}) is not bundled")
         for pattern, note in _FABRIC_NOTES:
             if re.search(pattern, hardware, re.IGNORECASE):
                 self.assumptions.append(note)

@@ -26,6 +26,8 @@ TOPOLOGY_CHIPS = types.MappingProxyType({
     "hgx-a100-4nic": "A100-SXM-80GB",
     "dgx-h100": "H100-SXM",
     "dgx-h200": "H200",
+    "dgx-b200": "B200",
+    "gb200-nvl72": "GB200",
     "tpu-v4": "TPU-v4",
     "tpu-v5e": "TPU-v5e",
     "tpu-v5p": "TPU-v5p",
@@ -67,6 +69,15 @@ HARDWARE_RULES: tuple[HardwareRule, ...] = (
     HardwareRule(r"GCP A3", "dgx-h100", "", max_chips=GPUS_PER_NODE,
                  beyond_reason="GCP A3 VMs talk over GPUDirect-TCPX (4 x 200 Gb/s per VM), not the "
                                "DGX H100's 8 x 400 Gb/s InfiniBand; only single-VM runs map"),
+    # Blackwell. MLPerf Training v5.x systems: HGX/DGX 8-GPU B200 and B300 servers, GB200/GB300
+    # NVL72 racks (4-GPU compute trays, one 72-GPU NVLink domain). "GB300" before "B300": the
+    # word boundary keeps r"\bB300\b" from matching "GB300" anyway, the order says it. B300 and
+    # GB300 map to the topologies dgx-b300 and gb300-nvl72, unsupported until they are bundled
+    # (TOPOLOGY_CHIPS).
+    HardwareRule(r"\bGB300\b", "gb300-nvl72"),
+    HardwareRule(r"\bGB200\b", "gb200-nvl72"),
+    HardwareRule(r"\bB300\b", "dgx-b300"),
+    HardwareRule(r"\bB200\b", "dgx-b200"),
     HardwareRule(r"\bH200\b", "dgx-h200"),
     HardwareRule(r"\bH100\b", "dgx-h100"),
     HardwareRule(r"vTrain validation cluster", "hgx-a100-4nic",
@@ -89,9 +100,15 @@ _FABRIC_NOTES: tuple[tuple[str, str], ...] = (
     (r"RoCE", "RoCE fabric modelled as the topology's InfiniBand fat-tree at the same per-GPU rate"),
 )
 
-# precision column -> scenario precision. Checked in order; FP8 first ("BF16 + Float8 linears" runs
-# its matmuls in FP8). FP16 mixed precision has the same tensor-core peak as BF16 on every chip here.
+# precision column -> scenario precision. Checked in order; the low precisions first ("BF16 + Float8
+# linears" runs its matmuls in FP8), and the Blackwell block-scaled formats before plain FP8:
+# NVFP4 (Transformer Engine NVFP4BlockScaling, MLPerf v5.1 FP4=True FP4_RECIPE=nvfp4) -> nvfp4;
+# MXFP8 (TE MXFP8BlockScaling, FP8_RECIPE=mxfp8) -> mxfp8; any other FP8 (per-tensor delayed or
+# current scaling, "FP8-CS", FP8_RECIPE=tensorwise/delayed) -> fp8. FP16 mixed precision has the
+# same tensor-core peak as BF16 on every chip here.
 _PRECISION_RULES: tuple[tuple[str, str], ...] = (
+    (r"nvfp4|\bfp4\b", "nvfp4"),
+    (r"mxfp8", "mxfp8"),
     (r"fp8|float8", "fp8"),
     (r"bf16|bfloat16", "bf16"),
     (r"fp16|mixed", "bf16"),
