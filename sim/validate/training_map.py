@@ -228,6 +228,8 @@ class _RowMapper(RowReader):
                     "precision": self.precision(topo), **self.recompute()}
         par, slices = parallelism(self, chips, model)
         cluster: dict[str, Any] = {"topology": topo, "chips": chips}
+        if (domain := self.nvl_domain(topo, chips)) is not None:
+            cluster["nvl_domain"] = domain
         if slices > 1:
             if not CATALOGUE[TOPOLOGY_CHIPS[topo]].is_tpu:
                 raise _Unsupported(f"{slices} slices/pods on GPUs: GPU topologies are one fabric")
@@ -242,6 +244,26 @@ class _RowMapper(RowReader):
             raw["software"] = {"framework": fw}
         return topo, raw
 
+    def nvl_domain(self, topo: str, chips: int) -> int | None:
+        """The job's GPUs per NVL72 rack (``cluster.nvl_domain``) where it does not fill whole
+        racks: the notes' Slurm ``SEGMENT=N trays`` (4 GPUs a compute tray), else, for a job that
+        is no whole number of racks, 64 a rack when that divides it (assumed: how MLPerf's
+        NVL72 configs that state it place their jobs) or the job's own size within one rack."""
+        if topo not in NVL72_TOPOLOGIES:
+            return None
+        if m := re.search(r"SEGMENT=(\d+) trays", self.notes):
+            return 4 * int(m.group(1))
+        if chips % 72 == 0:
+            return None
+        if chips < 72:
+            self.assumptions.append(f"placement not published: the job's {chips} GPUs in one rack")
+            return chips
+        if chips % 64:
+            raise _Unsupported(f"{chips} GPUs on NVL72 racks with no placement published")
+        self.assumptions.append("placement not published: 64 GPUs a rack (as the configs that "
+                                "state it: SEGMENT=16 trays)")
+        return 64
+
     def framework(self) -> str | None:
         """The ``framework`` column (the stack the source ran), None for the chip's default."""
         text = self.row.get("framework", "").strip()
@@ -253,6 +275,9 @@ class _RowMapper(RowReader):
             return None
         raise ConfigError(f"{self.where}: framework: got {text!r}; valid: "
                           f"{', '.join(FRAMEWORKS)}, other")
+
+
+NVL72_TOPOLOGIES = ("gb200-nvl72", "gb300-nvl72")
 
 
 def map_runs(data_dir: Path) -> tuple[MappedRun, ...]:
