@@ -45,6 +45,8 @@ class Chip:
     # Host DRAM per accelerator in its standard system (the host's memory / its accelerators):
     # what activation offload may fill. None: no source in the catalogue (offload is refused).
     host_memory_bytes: float | None = None
+    # Dense FP4 (NVFP4, MXFP4) tensor-core peak, FLOP/s; None: no FP4 tensor-core path.
+    fp4_flops: float | None = None
 
     @property
     def is_tpu(self) -> bool:
@@ -134,6 +136,7 @@ _CHIPS = (
         name="B200", vendor="nvidia", family="B200", arch="blackwell",
         bf16_flops=2250 * TFLOPS,           # GK-B200 (HGX 1000 W); SB-GPU 2.3e15; VERDA 2.25 PF
         fp8_flops=4500 * TFLOPS,            # GK-B200; SB-GPU 4.5e15
+        fp4_flops=9000 * TFLOPS,            # GK-B200; SB-GPU 9.0e15
         hbm_bytes=192 * GB,                 # GK-B200, SB-GPU (VERDA 180 GB: we follow the two agreeing)
         hbm_Bps=8000 * GB,                  # SB-GPU table 8.0e12 (VERDA 7.7e12, SB prose 9e12)
         scaleup_links=18, scaleup_link_Bps=50 * GB,   # NVLink5: 18 x 50 = 900 GB/s per dir (SB-GPU)
@@ -150,6 +153,7 @@ _CHIPS = (
         name="GB200", vendor="nvidia", family="B200", arch="blackwell",
         bf16_flops=2500 * TFLOPS,           # GK-B200 ("GB200 variant of B200 configured to 1,200 W")
         fp8_flops=5000 * TFLOPS,            # GK-B200 (VERDA 4,500)
+        fp4_flops=10000 * TFLOPS,           # GK-B200 (VERDA 9,000)
         hbm_bytes=186 * GB,                 # MLPERF-GB200: 186 GB usable HBM3e per GPU
         hbm_Bps=7700 * GB,                  # VERDA 7.7 TB/s
         scaleup_links=18, scaleup_link_Bps=50 * GB,   # NVLink5: 18 x 50 GB/s per dir (SB-GPU; datacrunch)
