@@ -119,6 +119,12 @@ def test_blackwell_attention_runs_its_own_fit() -> None:
                                            * cal.FA4_SPEEDUP_VS_CUDNN["bwd"])
 
 
+def test_flash_attention_4_is_a_blackwell_kernel() -> None:
+    assert resolve_software("megatron-te", "flash-attention-4", B200).attention == "flash-attention-4"
+    with pytest.raises(ConfigError, match="flash-attention-4 is a Blackwell kernel"):
+        resolve_software("megatron-te", "flash-attention-4", H100)
+
+
 # ----------------------------------------------------------------------------- the report
 
 @pytest.fixture(scope="module")
