@@ -1,10 +1,10 @@
 """Calibration constants: the one place for numbers fitted to measurements.
 
 Each constant names the data it was fitted on and how: the kernel constants on the H100 kernel
-tables (re-fitted by ``tests/test_calibration.py``), the link efficiency on the collectives'
-calibration split (``tests/test_validation_budgets.py``) and the stack efficiencies on the
-training runs' calibration split (``tests/test_validation_training.py``). Constants taken from a
-publication rather than fitted say so and cite it.
+tables and the published Blackwell ones (re-fitted by ``tests/test_calibration.py``), the link
+efficiency on the collectives' calibration split (``tests/test_validation_budgets.py``) and the
+stack efficiencies on the training runs' calibration split (``tests/test_validation_training.py``).
+Constants taken from a publication rather than fitted say so and cite it.
 """
 
 from __future__ import annotations
@@ -118,11 +118,86 @@ MAMF_RATIO_VS_HOPPER: dict[str, dict[str, float]] = {
     "hopper": {"bf16": 1.0, "fp8": 1.0},
     "blackwell": {"bf16": 0.776 / 0.803, "fp8": 0.763 / 0.709},
 }
-# The GB200 (arch "blackwell" too) takes the B200's ratios: the same two-die GPU at 1,200 W instead
-# of 1,000 W (FACTS.md 1a). Assumed: it sustains the same fraction of its higher catalogue peak
-# (2.5 vs 2.25 PFLOP/s BF16); no matmul sweep on a GB200 was found. Memory-bound ops run at the
-# H100-fitted fractions of each chip's own HBM bandwidth (MEMORY_FRACTION below), attention at the
-# Hopper fit scaled by the same ratio (sim.compute.model).
+# Blackwell has its own fits (GEMM_BLACKWELL, ATTENTION_BLACKWELL below); its entry here is what
+# it was modelled with before them, kept for reference and no longer read by the model.
+
+# ----------------------------------------------------------------------------- Blackwell kernels
+#
+# Fitted on published B200 and GB200 measurements (validation/compute/b200/, gb200/; each table
+# cited in validation/compute/README.md) by the functions named, re-derived by
+# tests/test_calibration.py. The sources each kernel kind is fitted on, by the tables' `source`
+# column; every other row is reported as a test (``clustersim validate --suite compute``).
+BLACKWELL_FIT_SOURCES: dict[str, frozenset[str]] = {
+    "gemm": frozenset({"xla-sm100", "deepgemm-pr348-cublaslt"}),
+    "cudnn": frozenset({"cudnn-fe-gb200-llama3.1-cudnn9.23"}),
+    "flash-attention-4": frozenset({"cudnn-fe-gb200-llama3.1-cudnn9.23"}),
+    "flash-attention-2": frozenset({"cudnn-fe-b200-cudnn9.13"}),
+}
+# GEMM tile/wave model per input dtype on B200 (arch "blackwell"), at the chip's own peak for it,
+# with the Hopper tile shapes (sim.compute.kernels.GEMM_TILES; Blackwell's two-SM 256-row tiles are
+# not modelled: the fitted terms absorb them).
+# bf16, fp8: sim.compute.tables.fit_gemm on gemm_shapes.csv's xla-sm100 rows (XLA's sm_100 matmul
+#   table, e4m3 x e4m3 for fp8) at the 11 shapes whose bf16 row takes >= 20 us
+#   (tables.same_shape_rows: each dtype on the same shapes). Kernel-time table: call_s is small.
+# mxfp8: no per-shape MXFP8 GEMM measurement was found. Assumed: cuBLAS's block-scaled (1x32,
+#   e8m0) kernels run at the per-tensor FP8 rate (same tensor-core peak; the scale factors are
+#   1/32 of the operand bytes), so the fp8 fit.
+# nvfp4: only efficiency is fitted (tables.fit_gemm_efficiency; tile and call terms of the fp8
+#   fit) on gemm_fp4.csv's rows >= 20 us: cuBLASLt MXFP4 (1x32 e8m0 scales) GEMMs on B200, which
+#   stand for NVFP4 (1x16 e4m3 scales): the same FP4 tensor-core peak; no NVFP4 GEMM by shape was
+#   found.
+GEMM_BLACKWELL: dict[str, GemmParams] = {
+    "bf16": GemmParams(efficiency=0.78, tile_s=1.47e-6, k0=0, call_s=4.0e-6),
+    "fp8": GemmParams(efficiency=0.869, tile_s=0.58e-6, k0=0, call_s=6.7e-6),
+    "mxfp8": GemmParams(efficiency=0.869, tile_s=0.58e-6, k0=0, call_s=6.7e-6),
+    "nvfp4": GemmParams(efficiency=0.536, tile_s=0.58e-6, k0=0, call_s=6.7e-6),
+}
+# Blackwell chips other than the B200 have no per-shape GEMM table. Their GEMM efficiency is the
+# B200 fit scaled by the ratio of the chips' best-shape matmul rates (MAMF, one brute-force
+# search: ml-engineering compute/accelerator/README.md, validation/compute/README.md): GB200
+# reaches 72.9% (bf16) and 72.3% (fp8) of its 1,200 W peak against B200's 77.6% and 76.3%, i.e.
+# 4% more TFLOP/s, not the 11% its peak says. mxfp8 and nvfp4 take the fp8 ratio (assumed). A
+# chip with no entry runs the B200 fit at its own peak (assumed).
+MAMF_BLACKWELL: dict[str, dict[str, float]] = {
+    "B200": {"bf16": 0.776, "fp8": 0.763},
+    "GB200": {"bf16": 0.729, "fp8": 0.723},
+    "B300": {"bf16": 0.786, "fp8": 0.745},
+}
+# Fused attention on Blackwell, fitted by sim.compute.tables.fit_attention (sequences >= 2,048,
+# the H100 tables' shortest; the backward is measured directly), each at its chip's own peak:
+# cudnn: gb200/attention.csv, the cuDNN frontend's llama3.1 sweep (cuDNN 9.23 called through the
+#   frontend, as Transformer Engine does; batch 2, 64/8 heads, head_dim 128, causal and
+#   non-causal, 2k-32k) on a GB200. The B200 has no table of that path (its one cuDNN table times
+#   PyTorch SDPA on cuDNN 9.13, whose per-call cost grows with the sequence: a test here).
+# flash-attention-2: b200/attention.csv, PyTorch's FlashAttention-2 build through SDPA on a B200
+#   (cuDNN frontend's benchmark; causal, batch 1, 128/8 heads, head_dim 128). Like the H100 table
+#   it includes what PyTorch's SDPA adds around the kernel; the GB200 rows of the same harness
+#   are a test.
+# Each table has one head count and head_dim, so d256 and tail are held at the Hopper fit's (one
+# head count cannot separate the longest block's path from the HBM term: both grow with the
+# sequence alone) and efficiency and mem are fitted. The B200 runs the GB200-fitted cuDNN
+# constants at its own peak (assumed: the same fraction of peak).
+ATTENTION_BLACKWELL: dict[tuple[str, str], AttentionParams] = {
+    ("cudnn", "fwd"): AttentionParams(efficiency=0.663, d256=1.157, tail=0.968, mem=1.394),
+    ("cudnn", "bwd"): AttentionParams(efficiency=0.535, d256=0.753, tail=0.155, mem=1.565),
+    ("flash-attention-2", "fwd"): AttentionParams(efficiency=0.189, d256=0.967, tail=0.945, mem=10.154),
+    ("flash-attention-2", "bwd"): AttentionParams(efficiency=0.155, d256=0.871, tail=0.4, mem=12.192),
+}
+# FlashAttention-4 (CuTe DSL, Blackwell) was measured beside cuDNN on one GB200 in one run (cuDNN
+# frontend's llama3.1 sweep, cuDNN 9.23, FA4 4.0.0b15: batch 2, 64/8 heads, head_dim 128), in
+# TFLOP/s at sequence 4k, 8k, 16k, 32k, causal then non-causal (gb200/attention.csv). FA4 is the
+# cuDNN model at the median ratio of those (tests/test_calibration.py recomputes it), as
+# FlashAttention-3 is on Hopper.
+FA4_VS_CUDNN_TFLOPS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "fwd": ((1330, 1518, 1636, 1529, 1538, 1686, 1663, 1470),
+            (1352, 1539, 1622, 1545, 1559, 1634, 1549, 1519)),
+    "bwd": ((1133, 1346, 1429, 1267, 1391, 1380, 1402, 1313),
+            (1141, 1301, 1288, 1162, 1316, 1358, 1313, 1198)),
+}
+FA4_SPEEDUP_VS_CUDNN: dict[str, float] = {"fwd": 0.988, "bwd": 1.062}
+# Memory-bound ops on Blackwell: no copy or elementwise measurement with a stated figure was found
+# (the B200 reports seen give "over 6,000 GB/s" from CUDA samples or "> 5 TB/s"), so they run at
+# the H100-fitted fractions of the chip's own HBM bandwidth (MEMORY_FRACTION below; assumed).
 
 # TPU GEMMs (no per-shape table for v4-v6e): eff(F) = e_max (1 - exp(-F / (peak t_ramp))), least
 # squares on the TPU7x square sweep (validation/compute/gemm.csv, compute_and_tpu.md A3):
@@ -199,8 +274,8 @@ OPTIMIZER_FRACTION: dict[str, float] = {"adamw_fused": 0.748, "adamw_foreach": 0
 # #16 adds, and runs at the H100 median). TPU v4 and v6e have no group at all (MaxText: 0 and 1
 # calibration runs), so they run at 1.0.
 # Chips added by issue 16 have no training run in the data at all. Assumed: a stack loses on them
-# what it loses on the previous generation of the same maker, whose kernel tables they already
-# borrow (MAMF_RATIO_VS_HOPPER): B200 and GB200 (family B200) take H100's groups; TPU7x takes
+# what it loses on the previous generation of the same maker: B200 and GB200 (family B200) take
+# H100's groups (their kernels have their own fits since issue 27: GEMM_BLACKWELL); TPU7x takes
 # v5p's (the last training TPU with a fitted group: v6e has none). Not a fit: a lookup order.
 STACK_PREDECESSOR: dict[str, str] = {"B200": "H100", "tpu7x": "tpu-v5p"}
 STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {

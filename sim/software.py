@@ -4,7 +4,8 @@ The scenario's ``software:`` section names a ``framework`` (default: ``megatron-
 ``maxtext`` on TPU) and may override its ``attention`` kernel. A profile decides, for the compute
 model, the memory model and the step plan:
 
-- ``attention``: the kernel family (``cudnn``, ``flash-attention-2``, ``flash-attention-3``, ``xla``
+- ``attention``: the kernel family (``cudnn``, ``flash-attention-2``, ``flash-attention-3``,
+  ``flash-attention-4`` (CuTe DSL, Blackwell only), ``xla``
   (XLA's dot-product attention: score matrices through HBM, as eager PyTorch's math path and
   Megatron's fused softmax also do), ``splash`` (Pallas splash attention on TPU), ``triton``
   (the Triton FlashAttention kernel llm-foundry shipped before FlashAttention-2));
@@ -56,7 +57,8 @@ from .hardware import Chip
 
 __all__ = ["SoftwareProfile", "FRAMEWORKS", "ATTENTION_KERNELS", "resolve_software", "default_framework"]
 
-ATTENTION_KERNELS = ("cudnn", "flash-attention-2", "flash-attention-3", "xla", "splash", "triton")
+ATTENTION_KERNELS = ("cudnn", "flash-attention-2", "flash-attention-3", "flash-attention-4", "xla", "splash",
+                     "triton")
 ELEMENTWISE = ("eager", "partial", "fused")
 OPTIMIZERS = ("adamw_fused", "adamw_foreach")
 SELECTIVE_RECOMPUTE = ("scores", "op-sac", "minimal_flash")
@@ -243,13 +245,19 @@ def _check_attention(attention: str, chip: Chip, where: str) -> None:
     if gpu and attention == "splash":
         raise ConfigError(f"{where}: 'splash' is a TPU (Pallas) kernel, not one {chip.name} can run; "
                           "valid on GPUs: cudnn, flash-attention-2, flash-attention-3, xla, triton")
-    if not gpu and attention in ("cudnn", "flash-attention-2", "flash-attention-3", "triton"):
+    if not gpu and attention in ("cudnn", "flash-attention-2", "flash-attention-3", "flash-attention-4",
+                                 "triton"):
         raise ConfigError(f"{where}: {attention!r} is a CUDA kernel, not one {chip.name} can run; "
                           "valid on TPUs: splash, xla")
     if attention == "flash-attention-3" and chip.arch != "hopper":
         raise ConfigError(f"{where}: flash-attention-3 is a Hopper kernel (wgmma, TMA; Shah et al. "
                           f"2024); {chip.name} is {chip.arch.capitalize()}; valid: cudnn, "
                           "flash-attention-2, xla, triton")
+    if attention == "flash-attention-4" and chip.arch != "blackwell":
+        fa3 = " flash-attention-3," if chip.arch == "hopper" else ""
+        raise ConfigError(f"{where}: flash-attention-4 is a Blackwell kernel (tcgen05, TMEM; the "
+                          f"CuTe DSL FlashAttention); {chip.name} is {chip.arch.capitalize()}; valid: "
+                          f"cudnn, flash-attention-2,{fa3} xla, triton")
 
 
 def resolve_software(framework: str | None, attention: str | None, chip: Chip,

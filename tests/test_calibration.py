@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sim import calibration as cal
-from sim.compute import tables
+from sim.compute import kernels, tables
 from sim.hardware import CATALOGUE
 
 H100 = Path(__file__).resolve().parent.parent / "validation" / "compute" / "h100-sxm-80gb"
@@ -80,3 +80,80 @@ def test_tpu_gemm_curve_is_the_tpu7x_fit() -> None:
     e_max, t_ramp = tables.fit_gemm_curve(points, cal.TPU7X_CORE_PEAK_FLOPS)
     assert e_max == pytest.approx(cal.TPU_GEMM_E_MAX, abs=0.005)
     assert t_ramp == pytest.approx(7.7e-6, abs=0.1e-6)     # the H100 ramp (8.4 us) is used instead
+
+
+# ----------------------------------------------------------------------------- Blackwell
+# The Blackwell constants are fitted on published B200 and GB200 tables (validation/compute/b200/,
+# gb200/), on the sources sim.calibration.BLACKWELL_FIT_SOURCES names per kernel kind.
+
+B200_DIR = H100.parent / "b200"
+GB200_DIR = H100.parent / "gb200"
+
+
+def _fit_rows(folder: Path, kind: str) -> list[tables.KernelCase]:
+    return [c for c in tables.load_cases(folder) if c.source in cal.BLACKWELL_FIT_SOURCES[kind]]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_blackwell_gemm_constants_are_the_b200_fit(dtype) -> None:
+    chip = CATALOGUE["B200"]
+    rows = tables.same_shape_rows([c for c in _fit_rows(B200_DIR, "gemm") if c.source == "xla-sm100"])
+    assert len({(c.m, c.n, c.k) for c in rows}) == 11
+    peak = chip.bf16_flops if dtype == "bf16" else chip.fp8_flops
+    fitted = tables.fit_gemm(rows, dtype, peak, chip.sms, chip.hbm_Bps, min_s=0.0)
+    committed = cal.GEMM_BLACKWELL[dtype]
+    assert fitted.efficiency == pytest.approx(committed.efficiency, abs=0.002)
+    assert fitted.tile_s == pytest.approx(committed.tile_s, abs=0.05e-6)
+    assert fitted.k0 == pytest.approx(committed.k0, abs=2)
+    assert fitted.call_s == pytest.approx(committed.call_s, abs=0.2e-6)
+
+
+def test_blackwell_block_scaled_gemm_constants() -> None:
+    """MXFP8 is assumed to run as per-tensor FP8; NVFP4's efficiency is fitted on the cuBLASLt
+    MXFP4 rows of at least 20 us, with the fp8 fit's tile and call terms."""
+    chip = CATALOGUE["B200"]
+    assert cal.GEMM_BLACKWELL["mxfp8"] == cal.GEMM_BLACKWELL["fp8"]
+    rows = [c for c in _fit_rows(B200_DIR, "gemm") if c.key == "nvfp4"]
+    fitted = tables.fit_gemm_efficiency(rows, "nvfp4", chip.fp4_flops, chip.sms, chip.hbm_Bps,
+                                        cal.GEMM_BLACKWELL["fp8"])
+    assert fitted == cal.GEMM_BLACKWELL["nvfp4"]
+
+
+@pytest.mark.parametrize("family, folder, chip_name", [("cudnn", GB200_DIR, "GB200"),
+                                                       ("flash-attention-2", B200_DIR, "B200")])
+@pytest.mark.parametrize("passname", ["fwd", "bwd"])
+def test_blackwell_attention_constants_are_the_fit(family, folder, chip_name, passname) -> None:
+    chip = CATALOGUE[chip_name]
+    hopper = cal.ATTENTION_HOPPER[(family, passname)]
+    fitted = tables.fit_attention(_fit_rows(folder, family), family, passname, chip.bf16_flops,
+                                  chip.sms, chip.hbm_Bps,
+                                  fixed={"d256": hopper.d256, "tail": hopper.tail}, min_seq=2048)
+    committed = cal.ATTENTION_BLACKWELL[(family, passname)]
+    for field in ("efficiency", "d256", "tail", "mem"):
+        assert getattr(fitted, field) == pytest.approx(getattr(committed, field), abs=0.002), field
+
+
+def test_fa4_speedup_is_the_median_ratio_of_the_gb200_table() -> None:
+    """The cited TFLOP/s pairs are the table's rows (4k-32k, causal then non-causal), and the
+    speedup is their median ratio."""
+    rows = [c for c in tables.load_cases(GB200_DIR) if c.source == "cudnn-fe-gb200-llama3.1-cudnn9.23"]
+    for passname, (fa4, cudnn) in cal.FA4_VS_CUDNN_TFLOPS.items():
+        for family, cited in (("flash-attention-4", fa4), ("cudnn", cudnn)):
+            table = sorted(((not c.attention.causal, c.attention.seq_k), c)
+                           for c in rows if c.key == f"{family} {passname}" and c.attention.seq_k >= 4096)
+            got = [kernels.attention_flops(c.attention, passname == "bwd") / c.time_s / 1e12 for _, c in table]
+            assert got == pytest.approx(cited, rel=0.01), (family, passname)
+        ratio = statistics.median(a / b for a, b in zip(fa4, cudnn, strict=True))
+        assert ratio == pytest.approx(cal.FA4_SPEEDUP_VS_CUDNN[passname], abs=0.001)
+
+
+def test_blackwell_mamf_ratios_are_the_cited_table() -> None:
+    """MAMF_BLACKWELL is ml-engineering's MAMF table (validation/compute_and_tpu.md B3)."""
+    text = (H100.parent.parent / "compute_and_tpu.md").read_text(encoding="utf-8")
+    assert "| NVIDIA B200 SXM  | 1745.0 |   2250 |      77.6% |" in text
+    assert "| NVIDIA GB200 SXM | 1822.0 |   2500 |      72.9% |" in text
+    assert "B200 3432.5 (76.3%)" in text and "GB200 3615.6 (72.3%)" in text
+    assert cal.MAMF_BLACKWELL["B200"] == {"bf16": 0.776, "fp8": 0.763}
+    assert cal.MAMF_BLACKWELL["GB200"] == {"bf16": 0.729, "fp8": 0.723}
+    assert "| NVIDIA B300 SXM  | 1769.0 |   2250 |      78.6% |" in text and "B300 3353.3 (74.5%)" in text
+    assert cal.MAMF_BLACKWELL["B300"] == {"bf16": 0.786, "fp8": 0.745}

@@ -92,8 +92,10 @@ def test_no_module_but_software_names_a_framework() -> None:
 
 @pytest.mark.parametrize("software, topology, match", [
     ({"framework": "jax-magic"}, "dgx-h100", r"software\.framework: unknown framework 'jax-magic'; valid: megatron-te"),
+    ({"attention": "flash-attention-5"}, "dgx-h100",
+     r"software\.attention: unknown attention kernel 'flash-attention-5'; valid: cudnn"),
     ({"attention": "flash-attention-4"}, "dgx-h100",
-     r"software\.attention: unknown attention kernel 'flash-attention-4'; valid: cudnn"),
+     r"software\.attention: flash-attention-4 is a Blackwell kernel.*valid: cudnn"),
     ({"attention": "flash-attention-3"}, "dgx-a100",
      r"software\.attention: flash-attention-3 is a Hopper kernel.*valid: cudnn"),
     ({"attention": "cudnn"}, "tpu-v5p", r"software\.attention: 'cudnn' is a CUDA kernel.*valid on TPUs: splash, xla"),

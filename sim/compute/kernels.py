@@ -25,11 +25,14 @@ from dataclasses import dataclass
 
 __all__ = ["GemmParams", "AttentionParams", "AttentionShape", "gemm_time_s", "gemm_curve_time_s",
            "attention_flops", "attention_bytes", "attention_time_s", "memory_time_s",
-           "GEMM_TILES"]
+           "GEMM_TILES", "GEMM_DTYPE_BYTES"]
 
 # Output tiles (rows x columns) of the cuBLAS/CUTLASS kernels on Hopper and Ampere: 128x128 and the
 # 128x256 / 256x128 warp-specialised tiles (CUTLASS 3 default tile shapes for sm90 bf16/fp8).
 GEMM_TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
+# Bytes per GEMM input element of each dtype the model runs (block scales not counted: one byte per
+# 32 elements for MXFP8, per 16 for NVFP4).
+GEMM_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
 # A flash-attention thread block owns 128 query rows (FlashAttention-2/3 and cuDNN's sm90 kernels).
 ATTENTION_BLOCK_ROWS = 128
 

@@ -13,11 +13,13 @@ import statistics
 from collections.abc import Iterable
 
 from .. import calibration as cal
+from ..errors import ConfigError
 from ..hardware import Chip
 from ..precision import active_recipe
 from ..software import SoftwareProfile
 from ..workload.transformer import Op
 from .kernels import (
+    GEMM_DTYPE_BYTES,
     AttentionParams,
     AttentionShape,
     GemmParams,
@@ -28,7 +30,12 @@ from .kernels import (
     memory_time_s,
 )
 
-__all__ = ["ComputeModel", "stack_key", "memory_class"]
+__all__ = ["ComputeModel", "stack_key", "memory_class", "gemm_params_of", "gemm_peak_flops",
+           "flash_params_of", "GEMM_DTYPES"]
+
+# The GEMM input dtypes the model runs: bf16, per-tensor-scaled FP8 (Hopper-style), and the
+# Blackwell block-scaled formats MXFP8 (1x32, e8m0 scales) and NVFP4 (1x16, e4m3 scales).
+GEMM_DTYPES = ("bf16", "fp8", "mxfp8", "nvfp4")
 
 # Memory-bound op class (sim.workload.transformer) -> the measured class it runs as, per
 # elementwise mode of the profile. Eager PyTorch runs each op as its own kernel(s) at the
@@ -85,6 +92,68 @@ def stack_efficiency_of(table: dict[tuple[str, str, str], float],
     return 1.0
 
 
+def gemm_params_of(chip: Chip) -> dict[str, GemmParams]:
+    """The GEMM constants per input dtype on an NVIDIA *chip*: Blackwell's own fit
+    (``sim.calibration.GEMM_BLACKWELL``, scaled for a Blackwell chip other than the B200 by the
+    ratio of the two chips' best-shape matmul rates), else the H100 fit scaled by the ratio of the
+    chip's best-shape rate to the H100's (``MAMF_RATIO_VS_HOPPER``)."""
+    if chip.arch == "blackwell":
+        mamf = cal.MAMF_BLACKWELL.get(chip.name)
+        fitted = cal.MAMF_BLACKWELL["B200"]
+
+        def scale(dtype: str) -> float:
+            key = "bf16" if dtype == "bf16" else "fp8"       # the block-scaled formats: fp8's
+            return mamf[key] / fitted[key] if mamf else 1.0
+
+        return {dt: GemmParams(p.efficiency * scale(dt), p.tile_s, p.k0, p.call_s)
+                for dt, p in cal.GEMM_BLACKWELL.items()}
+    ratio = cal.MAMF_RATIO_VS_HOPPER.get(chip.arch, {})
+    return {dt: GemmParams(p.efficiency * ratio.get(dt, 1.0), p.tile_s, p.k0, p.call_s)
+            for dt, p in cal.GEMM_HOPPER.items()}
+
+
+def gemm_peak_flops(chip: Chip, dtype: str) -> float:
+    """The dense tensor-core peak a GEMM in *dtype* runs against: bf16 -> ``bf16_flops``, fp8 and
+    mxfp8 -> ``fp8_flops``, nvfp4 -> ``fp4_flops``. One line naming the dtype where the chip has
+    no such path."""
+    if dtype not in GEMM_DTYPES:
+        raise ConfigError(f"GEMM dtype: got {dtype!r}; valid: {', '.join(GEMM_DTYPES)}")
+    peak = {"bf16": chip.bf16_flops, "fp8": chip.fp8_flops, "mxfp8": chip.fp8_flops,
+            "nvfp4": chip.fp4_flops}[dtype]
+    if peak is None:
+        raise ConfigError(f"GEMM dtype: {dtype} has no tensor-core path on {chip.name}")
+    return peak
+
+
+def flash_params_of(chip: Chip, family: str, passname: str) -> AttentionParams:
+    """The constants of one fused attention kernel family and pass (``fwd``, ``bwd``) on an NVIDIA
+    *chip* (``sim.calibration``: the Hopper, Ampere and Blackwell entries)."""
+    if family == "triton":
+        p = flash_params_of(chip, "flash-attention-2", passname)
+        return AttentionParams(p.efficiency / cal.FA2_VS_TRITON, p.d256, p.tail, p.mem)
+    if chip.arch == "ampere":
+        p = cal.ATTENTION_HOPPER[("flash-attention-2", passname)]
+        return AttentionParams(cal.ATTENTION_AMPERE_EFFICIENCY[passname], p.d256, p.tail, p.mem)
+    if family == "flash-attention-3":
+        p = cal.ATTENTION_HOPPER[("cudnn", passname)]
+        return AttentionParams(p.efficiency * cal.FA3_SPEEDUP_VS_CUDNN[passname], p.d256,
+                               p.tail, p.mem)
+    if chip.arch == "blackwell":
+        if family == "flash-attention-4":
+            p = cal.ATTENTION_BLACKWELL[("cudnn", passname)]
+            return AttentionParams(p.efficiency * cal.FA4_SPEEDUP_VS_CUDNN[passname], p.d256,
+                                   p.tail, p.mem)
+        return cal.ATTENTION_BLACKWELL[(family, passname)]
+    if family == "flash-attention-4":
+        raise ConfigError(f"software.attention: flash-attention-4 is a Blackwell kernel; "
+                          f"{chip.name} is {chip.arch.capitalize()}")
+    p = cal.ATTENTION_HOPPER[(family, passname)]
+    # Architectures without their own attention table: the Hopper fit scaled as their GEMMs
+    # are, by the best-shape matmul rates (assumed: attention is matmul-bound alike).
+    ratio = cal.MAMF_RATIO_VS_HOPPER.get(chip.arch, {}).get("bf16", 1.0)
+    return AttentionParams(p.efficiency * ratio, p.d256, p.tail, p.mem)
+
+
 class ComputeModel:
     """Kernel times of one chip under one precision and software profile."""
 
@@ -102,27 +171,32 @@ class ComputeModel:
         self.sms = chip.sms or 1
         if self.gpu:
             assert chip.sms, chip.name
-            ratio = cal.MAMF_RATIO_VS_HOPPER.get(chip.arch, {})
-            self.gemm = {dt: GemmParams(p.efficiency * ratio.get(dt, 1.0), p.tile_s, p.k0, p.call_s)
-                         for dt, p in cal.GEMM_HOPPER.items()}
+            self.gemm = gemm_params_of(chip)
 
     # ------------------------------------------------------------------ kernels
-    def gemm_s(self, m: int, n: int, k: int, fp8: bool = False, batch: int = 1,
-               dtype: str = "bf16") -> float:
-        """One (batched) GEMM's time with inputs in *dtype* (bf16, fp8, mxfp8, nvfp4; ``fp8=True``
-        is ``dtype="fp8"``) at the chip's peak for it."""
-        dtype = "fp8" if fp8 else dtype
+    def gemm_s(self, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1, *,
+               fp8: bool = False) -> float:
+        """``batch`` GEMMs C[m,n] = A[m,k] B[k,n] with inputs in *dtype* (``GEMM_DTYPES``) at the
+        chip's peak for it (``gemm_peak_flops``); ``fp8=True`` is the older spelling of
+        ``dtype="fp8"``. A TPU runs every GEMM on its bf16 curve. One line naming the dtype where
+        the chip cannot run it."""
         if not self.gpu:
             flops = 2.0 * m * n * k * batch
             nbytes = 2.0 * batch * (m * k + k * n + m * n)
             return gemm_curve_time_s(flops, nbytes, self.bf16_peak, cal.TPU_GEMM_E_MAX,
                                      cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps * cal.TPU_MEMORY_FRACTION)
-        if dtype != "bf16":
-            in_B = 0.5 + 1.0 / 16 if dtype == "nvfp4" else 1.0
-            return gemm_time_s(m, n, k, in_B, self.chip.peak_flops(dtype), self.sms, self.hbm_Bps,
-                               self.gemm["fp8"], batch)
-        return gemm_time_s(m, n, k, 2.0, self.bf16_peak, self.sms, self.hbm_Bps,
-                           self.gemm["bf16"], batch)
+        if fp8:
+            dtype = "fp8"
+        if dtype == "bf16":
+            return gemm_time_s(m, n, k, 2.0, self.bf16_peak, self.sms, self.hbm_Bps,
+                               self.gemm["bf16"], batch)
+        peak = gemm_peak_flops(self.chip, dtype)
+        params = self.gemm.get(dtype)
+        if params is None:
+            raise ConfigError(f"GEMM dtype: {dtype} does not run on {self.chip.name} "
+                              f"({self.chip.arch.capitalize()}); valid there: {', '.join(self.gemm)}")
+        return gemm_time_s(m, n, k, GEMM_DTYPE_BYTES[dtype], peak, self.sms, self.hbm_Bps, params,
+                           batch)
 
     def memory_s(self, nbytes: float, op_class: str) -> float:
         if not self.gpu:
@@ -131,21 +205,7 @@ class ComputeModel:
         return memory_time_s(nbytes, self.hbm_Bps, fraction)
 
     def _flash_params(self, family: str, passname: str) -> AttentionParams:
-        if family == "triton":
-            p = self._flash_params("flash-attention-2", passname)
-            return AttentionParams(p.efficiency / cal.FA2_VS_TRITON, p.d256, p.tail, p.mem)
-        if self.chip.arch == "ampere":
-            p = cal.ATTENTION_HOPPER[("flash-attention-2", passname)]
-            return AttentionParams(cal.ATTENTION_AMPERE_EFFICIENCY[passname], p.d256, p.tail, p.mem)
-        if family == "flash-attention-3":
-            p = cal.ATTENTION_HOPPER[("cudnn", passname)]
-            return AttentionParams(p.efficiency * cal.FA3_SPEEDUP_VS_CUDNN[passname], p.d256,
-                                   p.tail, p.mem)
-        p = cal.ATTENTION_HOPPER[(family, passname)]
-        # Newer architectures (Blackwell) have no attention table: the Hopper fit scaled as their
-        # GEMMs are, by the best-shape matmul rates (assumed: attention is matmul-bound alike).
-        ratio = cal.MAMF_RATIO_VS_HOPPER.get(self.chip.arch, {}).get("bf16", 1.0)
-        return AttentionParams(p.efficiency * ratio, p.d256, p.tail, p.mem)
+        return flash_params_of(self.chip, family, passname)
 
     def attention_s(self, s: AttentionShape, passname: str) -> float:
         """One attention pass (``fwd``, ``bwd``, or ``recompute``: the forward a backward repeats

@@ -5,27 +5,41 @@ Each table is described in ``validation/compute/README.md``. A ``KernelCase`` is
 with what the model needs to predict it; ``fit_*`` re-derive every constant of
 ``sim.calibration`` that comes from these tables (``tests/test_calibration.py`` checks that they
 equal the committed values), always on the H100 tables: the H200 tables are a test of a chip the
-fit never saw.
+fit never saw. The Blackwell tables (``b200/``, ``gb200/``) copy published measurements; the
+Blackwell constants are fitted on the rows of the sources ``sim.calibration.BLACKWELL_FIT_SOURCES``
+names per kernel kind, the other rows are a test.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from .kernels import AttentionParams, AttentionShape, GemmParams, attention_time_s, gemm_time_s
+from .kernels import (
+    GEMM_DTYPE_BYTES,
+    AttentionParams,
+    AttentionShape,
+    GemmParams,
+    attention_time_s,
+    gemm_time_s,
+)
 
-__all__ = ["KernelCase", "GPU_FOLDERS", "load_cases", "fit_gemm", "fit_attention", "fit_gemm_curve",
-           "fit_memory_fractions", "fit_optimizer_fractions", "BACKENDS"]
+__all__ = ["KernelCase", "GPU_FOLDERS", "load_cases", "fit_gemm", "fit_gemm_efficiency", "same_shape_rows",
+           "fit_attention", "fit_gemm_curve", "fit_memory_fractions", "fit_optimizer_fractions", "BACKENDS",
+           "DTYPE_BYTES"]
 
 # Folder -> catalogue chip (sim.hardware) of the GPU it was measured on.
-GPU_FOLDERS = {"h100-sxm-80gb": "H100-SXM", "h200-sxm-141gb": "H200"}
-# The attention table's backend names -> our kernel families (software.attention).
-BACKENDS = {"CUDNN_ATTENTION": "cudnn", "FLASH_ATTENTION": "flash-attention-2"}
+GPU_FOLDERS = {"h100-sxm-80gb": "H100-SXM", "h200-sxm-141gb": "H200", "b200": "B200", "gb200": "GB200"}
+# The attention table's backend names -> our kernel families (software.attention). CUDNN_ATTENTION
+# is PyTorch's SDPA cuDNN backend, CUDNN_FRONTEND cuDNN's fused attention called through the cuDNN
+# frontend (what Transformer Engine calls), FLASH_ATTENTION PyTorch's FlashAttention-2 build.
+BACKENDS = {"CUDNN_ATTENTION": "cudnn", "CUDNN_FRONTEND": "cudnn", "FLASH_ATTENTION": "flash-attention-2",
+            "FLASH_ATTENTION_4": "flash-attention-4"}
+DTYPE_BYTES = GEMM_DTYPE_BYTES
 # The memory-bound ops the tables measure (validation/compute/README.md).
 MEMORY_OPS = frozenset({"copy", "rmsnorm_fwd", "rmsnorm_fwd+bwd", "swiglu_fwd", "residual_add"})
 # The fused per-tensor FP8 quantization kernels of quantize_compiled.csv (amax, scale, cast; the
@@ -52,6 +66,7 @@ class KernelCase:
     batch: int = 1
     attention: AttentionShape | None = None
     nbytes: float = 0.0
+    source: str = ""               # the table's source column (tables that merge several sources)
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -84,19 +99,7 @@ def _pick(row: dict[str, str], col: str, valid: frozenset[str] | set[str], path:
 def load_cases(folder: Path) -> list[KernelCase]:
     """Every row of every table in one GPU's folder that the model predicts."""
     out: list[KernelCase] = []
-    gemm_tables = (("gemm_layers_bf16.csv", "bf16"), ("gemm_layers_fp8.csv", "fp8"),
-                   ("gemm_layers_fp8_bwd.csv", "fp8"), ("gemm_square.csv", None))
-    for name, dtype in gemm_tables:
-        path = folder / name
-        if not path.exists():
-            continue
-        for r in _rows(path):
-            dt = dtype or _pick(r, "dtype", {"bf16", "fp8"}, path)
-            m, n, k = (int(_num(r, c, path)) for c in ("m", "n", "k"))
-            label = (f"{r.get('model')} tp{r.get('tp')} {r.get('tokens')} {r.get('linear')} "
-                     f"{r.get('pass', 'fwd')}" if "model" in r else f"square {m}")
-            out.append(KernelCase(name, "gemm", dt, label, _num(r, "time_us", path) * 1e-6,
-                                  m=m, n=n, k=k))
+    out += _gemm_cases(folder)
     path = folder / "moe_grouped_gemm.csv"
     if path.exists():
         for r in _rows(path):
@@ -110,14 +113,16 @@ def load_cases(folder: Path) -> list[KernelCase]:
     if path.exists():
         for r in _rows(path):
             _pick(r, "backend", set(BACKENDS), path)
-            _pick(r, "pass", {"fwd", "fwd+bwd"}, path)
+            _pick(r, "pass", {"fwd", "fwd+bwd", "bwd"}, path)
             b, s, h, g, d = (int(_num(r, c, path)) for c in ("batch", "seq", "heads", "kv_heads",
                                                                "head_dim"))
             shape = AttentionShape(b, h, g, s, s, d, causal=r["causal"] == "1")
             fam = BACKENDS[r["backend"]]
+            mask = "" if shape.causal else " no-mask"
             out.append(KernelCase("attention.csv", "attention", f"{fam} {r['pass']}",
-                                  f"{fam} b{b} s{s} h{h}/{g} d{d} {r['pass']}",
-                                  _num(r, "time_us", path) * 1e-6, attention=shape))
+                                  f"{fam} b{b} s{s} h{h}/{g} d{d}{mask} {r['pass']}",
+                                  _num(r, "time_us", path) * 1e-6, attention=shape,
+                                  source=r.get("source", "")))
     path = folder / "memory_bound.csv"
     if path.exists():
         for r in _rows(path):
@@ -147,16 +152,45 @@ def load_cases(folder: Path) -> list[KernelCase]:
     return out
 
 
+def _gemm_cases(folder: Path) -> list[KernelCase]:
+    """The GEMM tables of one folder: the layer sweeps and square GEMMs measured for this project
+    (H100, H200), and the per-shape tables of published measurements (``gemm_shapes.csv``: bf16 and
+    fp8; ``gemm_fp4.csv``: MXFP4 rows, which stand for NVFP4: validation/compute/README.md)."""
+    out: list[KernelCase] = []
+    gemm_tables = (("gemm_layers_bf16.csv", "bf16"), ("gemm_layers_fp8.csv", "fp8"),
+                   ("gemm_layers_fp8_bwd.csv", "fp8"), ("gemm_square.csv", None),
+                   ("gemm_shapes.csv", None), ("gemm_fp4.csv", None))
+    for name, dtype in gemm_tables:
+        path = folder / name
+        if not path.exists():
+            continue
+        for r in _rows(path):
+            dt = dtype or _pick(r, "dtype", {"bf16", "fp8", "mxfp4"}, path)
+            m, n, k = (int(_num(r, c, path)) for c in ("m", "n", "k"))
+            if "model" in r:
+                label = f"{r.get('model')} tp{r.get('tp')} {r.get('tokens')} {r.get('linear')} {r.get('pass', 'fwd')}"
+            elif name == "gemm_square.csv":
+                label = f"square {m}"
+            else:
+                label = f"{dt} {m}x{n}x{k} {r.get('source', '')}".rstrip()
+            out.append(KernelCase(name, "gemm", "nvfp4" if dt == "mxfp4" else dt, label,
+                                  _num(r, "time_us", path) * 1e-6, m=m, n=n, k=k,
+                                  source=r.get("source", "")))
+    return out
+
+
 def fit_gemm(cases: Sequence[KernelCase], dtype: str, peak_flops: float, sms: int,
-             hbm_Bps: float) -> GemmParams:
-    """Least squares in log time of the tile/wave model over one dtype's GEMM rows."""
+             hbm_Bps: float, min_s: float = FIT_MIN_S) -> GemmParams:
+    """Least squares in log time of the tile/wave model over one dtype's GEMM rows of at least
+    *min_s* (tables timed with CUDA events around one call: 20 us, below which launch and event
+    latency dominate; kernel-time tables may go lower)."""
     from scipy.optimize import least_squares
 
-    rows = [c for c in cases if c.kind == "gemm" and c.key == dtype and c.time_s >= FIT_MIN_S
+    rows = [c for c in cases if c.kind == "gemm" and c.key == dtype and c.time_s >= min_s
             and c.batch == 1]
     if len(rows) < 4:
         raise ConfigError(f"kernel tables: {len(rows)} {dtype} GEMM rows to fit; need >= 4")
-    dtype_bytes = 1.0 if dtype == "fp8" else 2.0
+    dtype_bytes = DTYPE_BYTES[dtype]
 
     def residuals(x: Sequence[float]) -> list[float]:
         p = GemmParams(x[0], x[1] * 1e-6, x[2], x[3] * 1e-6)
@@ -169,31 +203,77 @@ def fit_gemm(cases: Sequence[KernelCase], dtype: str, peak_flops: float, sms: in
     return GemmParams(round(e, 3), round(tile_us, 2) * 1e-6, round(k0), round(call_us, 1) * 1e-6)
 
 
+def same_shape_rows(cases: Sequence[KernelCase], min_s: float = FIT_MIN_S) -> list[KernelCase]:
+    """The GEMM rows (every dtype) at the shapes whose bf16 row takes at least *min_s*: a table
+    that times each shape in several dtypes is fitted on the same shapes in each (a fixed time
+    floor would keep only the largest FP8 shapes, which run twice as fast)."""
+    big = {(c.m, c.n, c.k, c.batch) for c in cases
+           if c.kind == "gemm" and c.key == "bf16" and c.time_s >= min_s}
+    return [c for c in cases if c.kind == "gemm" and (c.m, c.n, c.k, c.batch) in big]
+
+
+def fit_gemm_efficiency(cases: Sequence[KernelCase], dtype: str, peak_flops: float, sms: int,
+                        hbm_Bps: float, base: GemmParams, min_s: float = FIT_MIN_S) -> GemmParams:
+    """*base* with only its efficiency refitted (least squares in log time) on one dtype's rows of
+    at least *min_s*: for a source with too few shapes to pin the tile and call terms."""
+    from scipy.optimize import least_squares
+
+    rows = [c for c in cases if c.kind == "gemm" and c.key == dtype and c.time_s >= min_s
+            and c.batch == 1]
+    if len(rows) < 2:
+        raise ConfigError(f"kernel tables: {len(rows)} {dtype} GEMM rows to fit; need >= 2")
+
+    def residuals(x: Sequence[float]) -> list[float]:
+        p = GemmParams(x[0], base.tile_s, base.k0, base.call_s)
+        return [math.log(gemm_time_s(c.m, c.n, c.k, DTYPE_BYTES[dtype], peak_flops, sms, hbm_Bps, p,
+                                     isolated=True) / c.time_s) for c in rows]
+
+    fit = least_squares(residuals, [0.6], bounds=([0.1], [1.0]))
+    return GemmParams(round(float(fit.x[0]), 3), base.tile_s, base.k0, base.call_s)
+
+
 def attention_pass_cases(cases: Sequence[KernelCase], family: str) -> dict[str, list[tuple[AttentionShape, float]]]:
-    """(shape, seconds) per pass; the backward is the fwd+bwd row less the forward row."""
+    """(shape, seconds) per pass; the backward is a ``bwd`` row, or the fwd+bwd row less the
+    forward row."""
     fwd = {c.attention: c.time_s for c in cases if c.key == f"{family} fwd" and c.attention}
     both = {c.attention: c.time_s for c in cases if c.key == f"{family} fwd+bwd" and c.attention}
+    bwd = [(c.attention, c.time_s) for c in cases if c.key == f"{family} bwd" and c.attention]
     return {"fwd": list(fwd.items()),
-            "bwd": [(s, t - fwd[s]) for s, t in both.items() if s in fwd and t > fwd[s]]}
+            "bwd": [(s, t - fwd[s]) for s, t in both.items() if s in fwd and t > fwd[s]] + bwd}
 
 
 def fit_attention(cases: Sequence[KernelCase], family: str, passname: str, peak_flops: float,
-                  sms: int, hbm_Bps: float) -> AttentionParams:
-    """Least squares in log time of the flash-attention model over one family and pass."""
+                  sms: int, hbm_Bps: float, fixed: Mapping[str, float] | None = None,
+                  min_seq: int = 0) -> AttentionParams:
+    """Least squares in log time of the flash-attention model over one family and pass, on rows
+    of at least *min_seq* keys. *fixed* holds fields (``d256``, ``tail``...) at given values: a
+    table with no head_dim-256 row cannot fit ``d256``, one with a single head count cannot
+    separate ``tail`` from ``mem`` (both grow with the sequence alone)."""
     from scipy.optimize import least_squares
 
-    rows = attention_pass_cases(cases, family)[passname]
+    rows = [(s, t) for s, t in attention_pass_cases(cases, family)[passname] if s.seq_k >= min_seq]
     if len(rows) < 4:
         raise ConfigError(f"kernel tables: {len(rows)} {family} {passname} attention rows to fit")
     bwd = passname == "bwd"
+    fixed = dict(fixed or {})
+    names = [n for n in _ATTENTION_FIELDS if n not in fixed]
+
+    def params(x: Sequence[float]) -> AttentionParams:
+        return AttentionParams(**fixed, **dict(zip(names, x, strict=True)))
 
     def residuals(x: Sequence[float]) -> list[float]:
-        p = AttentionParams(*x)
+        p = params(x)
         return [math.log(attention_time_s(s, bwd, p, peak_flops, sms, hbm_Bps) / t) for s, t in rows]
 
-    fit = least_squares(residuals, [0.6, 1.0, 0.5, 1.0], bounds=([0.1, 0.3, 0.0, 0.0], [1.0, 2.0, 20.0, 50.0]))
-    e, d256, tail, mem = (round(float(v), 3) for v in fit.x)
-    return AttentionParams(e, d256, tail, mem)
+    fit = least_squares(residuals, [_ATTENTION_FIELDS[n][0] for n in names],
+                        bounds=([_ATTENTION_FIELDS[n][1] for n in names],
+                                [_ATTENTION_FIELDS[n][2] for n in names]))
+    return params([round(float(v), 3) for v in fit.x])
+
+
+# AttentionParams' fields in order: (start, lower bound, upper bound) of the fit.
+_ATTENTION_FIELDS = {"efficiency": (0.6, 0.1, 1.0), "d256": (1.0, 0.3, 2.0), "tail": (0.5, 0.0, 20.0),
+                     "mem": (1.0, 0.0, 50.0)}
 
 
 def fit_memory_fractions(cases: Sequence[KernelCase], hbm_Bps: float) -> dict[str, float]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .collectives import SYSTEM_FAMILIES, CollectivesReport
-from .compute import ComputeSummary
+from .compute import BUDGETED_FOLDERS, ComputeSummary
 from .failures import FailureCase
 from .training import FAMILIES, TrainingReport
 
@@ -174,10 +174,10 @@ def check_training_budgets(report: TrainingReport, table: Mapping[str, float]) -
 
 
 def check_compute_budgets(summaries: list[ComputeSummary], table: Mapping[str, float]) -> list[str]:
-    """Violations of the ``[compute]`` budgets on the test GPUs: the GEMM (>= 50 us) and
-    attention medians."""
+    """Violations of the ``[compute]`` budgets on the budgeted test GPUs
+    (``sim.validate.compute.BUDGETED_FOLDERS``): the GEMM (>= 50 us) and attention medians."""
     out: list[str] = []
-    tests = [s for s in summaries if s.split == "test"]
+    tests = [s for s in summaries if s.split == "test" and s.gpu in BUDGETED_FOLDERS]
     if not tests:
         return ["compute: no test-GPU tables; cannot check budgets"]
     for key, group in (("gemm_median_abs_pct", "gemm>=50us"), ("attention_median_abs_pct", "attention")):

@@ -171,8 +171,8 @@ def training_report_to_json(report: TrainingReport) -> dict[str, Any]:
 def format_compute_report(rows: list[ComputeRow], summaries: list[ComputeSummary]) -> str:
     """Fixed-width text: one row per measured kernel, then the per-GPU, per-group summaries."""
     width = max(len(r.label) for r in rows)
-    lines = [("compute: predicted vs measured kernel times (constants fitted on the H100 tables; "
-              "other GPUs are a test)"), "",
+    lines = [("compute: predicted vs measured kernel times (Hopper constants fitted on the H100 "
+              "tables, Blackwell on the B200 fit sources; other rows are a test)"), "",
              f"{'gpu':<16}{'split':<6}{'kind':<10}{'kernel':<{width}}  {'meas us':>10}{'pred us':>10}{'err%':>7}"]
     for r in rows:
         lines.append(f"{r.gpu:<16}{r.split:<6}{r.kind:<10}{r.label:<{width}}  "
