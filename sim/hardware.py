@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ConfigError
-from .units import GB, TFLOPS, Gbps_to_Bps, GiB
+from .units import GB, TFLOPS, Gbps_to_Bps, GiB, MiB
 
 __all__ = ["Chip", "CATALOGUE", "get_chip"]
 
@@ -56,6 +56,10 @@ class Chip:
     def usable_hbm_bytes(self) -> float:
         """HBM the memory check may fill (``hbm_usable_bytes``, else ``hbm_bytes``)."""
         return self.hbm_bytes if self.hbm_usable_bytes is None else self.hbm_usable_bytes
+    # The chip's own link to host memory, per direction, where it is not the topology's PCIe
+    # (``node.pcie_GBps``): NVLink-C2C to the Grace CPU on Grace-based parts, that Grace's link
+    # split evenly between the GPUs it serves. None: host copies cross the topology's PCIe.
+    host_link_Bps: float | None = None
 
     @property
     def is_tpu(self) -> bool:
@@ -90,6 +94,14 @@ class Chip:
         return peak
 
 
+_GRACE_LPDDR5X_B = 480 * GB            # GRACE: LPDDR5X of one Grace CPU (block above GB200)
+_GRACE_C2C_BIDI_Bps = 900 * GB         # GRACE: its NVLink-C2C, both directions together
+
+# What CUDA lets a program allocate of the driver's (nvidia-smi's) memory total: H100 79.18 GiB
+# (validation/compute/h100-sxm-80gb/env.json) of 81,559 MiB (modal-labs/modal-client#2797), B200
+# 178.35 GiB (pytorch/ao#4002) of 183,359 MiB (NVIDIA/TensorRT-LLM#10278): 0.994 and 0.996.
+_CUDA_SHARE = 0.995
+
 _CHIPS = (
     Chip(
         name="A100-SXM-80GB", vendor="nvidia", family="A100", arch="ampere",
@@ -103,6 +115,7 @@ _CHIPS = (
         sms=108,                           # NVIDIA A100 whitepaper: 108 SMs
         price_source="AWS p4de.24xlarge on-demand, $27.45/h for 8 GPUs",
         host_memory_bytes=2000 * GB / 8,    # NVIDIA DGX A100 640GB datasheet: 2 TB system memory
+        hbm_usable_bytes=81_920 * MiB * _CUDA_SHARE,    # nvidia-smi total (modal-labs/modal-client#2797)
     ),
     Chip(
         name="A100-SXM-40GB", vendor="nvidia", family="A100", arch="ampere",
@@ -116,6 +129,7 @@ _CHIPS = (
         sms=108,                           # NVIDIA A100 whitepaper: 108 SMs
         price_source="AWS p4d.24xlarge on-demand, $21.96/h for 8 GPUs",
         host_memory_bytes=1000 * GB / 8,    # NVIDIA DGX A100 320GB datasheet: 1 TB system memory
+        hbm_usable_bytes=40_960 * MiB * _CUDA_SHARE,    # nvidia-smi total (modal-labs/modal-client#2797)
     ),
     Chip(
         name="H100-SXM", vendor="nvidia", family="H100", arch="hopper",
@@ -166,6 +180,23 @@ _CHIPS = (
         hbm_usable_bytes=178.35 * GiB,
         price_source="AWS p6-b200.48xlarge on-demand, $113.93/h for 8 GPUs",
     ),
+    # Grace-based parts (GB200, GB300) and Blackwell Ultra; source keys as FACTS.md's, plus:
+    # BW-ULTRA  https://developer.nvidia.com/blog/inside-nvidia-blackwell-ultra-the-chip-powering-the-ai-factory-era
+    #           (NVIDIA: 160 SMs in the two dies, 15 PF dense NVFP4, 288 GB HBM3e, 8 TB/s)
+    # MLPERF51-B300 / -GB300  mlcommons/training_results_v5.1 @ 4da2d1cd, Nebius/systems/
+    #           nebius_b300_n1.json and NVIDIA/systems/theia_ngpu72_ngc25.09_nemo.json
+    # XLA-B300 / -GB300  openxla/xla @ 4336d12e, xla/backends/gpu/target_config/specs/b300.txtpb,
+    #           gb300.txtpb (device queries: core_count, memory bandwidth, NVLink links)
+    # AWSGPU-B300  tsaol/aws-gpu @ 299375be, data/p6-b300_instances.js (vantage.sh, 2026-08-26)
+    # NV-RA-GB300  https://docs.nvidia.com/enterprise-reference-architectures/nvl72-ai-factory/latest/components.html
+    # GRACE     one Grace: 480 GB LPDDR5X (AWS p6e-gb200.36xlarge lists 960 GiB for its 2 Graces
+    #           and 4 GPUs, tsaol/aws-gpu @ 18aebd1d data/p6e-gb200_instances.js) and 900 GB/s
+    #           bidirectional NVLink-C2C to its GPUs (NVIDIA's Grace figure, quoted in
+    #           github.com/AshokBhat/notes/wiki/Grace; secondary). Assumed: the C2C is shared
+    #           evenly by the Grace's two GPUs, 225 GB/s per GPU per direction (3.5x PCIe Gen5
+    #           x16). GB300 trays report 2.0 TB host memory against GB200's 1.7 TB
+    #           (MLPERF51-GB300 / tyche_ngpu72): the four GPUs' larger HBM, which the coherent
+    #           OS counts, so the same LPDDR5X is assumed.
     # GB200 NVL72: the Blackwell GPU of a GB200 superchip, at the NVL72's 1,200 W. GK-B200 gives
     # this configuration 2,500 / 5,000 TFLOP/s dense BF16 / FP8; VERDA prints 2,250 / 4,500 (the
     # B200 figures). We take GK-B200's, which is the only source that names the 1,200 W part.
@@ -181,9 +212,51 @@ _CHIPS = (
         usd_per_chip_hour=None,             # no GB200 list price in the catalogue's sources
         in_network_reduction=True,          # NVLink Switch chips with SHARP engines (NV-NVLINK)
         sms=148,                            # same Blackwell die pair as B200 (SB-GPU: 148 SMs)
-        # MLPERF-GB200 system: 16 hosts; a GB200 superchip pairs one Grace (480 GB LPDDR5X,
-        # NVIDIA GB200 datasheet) with two GPUs. Not in FACTS.md: left unset (offload refused).
-        host_memory_bytes=None,
+        # MLPerf v5.1 Tyche's system log: 189,471 MiB per GPU (nvidia-smi); less the 0.5% CUDA
+        # keeps back (_CUDA_SHARE below)
+        hbm_usable_bytes=189_471 * MiB * _CUDA_SHARE,
+        # One Grace per two GPUs (datacrunch, FACTS.md 1a): its LPDDR5X and its NVLink-C2C split
+        # evenly between them (GRACE above).
+        host_memory_bytes=_GRACE_LPDDR5X_B / 2,
+        host_link_Bps=_GRACE_C2C_BIDI_Bps / 2 / 2,
+    ),
+    # Blackwell Ultra (source keys in the block above the GB200 entry).
+    # Family "B300" for both parts: a new generation the validation groups apart from B200.
+    Chip(
+        name="B300", vendor="nvidia", family="B300", arch="blackwell",
+        # VERDA's B300 column; HGX B300 datasheet 36 PF BF16 sparse / 2 / 8 GPUs (as quoted in
+        # NVIDIA/cosmos-framework#114). FP4: VERDA 14 PF dense, glennklockwood.com B300 page ~13.
+        bf16_flops=2250 * TFLOPS,
+        fp8_flops=4500 * TFLOPS,            # VERDA (2 x BF16, as on every Blackwell)
+        fp4_flops=14000 * TFLOPS,           # VERDA (GB300's 15 PF is the 1.4 kW part)
+        hbm_bytes=288 * GB,                 # BW-ULTRA 288 GB HBM3e; MLPERF51-B300 275,040 MiB = 288.4 GB
+        hbm_Bps=8000 * GB,                  # BW-ULTRA 8 TB/s (XLA-B300 7.94e12; VERDA 7.7)
+        scaleup_links=18, scaleup_link_Bps=50 * GB,   # MLPERF51-B300 "18x 5th Gen NVLink, 14.4 TB/s" per 8
+        tdp_W=1100,                         # MLPERF51-B300 "B300 TGP 1100W"; VERDA 1.1 kW
+        usd_per_chip_hour=142.416 / 8,      # AWS p6-b300.48xlarge $142.416/h for 8 GPUs (AWSGPU-B300)
+        in_network_reduction=True,          # NVLink 5 switch chips with SHARP, as B200
+        sms=158,                            # XLA-B300 core_count (BW-ULTRA: 160 in the full die pair)
+        price_source="AWS p6-b300.48xlarge on-demand, us-east-1, $142.42/h for 8 GPUs (2026-08)",
+        host_memory_bytes=4096 * GB / 8,    # AWSGPU-B300: 4,096 GB for 8 GPUs (MLPERF51-B300: 3.0-3.9 TB)
+        hbm_usable_bytes=275_040 * MiB * _CUDA_SHARE,   # MLPERF51-B300 driver total (nvidia-smi)
+    ),
+    Chip(
+        name="GB300", vendor="nvidia", family="B300", arch="blackwell",
+        bf16_flops=2500 * TFLOPS,           # VERDA (GB300 column; NVL72 180 PF dense / 72)
+        fp8_flops=5000 * TFLOPS,            # VERDA (NVL72 360 PF dense / 72)
+        fp4_flops=15000 * TFLOPS,           # BW-ULTRA "15 PetaFLOPS dense NVFP4"; VERDA 15
+        hbm_bytes=288 * GB,                 # BW-ULTRA (MLPERF51-GB300 shows 284,208 MiB = 298 GB)
+        hbm_Bps=8000 * GB,                  # BW-ULTRA 8 TB/s (XLA-GB300 7.93e12)
+        scaleup_links=18, scaleup_link_Bps=50 * GB,   # XLA-GB300 18 active links; MLPERF51-GB300 1,800 GB/s
+        tdp_W=1400,                         # VERDA 1.4 kW
+        usd_per_chip_hour=None,             # no public list or on-demand price found
+        in_network_reduction=True,          # NVLink Switch chips with SHARP engines, as GB200
+        sms=152,                            # XLA-GB300 "152 cores"
+        hbm_usable_bytes=284_208 * MiB * _CUDA_SHARE,   # MLPERF51-GB300 driver total (nvidia-smi)
+        # Two Grace CPUs and four GPUs per compute tray (NV-RA-GB300): one Grace per two GPUs, as
+        # GB200; its LPDDR5X assumed GB200's (GRACE), its C2C split as there.
+        host_memory_bytes=_GRACE_LPDDR5X_B / 2,
+        host_link_Bps=_GRACE_C2C_BIDI_Bps / 2 / 2,
     ),
     Chip(
         name="TPU-v4", vendor="google", family="TPU", arch="tpu-v4",

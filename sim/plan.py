@@ -8,6 +8,8 @@ engine's step as a longest path over the schedule, equal to the simpy engine whe
 straggler breaks symmetry; tests/test_engine.py), confirms the best with the simpy engine, and
 folds in goodput from the failure model (Monte Carlo over the horizon). Time to train = tokens /
 (tokens/s x goodput); cost = chip-hours x price; energy = chip-hours x TDP x PUE (sim.cost).
+A topology whose chip has no price (and no ``--price``) gets its smallest cluster and every size's
+time, chip-hours and energy, no cost and no cheapest pick; the report says it has no price.
 
 Nothing is pruned: every layout that divides and fits is screened (a few ms each).
 """
@@ -56,7 +58,7 @@ class Candidate:
     goodput: float = 1.0
     days: float = math.inf
     chip_hours: float = math.inf
-    cost_usd: float = math.inf
+    cost_usd: float | None = math.inf     # None: the topology has no price
     energy_MWh: float | None = None
 
 
@@ -64,7 +66,7 @@ class Candidate:
 class TopologyPlan:
     topology: str
     chip: str
-    usd_per_chip_hour: float
+    usd_per_chip_hour: float | None       # None: no price (``price_source`` says so)
     price_source: str
     days_limit: float
     by_size: dict[int, list[Candidate]] = field(default_factory=dict)   # screened, best first
@@ -84,7 +86,8 @@ class TopologyPlan:
 
     @property
     def cheapest(self) -> Candidate | None:
-        ok = self.meeting()
+        """The cheapest size meeting the deadline; None without a price (nothing to rank by)."""
+        ok = [c for c in self.meeting() if c.cost_usd is not None]
         return min(ok, key=lambda c: (float(f"{c.cost_usd:.9g}"), c.chips)) if ok else None
 
     @property
@@ -177,8 +180,8 @@ def plan(req: PlanRequest,
         probe = scenario_from_dict(_scenario(req, topology, sizes[0], _PROBE_LAYOUT, global_batch),
                                    "plan")                  # the chip, price and model it names
         chip = probe.cluster.chip
-        tp_plan = TopologyPlan(topology, chip.name, probe.cost.usd_per_chip_hour,
-                               "--price" if topology in req.prices else chip.price_source, req.days)
+        tp_plan = _topology_plan(req, topology, probe)
+        price = tp_plan.usd_per_chip_hour
         m = probe.model
         for chips in track(sizes, len(sizes), f"plan {topology}"):
             cands: list[Candidate] = []
@@ -220,13 +223,29 @@ def plan(req: PlanRequest,
             chip_hours = chips * train.seconds / 3600
             tp_plan.best[chips] = Candidate(chips, best.layout, step.step_time_s, step.tokens_per_s,
                                             step.mfu, best.memory_GiB, goodput, train.days,
-                                            chip_hours, chip_hours * scn.cost.usd_per_chip_hour,
+                                            chip_hours, None if price is None else chip_hours * price,
                                             energy_MWh(chip, chip_hours))
-            met = tp_plan.meeting()
-            if len(met) >= 3 and met[-1].cost_usd > met[-2].cost_usd > met[-3].cost_usd:
+            met = [_spend(c) for c in tp_plan.meeting()]
+            if len(met) >= 3 and met[-1] > met[-2] > met[-3]:
                 break            # cost rose twice in a row past the deadline: larger costs more
         out.append(tp_plan)
     return out
+
+
+def _topology_plan(req: PlanRequest, topology: str, probe: Any) -> TopologyPlan:
+    """An empty plan for *topology* with the price its probe scenario resolved (``--price``, else
+    the catalogue's, else none, which the plan's source then says)."""
+    from .cost import no_price_note
+
+    chip, price = probe.cluster.chip, probe.cost.usd_per_chip_hour
+    source = ("--price" if topology in req.prices else chip.price_source if price is not None
+              else no_price_note(chip, f"give --price {topology}=USD"))
+    return TopologyPlan(topology, chip.name, price, source, req.days)
+
+
+def _spend(c: Candidate) -> float:
+    """What a size spends: its cost, or without a price its chip-hours (cost / price)."""
+    return c.cost_usd if c.cost_usd is not None else c.chip_hours
 
 
 def _why_none(reasons: Sequence[str]) -> str:

@@ -8,6 +8,7 @@ given: measured points to overlay come from the caller (``sim.validate.sweep_ove
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,9 @@ def plot_plan(options: Sequence[Mapping[str, Any]], path: Path) -> Any:
     names = [f"{o['topology']}\n{o['chips']} chips" for o in options]
     a1.bar(names, [o["days"] for o in options], color="tab:blue")
     a1.set_ylabel("time to train (days)")
-    a2.bar(names, [o["cost_usd"] / 1e6 for o in options], color="tab:orange")
+    # A topology without a price has no cost bar (NaN draws nothing)
+    a2.bar(names, [o["cost_usd"] / 1e6 if "cost_usd" in o else math.nan for o in options],
+           color="tab:orange")
     a2.set_ylabel("cost (million USD)")
     for ax in (a1, a2):
         ax.grid(True, axis="y", alpha=0.3)

@@ -35,7 +35,7 @@ class StepResult:
     memory_per_chip_GiB: float
     memory_breakdown_GiB: dict[str, float]
     breakdown_s: dict[str, float]
-    usd_per_chip_hour: float
+    usd_per_chip_hour: float | None     # None: no price known (sim.config.CostConfig)
     parallelism: dict[str, Any]
     critical_stage: int
     engine_events: int
@@ -54,7 +54,10 @@ class StepResult:
         return self.model_flops_per_step / (self.step_time_s * self.chips * self.peak_flops_per_chip)
 
     @property
-    def cost_usd_per_million_tokens(self) -> float:
+    def cost_usd_per_million_tokens(self) -> float | None:
+        """None where no price is known."""
+        if self.usd_per_chip_hour is None:
+            return None
         return self.chips * self.usd_per_chip_hour / 3600 / self.tokens_per_s * 1e6
 
 

@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..hardware import CATALOGUE
 from ..models import PRESETS, ModelSpec, MoE
 from ..precision import PRECISIONS, check_chip, check_stack
 from ..software import resolve_software
-from ..topology_spec import GpuClusterSpec
+from ..topology_spec import GpuClusterSpec, TopologySpec
 from .fields import Section, parse_tokens, show
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan
-from .paths import scenario_dir
+from .paths import scenario_dir, topology_dir
 from .remat import OPTIMIZER_STATES, parse_remat_policy
 from .schema import (
     CLUSTER_KEYS,
@@ -92,11 +93,8 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     fail = (_failures(top.section("failures", SECTION_KEYS["failures"]))
             if "failures" in raw else None)
     cost_s = top.section("cost", SECTION_KEYS["cost"])
-    default_price = cluster.chip.usd_per_chip_hour
-    if not cost_s.has("usd_per_chip_hour") and default_price is None:
-        raise ConfigError(f"cost.usd_per_chip_hour: required, the catalogue has no price for "
-                          f"{cluster.chip.name}")
-    cost = CostConfig(cost_s.number("usd_per_chip_hour", default_price))
+    cost = CostConfig(cost_s.number("usd_per_chip_hour") if cost_s.has("usd_per_chip_hour")
+                      else cluster.chip.usd_per_chip_hour)     # None: no price known
     name = top.text("name", default_name)
     seed = top.integer("seed", 0, minimum=0)
     par = resolve_plan(par, model, training, source)
@@ -107,6 +105,8 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
 
 def _cluster(s: Section) -> ClusterConfig:
     spec = load_topology_spec(s.text("topology", "dgx-h100"), s.at("topology"))
+    if s.has("chip"):
+        _check_cluster_chip(s, spec)
     chips = s.opt_int("chips")
     twisted = s.flag("twisted", False)
     over = s.number("oversubscription", minimum=1.0) if s.has("oversubscription") else None
@@ -140,6 +140,27 @@ def _cluster(s: Section) -> ClusterConfig:
         spec.check_twist(shape, s.where)
     return ClusterConfig(spec, math.prod(shape) * pods, shape=shape, pods=pods, twisted=twisted,
                          background_load=load, degraded_links=edits)
+
+
+def _check_cluster_chip(s: Section, spec: TopologySpec) -> None:
+    """``cluster.chip``: a catalogue chip name, which must be the one the topology is built for
+    (the topology file names its chip; this key states it, so a scenario written for one chip
+    is refused on another's topology). The one place the key is parsed: issue 33 adds FILE.yaml."""
+    name, where = s.text("chip"), s.at("chip")
+    if name not in CATALOGUE:
+        raise ConfigError(f"{where}: unknown chip {name!r}; valid: {', '.join(sorted(CATALOGUE))}")
+    built_for = spec.chip.name
+    if name == built_for:
+        return
+    others = [t for t in _bundled_topologies() if load_topology_spec(t).chip.name == name]
+    hint = (f", or a topology built for {name}: {', '.join(others)}" if others
+            else f"; no bundled topology is built for {name}")
+    raise ConfigError(f"{where}: {name} does not match topology {spec.name} (built for "
+                      f"{built_for}); valid: {built_for}{hint}")
+
+
+def _bundled_topologies() -> list[str]:
+    return sorted(p.stem for p in topology_dir().glob("*.yaml"))
 
 
 _LINK_EDIT_KEYS = frozenset({"link", "factor"})

@@ -212,7 +212,10 @@ class FailuresConfig:
 
 @dataclass(frozen=True, slots=True)
 class CostConfig:
-    usd_per_chip_hour: float
+    """The price of a chip-hour: ``cost.usd_per_chip_hour``, else the catalogue's; None where
+    neither gives one (every output then reports all but cost, and says so once)."""
+
+    usd_per_chip_hour: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +238,7 @@ class Scenario:
 
 CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "slices", "twisted", "oversubscription",
                           "sharp", "background_load", "degraded_links", "shared_with",
-                          "nvl_domain"})
+                          "nvl_domain", "chip"})
 TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
                       "failures", "cost", "seed", "software"})
 MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",

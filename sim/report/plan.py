@@ -13,13 +13,17 @@ __all__ = ["candidate_json", "runners_up", "plan_json", "plan_text"]
 
 
 def candidate_json(c: Candidate) -> dict[str, Any]:
-    """One cluster size's pick: DESIGN.md's ``chips``, ``days``, ``cost_usd``, ``chip_hours``,
-    ``layout`` and the step behind them."""
-    return {"chips": c.chips, "days": c.days, "cost_usd": c.cost_usd,
-            "chip_hours": c.chip_hours, "layout": c.layout,
-            "step_time_s": c.step_time_s, "tokens_per_s": c.tokens_per_s, "mfu": c.mfu,
-            "memory_per_chip_GiB": c.memory_GiB, "goodput": c.goodput,
-            "energy_MWh": c.energy_MWh}
+    """One cluster size's pick: DESIGN.md's ``chips``, ``days``, ``cost_usd`` (left out where the
+    topology has no price, as ``run --json`` leaves its cost out), ``chip_hours``, ``layout`` and
+    the step behind them."""
+    out = {"chips": c.chips, "days": c.days, "cost_usd": c.cost_usd,
+           "chip_hours": c.chip_hours, "layout": c.layout,
+           "step_time_s": c.step_time_s, "tokens_per_s": c.tokens_per_s, "mfu": c.mfu,
+           "memory_per_chip_GiB": c.memory_GiB, "goodput": c.goodput,
+           "energy_MWh": c.energy_MWh}
+    if c.cost_usd is None:
+        del out["cost_usd"]
+    return out
 
 
 def runners_up(tp_plan: TopologyPlan, chips: int, n: int = 3) -> list[str]:
@@ -54,6 +58,8 @@ def plan_json(plans: Sequence[TopologyPlan], req: PlanRequest) -> dict[str, Any]
                                  "usd_per_chip_hour": p.usd_per_chip_hour,
                                  "price_source": p.price_source,
                                  "layouts_screened": p.layouts_screened}
+        if p.usd_per_chip_hour is None:
+            del entry["usd_per_chip_hour"]
         if main_pick is not None:
             entry.update(candidate_json(main_pick))
         entry["smallest"] = candidate_json(p.smallest) if p.smallest else None
@@ -71,8 +77,9 @@ def plan_text(plans: Sequence[TopologyPlan], req: PlanRequest, plot_file: str | 
     lines = [f"plan: {req.model}, {req.tokens:.3g} tokens in {req.days:g} days "
              f"(sequence {req.seq_len}, {req.batch_tokens:,.0f} tokens per step, {req.precision})", ""]
     for name, e in out.items():
-        lines.append(f"{name} ({e['chip']}, ${e['usd_per_chip_hour']:.2f}/chip-hour: {e['price_source']}); "
-                     f"{e['layouts_screened']:,} layouts screened")
+        price = (f"${e['usd_per_chip_hour']:.2f}/chip-hour: {e['price_source']}"
+                 if "usd_per_chip_hour" in e else e["price_source"])
+        lines.append(f"{name} ({e['chip']}, {price}); {e['layouts_screened']:,} layouts screened")
         for label, key in (("smallest", "smallest"), ("cheapest", "cheapest")):
             c = e[key]
             if c is None:
@@ -80,7 +87,7 @@ def plan_text(plans: Sequence[TopologyPlan], req: PlanRequest, plot_file: str | 
             lay = c["layout"]
             energy = f", {c['energy_MWh']:,.0f} MWh" if c["energy_MWh"] else ""
             lines.append(f"  {label:<9} {c['chips']:>6} chips  {c['days']:6.1f} days  "
-                         f"${c['cost_usd'] / 1e6:,.2f} M  {c['chip_hours'] / 1e6:,.2f} M chip-hours{energy}"
+                         f"{_dollars(c)}{c['chip_hours'] / 1e6:,.2f} M chip-hours{energy}"
                          f"  MFU {100 * c['mfu']:.1f}%  goodput {100 * c['goodput']:.1f}%")
             lines.append(f"            layout tp={lay['tp']} pp={lay['pp']} "
                          + (f"vs={lay['virtual_stages']} " if lay["virtual_stages"] > 1 else "")
@@ -100,7 +107,13 @@ def plan_text(plans: Sequence[TopologyPlan], req: PlanRequest, plot_file: str | 
         lines.append("side by side (smallest cluster meeting the deadline):")
         for n, e in picks:
             c = e["smallest"]
-            lines.append(f"  {n:<12} {c['chips']:>6} chips  {c['days']:6.1f} days  ${c['cost_usd'] / 1e6:,.2f} M")
+            lines.append(f"  {n:<12} {c['chips']:>6} chips  {c['days']:6.1f} days  "
+                         + (_dollars(c).rstrip() if "cost_usd" in c else "no price"))
     if plot_file is not None:
         lines.append(f"plot: {plot_file}")
     return "\n".join(lines)
+
+
+def _dollars(c: Mapping[str, Any]) -> str:
+    """A size's cost in millions, then two spaces; nothing where its topology has no price."""
+    return f"${c['cost_usd'] / 1e6:,.2f} M  " if "cost_usd" in c else ""

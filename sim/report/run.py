@@ -33,12 +33,14 @@ def step_json(r: RunResult) -> dict[str, Any]:
         "memory_per_chip_GiB": s.memory_per_chip_GiB,
         "memory_breakdown_GiB": s.memory_breakdown_GiB,
         "breakdown_s": s.breakdown_s,
-        "cost_usd_per_million_tokens": s.cost_usd_per_million_tokens,
+        "cost_usd_per_million_tokens": s.cost_usd_per_million_tokens,   # dropped below if None
         "parallelism": s.parallelism,
         "critical_stage": s.critical_stage,
         "software": s.software,
         "seed": s.seed,
     }
+    if s.cost_usd_per_million_tokens is None:     # DESIGN.md: only when a price is known
+        del out["cost_usd_per_million_tokens"]
     if s.link_sharing_s is not None:
         out["link_sharing_s"] = s.link_sharing_s
     if r.stragglers is not None:
@@ -90,10 +92,17 @@ def _failures_json(f: FailureRecord, train: TimeToTrain | None) -> dict[str, Any
 
 
 def _cost_json(c: CostRecord) -> dict[str, Any]:
+    """The price and its source, and a token budget's time, chip-hours, cost and energy. No price
+    known: the dollar fields are left out (a sweep table's cells blank, Parquet nulls) and
+    ``price_source`` says so."""
     out: dict[str, Any] = {"usd_per_chip_hour": c.usd_per_chip_hour, "price_source": c.price_source}
+    if c.usd_per_chip_hour is None:
+        del out["usd_per_chip_hour"]
     if c.train is not None:
         out.update(token_budget=c.train.token_budget, train_days=c.train.days, chip_hours=c.chip_hours,
                    cost_usd=c.cost_usd, goodput_applied=c.train.goodput_applied)
+        if c.cost_usd is None:
+            del out["cost_usd"]
         if c.energy_MWh is not None:
             out["energy_MWh"] = c.energy_MWh
     return out
@@ -121,16 +130,16 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
         f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.chips:,.0f} per chip)",
         f"  MFU              {100 * s.mfu:.1f} %",
         f"  memory per chip  {s.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.usable_hbm_bytes / 2**30:.1f} GiB",
-        f"  cost             ${s.cost_usd_per_million_tokens:.3f} per million tokens at "
-        f"${r.cost.usd_per_chip_hour:.2f} per chip-hour ({r.cost.price_source})",
+        "  cost             " + _cost_text(r),
         "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in s.breakdown_s.items() if v > 1e-9),
     ]
     c = r.cost
     if c.train is not None:
-        assert c.chip_hours is not None and c.cost_usd is not None
+        assert c.chip_hours is not None
         lines.append(f"  to train         {c.train.token_budget:.3g} tokens: {c.train.days:.1f} days"
                      + (" (goodput included)" if c.train.goodput_applied else "")
-                     + f", {c.chip_hours:,.0f} chip-hours, ${c.cost_usd:,.0f}"
+                     + f", {c.chip_hours:,.0f} chip-hours"
+                     + (f", ${c.cost_usd:,.0f}" if c.cost_usd is not None else "")
                      + (f", {c.energy_MWh:,.0f} MWh (TDP x PUE 1.1)" if c.energy_MWh is not None else ""))
     lines += _stragglers_text(r.stragglers) if r.stragglers is not None else []
     if s.link_sharing_s:
@@ -163,6 +172,16 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
     if trace_file:
         lines.append(f"  trace            {trace_file} (open in ui.perfetto.dev)")
     return "\n".join(lines)
+
+
+def _cost_text(r: RunResult) -> str:
+    """The cost line's text: dollars per million tokens at the price and its source, or, without
+    a price, the one line that says so (``sim.cost.no_price_note``)."""
+    per_m = r.step.cost_usd_per_million_tokens
+    if per_m is None or r.cost.usd_per_chip_hour is None:
+        return r.cost.price_source
+    return (f"${per_m:.3f} per million tokens at ${r.cost.usd_per_chip_hour:.2f} per chip-hour "
+            f"({r.cost.price_source})")
 
 
 def _stragglers_text(x: StragglerRecord) -> list[str]:

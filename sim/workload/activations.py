@@ -146,13 +146,17 @@ def layer_activation_bytes(scn: Scenario) -> LayerActivations:
 
 def offload_exposed_s(scn: Scenario, compute_s: float) -> float:
     """Seconds one layer's activation offload adds to one pass (forward: device -> host, backward:
-    host -> device) of one micro-batch: its bytes over the host link (the topology's PCIe
-    bandwidth per chip, one direction), less the pass's *compute_s* where the stack overlaps it."""
+    host -> device) of one micro-batch: its bytes over the host link, less the pass's *compute_s*
+    where the stack overlaps it. The host link, one direction, is the chip's own where it has one
+    (``Chip.host_link_Bps``: NVLink-C2C to the Grace CPU on GB200 / GB300, its share of the
+    Grace's link), else the topology's PCIe bandwidth per chip; the topology's PCIe latency
+    either way."""
     host_B = layer_activation_bytes(scn).host_B
     if host_B <= 0:
         return 0.0
     topo = scn.cluster.topology
-    transfer_s = topo.pcie_latency_s + host_B / topo.pcie_Bps
+    link_Bps = scn.cluster.chip.host_link_Bps or topo.pcie_Bps
+    transfer_s = topo.pcie_latency_s + host_B / link_Bps
     if scn.software.offload_overlap:
         return max(0.0, transfer_s - compute_s)
     return transfer_s
