@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from . import commands
 from .errors import InfeasibleError, SimError
+from .precision import PRECISIONS
 
 EXIT_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -168,7 +169,7 @@ def _add_plan(sub: Any) -> None:
                     help="USD per chip-hour per topology (default: the catalogue's on-demand price)")
     pl.add_argument("--seq-len", type=_positive_int, default=8192, help="sequence length (default 8192)")
     pl.add_argument("--batch-tokens", default="4M", help="tokens per step (default 4M = 4,194,304)")
-    pl.add_argument("--precision", choices=("bf16", "fp8"), default="bf16")
+    pl.add_argument("--precision", choices=PRECISIONS, default="bf16")
     pl.add_argument("--framework", help="software.framework (default: the chip's)")
     pl.add_argument("--max-chips", type=_positive_int, default=16384, help="largest cluster tried")
     pl.add_argument("--plot", metavar="FILE", help="GPU vs TPU time and cost: .png, .svg or .pdf")

@@ -21,8 +21,9 @@ layers ... Fprop, Wgrad, Dgrad"):
   (TE ``NVFP4BlockScaling``): 0.5 + 1/16 bytes per element, row-wise and column-wise copies, a
   16x16 random Hadamard transform fused into the wgrad operands' quantization and stochastic
   rounding of gradients (arXiv 2509.25149 section 4; pytorch/ao#3293 lists the same kernels).
-  The recipe keeps about 16% of the linear layers in BF16 (arXiv 2509.25149: "selective
-  high-precision layers", the last blocks): ``bf16_share``. Blackwell only, at the FP4 peak.
+  The paper keeps about 16% of the linear layers in BF16 ("selective high-precision layers");
+  Megatron does so only with ``--first-last-layers-bf16`` (``bf16_share``: 0 by default).
+  Blackwell only, at the FP4 peak.
 
 Each recipe also says what the stack keeps: the quantized copy of each linear layer's input saved
 for the backward in place of the BF16 tensor (TE saves the quantized input its wgrad reads; torchao
@@ -38,8 +39,8 @@ from .errors import ConfigError
 from .hardware import Chip
 from .software import FRAMEWORKS, SoftwareProfile
 
-__all__ = ["PRECISIONS", "LOW_PRECISIONS", "Recipe", "RECIPES", "recipe_of", "active_recipe", "check_chip", "check_stack",
-           "precisions_of"]
+__all__ = ["PRECISIONS", "LOW_PRECISIONS", "Recipe", "RECIPES", "recipe_of", "active_recipe",
+           "check_chip", "check_stack", "precisions_of"]
 
 LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
 PRECISIONS = ("bf16",) + LOW_PRECISIONS
@@ -72,9 +73,10 @@ class Recipe:
         return 2.0 + self.copies(chip) * self.element_B
 
 
-# NVFP4's BF16 share: arXiv 2509.25149 keeps "about 16%" of the linear layers in BF16 (its 12B
-# model's last blocks); taken as a share of every stage's linear GEMMs (assumed: spread evenly).
-NVFP4_BF16_SHARE = 0.16
+# NVFP4's BF16 share: arXiv 2509.25149 keeps "about 16%" of the linear layers in BF16 for its 10T-token
+# convergence, but the stacks do so only when asked (Megatron --first-last-layers-bf16, off by
+# default; MLPerf Training v5.1's NVFP4 configs set no BF16 layers): 0 by default.
+NVFP4_BF16_SHARE = 0.0
 
 RECIPES: dict[str, Recipe] = {
     "fp8": Recipe("fp8", element_B=1.0, copies_hopper=2, copies_blackwell=1, peak="fp8"),

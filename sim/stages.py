@@ -135,6 +135,8 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     par = scn.parallelism
     dpg = lay.shard_group(stage)            # all data-parallel ranks unless hybrid sharding
     shard = len(dpg)
+    # bf16 gradients: the performance recipes reduce in bf16 (NeMo's and Megatron-Bridge's perf
+    # configs set grad_reduce_in_fp32 = False, against bf16_mixed's True)
     grad_bytes = max(1, 2 * wl.layer.params)
     dp_op = "reducescatter" if par.zero >= 1 else "allreduce"
     dp_layer = net.time(dp_op, grad_bytes, dpg).time_s if shard > 1 else 0.0
@@ -144,7 +146,7 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
                                    lay.replica_groups(stage)).time_s
                if lay.replicas > 1 else 0.0)
     fsdp = par.zero >= 3 and shard > 1
-    gather = net.time("allgather", grad_bytes, dpg).time_s if fsdp else 0.0
+    gather = net.time("allgather", max(1, 2 * wl.layer.params), dpg).time_s if fsdp else 0.0
     chunk_layers = tuple(par.stage_chunk_layers(stage))
     layers = sum(chunk_layers)                        # this stage's real layers
     params = layers * wl.layer.params + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
@@ -213,7 +215,7 @@ def _stage_loads(net: CollectiveModel, lay: Layout, stage: int, wl: Workload, dp
     dp_total = both[0].then(both[1]) if len(both) == 2 else (both[0] if both else None)
     out: dict[str, Traffic | None] = {"dp_traffic": dp_total, "replica_traffic": rep_load}
     if dp.gather_s:
-        ag = collective_traffic(net, "allgather", dp.grad_bytes, shards, label="dp")
+        ag = collective_traffic(net, "allgather", max(1, 2 * wl.layer.params), shards, label="dp")
         out["fsdp_fwd"] = ag
         out["fsdp_bwd"] = ag.then(dp_load) if dp_load is not None else ag
     if dp.param_gather_s:

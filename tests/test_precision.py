@@ -14,8 +14,8 @@ from sim.errors import ConfigError
 from sim.hardware import get_chip
 from sim.precision import PRECISIONS, RECIPES, active_recipe, precisions_of
 from sim.software import FRAMEWORKS, resolve_software
-from sim.workload.transformer import Op, build_workload
 from sim.workload.memory import memory_per_chip
+from sim.workload.transformer import Op, build_workload
 
 
 def scn(precision="bf16", topology="dgx-b200", framework="megatron-te", chips=8, **training):

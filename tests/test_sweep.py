@@ -23,7 +23,8 @@ def test_set_overrides_are_validated_like_the_file() -> None:
     assert out["cluster"]["chips"] == 16 and out["parallelism"]["tp"] == 4
     assert out["model"] == {"preset": "llama3-8b", "layers": 16}
     assert raw["cluster"]["chips"] == 8                        # the base is not modified
-    for bad, match in [("cluster.chipz=3", r"unknown key 'cluster.chipz'; valid under cluster: background_load, chip, chips"),
+    for bad, match in [("cluster.chipz=3",
+                        r"unknown key 'cluster.chipz'; valid under cluster: background_load, chip, chips"),
                        ("parallelism=4", r"'parallelism' is a section"),
                        ("nokey", r"expected KEY=VALUE"),
                        ("bogus.x=1", r"unknown key 'bogus.x'"),

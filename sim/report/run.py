@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..precision import active_recipe
 from .text import top
 
 if TYPE_CHECKING:                 # type names only: importing the views stays as light as json
+    from ..config import Scenario
     from ..cost import CostRecord, TimeToTrain
     from ..faults import FailureRecord
     from ..results import RunResult, SharedJobRecord, StragglerRecord
@@ -108,6 +110,12 @@ def _cost_json(c: CostRecord) -> dict[str, Any]:
     return out
 
 
+def _precision_text(scn: Scenario) -> str:
+    """", FP8 linear layers" (the format the linear layers run) where a low precision is active."""
+    recipe = active_recipe(scn.training.precision, scn.cluster.chip, scn.software)
+    return f", {recipe.name.upper()} linear layers" if recipe is not None else ""
+
+
 def step_text(r: RunResult, trace_file: str | None = None) -> str:
     """``run``'s table: the plan, the step and its breakdown, then what else the scenario asked
     for."""
@@ -124,7 +132,7 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
         f"  software         {s.software['framework']} (attention {s.software['attention']}, "
         f"{s.software['elementwise']} elementwise ops"
         + (", TP comm overlapped" if s.software["tp_comm_overlap"] else "")
-        + (", FP8 linear layers" if scn.training.precision == "fp8" and s.software["fp8_linear"] else "")
+        + _precision_text(scn)
         + ")",
         f"  step time        {s.step_time_s:.3f} s",
         f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.chips:,.0f} per chip)",

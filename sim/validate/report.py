@@ -128,6 +128,8 @@ def format_training_report(report: TrainingReport) -> str:
     head = (f"{'split':<12}{'family':<8}{'framework':<14}{'runs':>5}{'step med%':>11}"
             f"{'step p90%':>11}{'MFU med pp':>12}")
     lines += ["", "by split (predicted runs):", head]
+    chip_head = (f"{'split':<12}{'chip':<16}{'precision':<10}{'runs':>5}{'step med%':>11}"
+                 f"{'step p90%':>11}{'MFU med pp':>12}")
     for s in (*report.splits, None, *report.families, "stacks", *report.stacks):
         if s is None:
             lines += ["", "by split and family:", head]
@@ -137,6 +139,11 @@ def format_training_report(report: TrainingReport) -> str:
             continue
         assert isinstance(s, TrainingSummary)
         lines.append(f"{s.split:<12}{s.family:<8}{s.framework:<14}{s.runs:>5}"
+                     f"{_f(s.step_median_abs_pct, '.1f'):>11}"
+                     f"{_f(s.step_p90_abs_pct, '.1f'):>11}{_f(s.mfu_median_abs_pp, '.1f'):>12}")
+    lines += ["", "by split, chip and precision:", chip_head]
+    for s in report.chip_precisions:
+        lines.append(f"{s.split:<12}{s.family:<16}{s.framework:<10}{s.runs:>5}"
                      f"{_f(s.step_median_abs_pct, '.1f'):>11}"
                      f"{_f(s.step_p90_abs_pct, '.1f'):>11}{_f(s.mfu_median_abs_pp, '.1f'):>12}")
     mem = [s for s in report.splits if s.memory_runs]
@@ -161,6 +168,11 @@ def training_report_to_json(report: TrainingReport) -> dict[str, Any]:
         "splits": [dataclasses.asdict(s) for s in report.splits],
         "families": [dataclasses.asdict(s) for s in report.families],
         "stacks": [dataclasses.asdict(s) for s in report.stacks],
+        "chip_precisions": [{"split": s.split, "chip": s.family, "precision": s.framework,
+                             "runs": s.runs, "step_median_abs_pct": s.step_median_abs_pct,
+                             "step_p90_abs_pct": s.step_p90_abs_pct,
+                             "mfu_median_abs_pp": s.mfu_median_abs_pp}
+                            for s in report.chip_precisions],
         "unsupported": [dataclasses.asdict(u) for u in report.unsupported],
         "errors": [{"id": r.id, "split": r.split, "error": r.error} for r in report.errors],
     }

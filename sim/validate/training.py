@@ -35,11 +35,12 @@ from ..errors import SimError
 from .data import SPLITS
 from .stats import median, p90
 from .training_map import MappedRun, map_runs
+from .training_rules import TOPOLOGY_CHIPS
 
 __all__ = ["FAMILIES", "StepPredictor", "TrainingPrediction", "TrainingReport", "TrainingRunResult",
            "TrainingSummary", "UnsupportedTrainingRun", "validate_training"]
 
-FAMILIES = ("A100", "H100", "TPU")
+FAMILIES = ("A100", "H100", "B200", "B300", "TPU")
 
 
 class TrainingPrediction(Protocol):
@@ -126,6 +127,9 @@ class TrainingReport:
     families: tuple[TrainingSummary, ...]      # one per (split, family) with supported runs
     unsupported: tuple[UnsupportedTrainingRun, ...]
     stacks: tuple[TrainingSummary, ...] = ()   # one per (split, family, framework)
+    # one per (split, chip, precision): ``family`` holds the catalogue chip, ``framework`` the
+    # scenario's training.precision
+    chip_precisions: tuple[TrainingSummary, ...] = ()
 
     @property
     def errors(self) -> tuple[TrainingRunResult, ...]:
@@ -212,5 +216,19 @@ def validate_training(data_dir: Path, predict: StepPredictor,
     stacks = tuple(_summarize(SPLITS[i], fam, (r for r in results if r.split == SPLITS[i]
                                                 and r.family == fam and r.framework == fw), fw)
                    for i, fam, fw in stack_keys)
+    chip_keys = sorted({(SPLITS.index(r.split), _chip(r), _precision(r)) for r in results})
+    chip_precisions = tuple(
+        _summarize(SPLITS[i], chip, (r for r in results if r.split == SPLITS[i]
+                                     and _chip(r) == chip and _precision(r) == prec), prec)
+        for i, chip, prec in chip_keys)
     return TrainingReport(runs=results, splits=splits, families=families, unsupported=unsupported,
-                          stacks=stacks)
+                          stacks=stacks, chip_precisions=chip_precisions)
+
+
+def _chip(r: TrainingRunResult) -> str:
+    """The catalogue chip of a run's topology (training_rules.TOPOLOGY_CHIPS)."""
+    return TOPOLOGY_CHIPS.get(r.topology, r.topology)
+
+
+def _precision(r: TrainingRunResult) -> str:
+    return str(r.scenario.get("training", {}).get("precision", "bf16"))

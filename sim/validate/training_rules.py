@@ -28,6 +28,8 @@ TOPOLOGY_CHIPS = types.MappingProxyType({
     "dgx-h200": "H200",
     "dgx-b200": "B200",
     "gb200-nvl72": "GB200",
+    "dgx-b300": "B300",
+    "gb300-nvl72": "GB300",
     "tpu-v4": "TPU-v4",
     "tpu-v5e": "TPU-v5e",
     "tpu-v5p": "TPU-v5p",
