@@ -79,6 +79,10 @@ HARDWARE_RULES: tuple[HardwareRule, ...] = (
     HardwareRule(r"\bGB300\b", "gb300-nvl72"),
     HardwareRule(r"\bGB200\b", "gb200-nvl72"),
     HardwareRule(r"\bB300\b", "dgx-b300"),
+    # torchao's B200 training tables ran on "power limited B200 GPUs" with the limit unstated.
+    HardwareRule(r"\bB200\b.*power[- ]limited", "dgx-b200",
+                 "power-limited B200, limit not stated: modelled as the catalogue's B200 at its full "
+                 "power; a capped B200 clocks lower, so the prediction is expected to be fast"),
     HardwareRule(r"\bB200\b", "dgx-b200"),
     HardwareRule(r"\bH200\b", "dgx-h200"),
     HardwareRule(r"\bH100\b", "dgx-h100"),
