@@ -73,16 +73,15 @@ HARDWARE_RULES: tuple[HardwareRule, ...] = (
                                "DGX H100's 8 x 400 Gb/s InfiniBand; only single-VM runs map"),
     # Blackwell. MLPerf Training v5.x systems: HGX/DGX 8-GPU B200 and B300 servers, GB200/GB300
     # NVL72 racks (4-GPU compute trays, one 72-GPU NVLink domain). "GB300" before "B300": the
-    # word boundary keeps r"\bB300\b" from matching "GB300" anyway, the order says it. B300 and
-    # GB300 map to the topologies dgx-b300 and gb300-nvl72, unsupported until they are bundled
-    # (TOPOLOGY_CHIPS).
+    # word boundary keeps r"\bB300\b" from matching "GB300" anyway, the order says it.
     HardwareRule(r"\bGB300\b", "gb300-nvl72"),
     HardwareRule(r"\bGB200\b", "gb200-nvl72"),
     HardwareRule(r"\bB300\b", "dgx-b300"),
-    # torchao's B200 training tables ran on "power limited B200 GPUs" with the limit unstated.
-    HardwareRule(r"\bB200\b.*power[- ]limited", "dgx-b200",
-                 "power-limited B200, limit not stated: modelled as the catalogue's B200 at its full "
-                 "power; a capped B200 clocks lower, so the prediction is expected to be fast"),
+    # torchao's B200 training tables ran on "power limited B200 GPUs" with the limit unstated:
+    # refused as the H100 500 W variant is (the model's kernels are the 1,000 W part's).
+    HardwareRule(r"\bB200\b.*power[- ]limited", None,
+                 "power-limited B200, limit not stated: not the catalogue's 1,000 W B200, whose "
+                 "clocks and peak it does not reach"),
     HardwareRule(r"\bB200\b", "dgx-b200"),
     HardwareRule(r"\bH200\b", "dgx-h200"),
     HardwareRule(r"\bH100\b", "dgx-h100"),
