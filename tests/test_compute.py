@@ -145,14 +145,16 @@ def test_an_uncalibrated_group_borrows_its_stack_then_its_chip() -> None:
 
 
 def test_a_chip_new_to_the_catalogue_borrows_its_predecessors_groups() -> None:
-    """B200/GB200 (family B200) and TPU7x have no training run: they take H100's and v5p's
-    factors (sim.calibration.STACK_PREDECESSOR), stack by stack, never 1.0 while those exist."""
+    """A family with no fitted group takes its predecessor's factors
+    (sim.calibration.STACK_PREDECESSOR: B200 -> H100, B300 -> B200 -> H100, TPU7x -> v5p), stack
+    by stack, never 1.0 while those exist."""
     table = {("a", "H100", "fp8"): 0.8, ("b", "H100", "bf16"): 0.9, ("m", "tpu-v5p", "bf16"): 0.85}
-    assert cal.STACK_PREDECESSOR == {"B200": "H100", "tpu7x": "tpu-v5p"}
+    assert cal.STACK_PREDECESSOR == {"B200": "H100", "B300": "B200", "tpu7x": "tpu-v5p"}
     assert stack_efficiency_of(table, ("b", "B200", "bf16")) == 0.9          # its stack on H100
     assert stack_efficiency_of(table, ("a", "B200", "bf16")) == 0.8          # same stack, other dtype
     assert stack_efficiency_of(table, ("z", "B200", "bf16")) == pytest.approx(0.85)   # H100 median
     assert stack_efficiency_of(table, ("m", "tpu7x", "bf16")) == 0.85
+    assert stack_efficiency_of(table, ("b", "B300", "bf16")) == 0.9          # through B200 to H100
     table[("b", "B200", "bf16")] = 0.95                                       # a fit of its own wins
     assert stack_efficiency_of(table, ("b", "B200", "bf16")) == 0.95
 
