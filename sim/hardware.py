@@ -179,6 +179,9 @@ _CHIPS = (
         # totals 183,359 MiB, NVIDIA/TensorRT-LLM#10278)
         hbm_usable_bytes=178.35 * GiB,
         price_source="AWS p6-b200.48xlarge on-demand, $113.93/h for 8 GPUs",
+        # NVIDIA DGX B200 user guide (docs.nvidia.com/dgx/dgxb200-user-guide, "Hardware
+        # Overview"): system memory 2 TB (upgradable to 4 TB) for 8 GPUs
+        host_memory_bytes=2000 * GB / 8,
     ),
     # Grace-based parts (GB200, GB300) and Blackwell Ultra; source keys as FACTS.md's, plus:
     # BW-ULTRA  https://developer.nvidia.com/blog/inside-nvidia-blackwell-ultra-the-chip-powering-the-ai-factory-era

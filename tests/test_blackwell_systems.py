@@ -146,12 +146,17 @@ def test_offload_on_gb200_crosses_nvlink_c2c_not_pcie() -> None:
 
 
 def test_offload_on_a_chip_without_host_memory_is_refused_naming_field_value_and_valid() -> None:
+    # TPU v4 is the catalogue's chip with no host memory (every NVIDIA system now has its own)
+    raw = {"cluster": {"topology": "tpu-v4", "chips": 64}, "model": "llama3-8b",
+           "training": {"seq_len": 8192, "global_batch": 64, "remat_policy": "qkv_proj_offloaded"}}
     with pytest.raises(ConfigError) as e:
-        _offloading("dgx-b200", 32)
+        scenario_from_dict(raw, "t.yaml")
     msg = str(e.value)
     assert "\n" not in msg
     assert ("training.remat_policy: 'qkv_proj_offloaded' offloads activations to host memory, but "
-            "the catalogue has no host memory for B200; valid here: device or remat") in msg
+            "the catalogue has no host memory for TPU-v4; valid here: device or remat") in msg
+    # DGX B200's 2 TB of system memory lets a B200 offload
+    assert _offloading("dgx-b200", 32).cluster.chip.host_memory_bytes == pytest.approx(250e9)
 
 
 # ----------------------------------------------------------------------------- cost optional
