@@ -126,20 +126,25 @@ def layouts(chips: int, layers: int, heads: int, gpu: bool, gpus_per_node: int,
         dp = data_parallel(chips, tp, pp, cp=1)
         vss = [1] + [v for v in (2, 4, 5) if pp > 1 and layers % (pp * v) == 0]
         for vs, zero, mb, rc in itertools.product(vss, (1, 3), (1, 2), ("selective", "full")):
-            if global_batch % (mb * dp):
-                continue
-            micro = global_batch // (mb * dp)
+            if mb * dp > global_batch:
+                continue                  # fewer sequences than replicas
+            # A data-parallel width the batch does not divide (9 replicas of an NVL72 rack)
+            # takes the nearest batch it divides: the step's tokens move by less than 1/(2 micro).
+            batch = round(global_batch / (mb * dp)) * mb * dp
+            micro = batch // (mb * dp)
             if vs > 1 and micro % pp:
                 continue                  # Megatron's interleaved schedule needs whole groups
             yield {"tp": tp, "pp": pp, "zero": zero, "micro_batch": mb, "recompute": rc,
-                   "schedule": "interleaved" if vs > 1 else "1f1b", "virtual_stages": vs}
+                   "schedule": "interleaved" if vs > 1 else "1f1b", "virtual_stages": vs,
+                   "global_batch": batch}
 
 
 def _scenario(req: PlanRequest, topology: str, chips: int, lay: Mapping[str, Any],
               global_batch: int) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "name": f"plan-{topology}-{chips}", "cluster": {"topology": topology, "chips": chips},
-        "model": req.model, "training": {"seq_len": req.seq_len, "global_batch": global_batch,
+        "model": req.model, "training": {"seq_len": req.seq_len,
+                                         "global_batch": lay.get("global_batch", global_batch),
                                          "micro_batch": lay["micro_batch"],
                                          "precision": req.precision, "recompute": lay["recompute"]},
         "parallelism": {k: lay[k] for k in ("tp", "pp", "zero", "schedule", "virtual_stages")}}

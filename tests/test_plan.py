@@ -82,3 +82,17 @@ def test_validate_plot_axes(tmp_path: Path, capsys) -> None:
     assert main(["validate", "--suite", "compute", "--plot", str(tmp_path / "c.svg")]) == 0
     assert (tmp_path / "c.svg").read_text().lstrip().startswith("<?xml")
     assert main(["validate", "--suite", "failures", "--plot", str(tmp_path / "f.png")]) == 2
+
+
+def test_a_rack_of_72_takes_the_nearest_batch_its_replicas_divide() -> None:
+    """NVL72: 72 GPUs make 9, 18 or 36 replicas, which no power-of-two batch divides; each layout
+    takes the nearest batch it does (never fewer sequences than replicas)."""
+    from sim.plan import layouts
+    lays = list(layouts(72, 80, 64, True, 72, 512))
+    assert lays, "an NVL72 rack must have layouts"
+    for lay in lays:
+        dp = 72 // (lay["tp"] * lay["pp"])
+        assert lay["global_batch"] % (lay["micro_batch"] * dp) == 0
+        assert abs(lay["global_batch"] - 512) <= lay["micro_batch"] * dp / 2
+    # a power-of-two cluster keeps the batch asked for
+    assert {lay["global_batch"] for lay in layouts(64, 80, 64, True, 8, 512)} == {512}

@@ -74,6 +74,7 @@ def plan_json(plans: Sequence[TopologyPlan], req: PlanRequest) -> dict[str, Any]
 def plan_text(plans: Sequence[TopologyPlan], req: PlanRequest, plot_file: str | None = None) -> str:
     """``plan``'s report: the same facts as ``plan_json``, per topology, then side by side."""
     out = plan_json(plans, req)
+    asked = max(1, round(req.batch_tokens / req.seq_len))      # sequences per step asked for
     lines = [f"plan: {req.model}, {req.tokens:.3g} tokens in {req.days:g} days "
              f"(sequence {req.seq_len}, {req.batch_tokens:,.0f} tokens per step, {req.precision})", ""]
     for name, e in out.items():
@@ -91,7 +92,9 @@ def plan_text(plans: Sequence[TopologyPlan], req: PlanRequest, plot_file: str | 
                          f"  MFU {100 * c['mfu']:.1f}%  goodput {100 * c['goodput']:.1f}%")
             lines.append(f"            layout tp={lay['tp']} pp={lay['pp']} "
                          + (f"vs={lay['virtual_stages']} " if lay["virtual_stages"] > 1 else "")
-                         + f"zero={lay['zero']} micro_batch={lay['micro_batch']} recompute={lay['recompute']}")
+                         + f"zero={lay['zero']} micro_batch={lay['micro_batch']} recompute={lay['recompute']}"
+                         + (f" global_batch={lay['global_batch']} (the nearest the data-parallel width "
+                            "divides)" if lay.get("global_batch", asked) != asked else ""))
         if not e["meets_deadline"]:
             if "chips" in e:
                 lines.append(f"  no cluster up to the largest tried meets {req.days:g} days; closest: "
