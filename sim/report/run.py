@@ -116,6 +116,17 @@ def _precision_text(scn: Scenario) -> str:
     return f", {recipe.name.upper()} linear layers" if recipe is not None else ""
 
 
+def _low_precision_mfu(scn: Scenario, mfu: float) -> str:
+    """Beside MFU (PaLM's, against the dense BF16 peak, which an FP8 or FP4 run can pass): the
+    same FLOPs against the peak of the format the linear layers run."""
+    recipe = active_recipe(scn.training.precision, scn.cluster.chip, scn.software)
+    if recipe is None:
+        return ""
+    chip = scn.cluster.chip
+    of_low = mfu * chip.bf16_flops / chip.peak_flops(recipe.name)
+    return f" of the dense BF16 peak ({100 * of_low:.1f} % of the {recipe.name.upper()} peak)"
+
+
 def step_text(r: RunResult, trace_file: str | None = None) -> str:
     """``run``'s table: the plan, the step and its breakdown, then what else the scenario asked
     for."""
@@ -136,7 +147,7 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
         + ")",
         f"  step time        {s.step_time_s:.3f} s",
         f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.chips:,.0f} per chip)",
-        f"  MFU              {100 * s.mfu:.1f} %",
+        f"  MFU              {100 * s.mfu:.1f} %" + _low_precision_mfu(scn, s.mfu),
         f"  memory per chip  {s.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.usable_hbm_bytes / 2**30:.1f} GiB",
         "  cost             " + _cost_text(r),
         "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in s.breakdown_s.items() if v > 1e-9),
