@@ -180,3 +180,13 @@ def test_bad_kernel_tables_are_one_clear_error(tmp_path: Path) -> None:
     (gpu / "gemm_square.csv").unlink()
     with pytest.raises(ConfigError, match=r"no kernel table in it"):
         validate_compute(tmp_path)
+
+
+def test_an_unfitted_precision_borrows_the_nearest_format_of_its_stack() -> None:
+    """BF16 and MXFP8 take the FP8 group of their stack and chip before the NVFP4 one (element
+    width 16/8 vs 4 bits); ties take the median; another stack's groups only when its own has none."""
+    table = {("a", "B200", "fp8"): 0.6, ("a", "B200", "nvfp4"): 0.75, ("b", "B200", "bf16"): 0.9}
+    assert stack_efficiency_of(table, ("a", "B200", "bf16")) == 0.6
+    assert stack_efficiency_of(table, ("a", "B200", "mxfp8")) == 0.6
+    assert stack_efficiency_of(table, ("b", "B200", "nvfp4")) == 0.9          # its only group
+    assert stack_efficiency_of(table, ("c", "B200", "bf16")) == 0.75          # every B200 group

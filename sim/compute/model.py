@@ -69,23 +69,34 @@ def stack_key(profile: SoftwareProfile, chip: Chip, precision: str) -> tuple[str
     return profile.framework, (chip.arch if chip.is_tpu else chip.family), precision
 
 
+# Bits per element of each training precision's GEMM inputs (sim.precision): how near two
+# precisions of one stack are when one borrows the other's stack factor.
+_BITS = {"bf16": 16, "fp8": 8, "mxfp8": 8, "nvfp4": 4}
+
+
 def stack_efficiency_of(table: dict[tuple[str, str, str], float],
                         key: tuple[str, str, str]) -> float:
     """The factor of *key*'s (framework, hardware, precision) group in *table*.
 
     A group with no calibration fit borrows, in order: the same framework's groups on the same
-    hardware (another precision of one stack), else every group fitted on that hardware. Every
-    stack loses something against the kernel tables' best case, and the typical loss on that chip
-    is a better estimate of an unmeasured stack's than none. The median of those groups; on
+    hardware (another precision of one stack: the nearest in element width, ``_BITS``, so BF16
+    and MXFP8 take FP8's before NVFP4's; the median of ties), else every group fitted on that
+    hardware (their median). Every stack loses something against the kernel tables' best case,
+    and the typical loss on that chip is a better estimate of an unmeasured stack's than none. On
     hardware with no fitted group at all, its predecessor's factor where
     ``sim.calibration.STACK_PREDECESSOR`` names one (chips new to the catalogue), else 1.0.
     """
     if key in table:
         return table[key]
-    for same in (lambda k: k[:2] == key[:2], lambda k: k[1] == key[1]):
-        values = [v for k, v in table.items() if same(k)]
-        if values:
-            return statistics.median(values)
+    same_stack = {k: v for k, v in table.items() if k[:2] == key[:2]}
+    if same_stack:
+        def width_gap(k: tuple[str, str, str]) -> int:
+            return abs(_BITS.get(k[2], 16) - _BITS.get(key[2], 16))
+        nearest = min(width_gap(k) for k in same_stack)
+        return statistics.median(v for k, v in same_stack.items() if width_gap(k) == nearest)
+    values = [v for k, v in table.items() if k[1] == key[1]]
+    if values:
+        return statistics.median(values)
     predecessor = cal.STACK_PREDECESSOR.get(key[1])
     if predecessor is not None and predecessor != key[1]:
         return stack_efficiency_of(table, (key[0], predecessor, key[2]))
