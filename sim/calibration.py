@@ -123,13 +123,13 @@ MAMF_RATIO_VS_HOPPER: dict[str, dict[str, float]] = {
 
 # ----------------------------------------------------------------------------- Blackwell kernels
 #
-# Fitted on published B200 and GB200 measurements (validation/compute/b200/, gb200/; each table
+# Fitted on published B200, GB200 and GB300 measurements (validation/compute/b200/, gb200/, gb300/; each table
 # cited in validation/compute/README.md) by the functions named, re-derived by
 # tests/test_calibration.py. The sources each kernel kind is fitted on, by the tables' `source`
 # column; every other row is reported as a test (``clustersim validate --suite compute``).
 BLACKWELL_FIT_SOURCES: dict[str, frozenset[str]] = {
     "gemm": frozenset({"xla-sm100", "deepgemm-pr348-cublaslt"}),
-    "cudnn": frozenset({"cudnn-fe-gb200-llama3.1-cudnn9.23"}),
+    "cudnn": frozenset({"cudnn-fe-gb200-llama3.1-cudnn9.23", "cudnn-fe-gb300-llama3.1-cudnn9.23"}),
     "flash-attention-4": frozenset({"cudnn-fe-gb200-llama3.1-cudnn9.23"}),
     "flash-attention-2": frozenset({"cudnn-fe-b200-cudnn9.13"}),
 }
@@ -182,6 +182,25 @@ ATTENTION_BLACKWELL: dict[tuple[str, str], AttentionParams] = {
     ("cudnn", "bwd"): AttentionParams(efficiency=0.535, d256=0.753, tail=0.155, mem=1.565),
     ("flash-attention-2", "fwd"): AttentionParams(efficiency=0.189, d256=0.967, tail=0.945, mem=10.154),
     ("flash-attention-2", "bwd"): AttentionParams(efficiency=0.155, d256=0.871, tail=0.4, mem=12.192),
+}
+# Blackwell Ultra (Chip.blackwell_ultra: B300, GB300) doubles the SFU's exponential throughput
+# (NVIDIA, "Inside NVIDIA Blackwell Ultra": "2x attention-layer acceleration"), the bound of a
+# flash forward's softmax at head_dim 128, so its attention has its own fit rather than B200's.
+# cudnn: sim.compute.tables.fit_attention as ATTENTION_BLACKWELL's cudnn entries, on
+#   gb300/attention.csv's cuDNN 9.23 llama3.1 sweep (the same frontend run and shapes as the GB200
+#   fit: batch 2, 64/8 heads, head_dim 128, causal and not, 2k-32k) at GB300's own peak, the same
+#   2,500 TFLOP/s dense BF16 as GB200's: 1.32x GB200's forward efficiency and 1.19x its backward
+#   (the backward recomputes the exponentials too, against 2.5x the forward's matmul FLOPs). The B300
+#   runs these constants at its own peak (assumed: the same fraction of peak).
+# flash-attention-2: B200's constants (assumed: PyTorch's FA2 build issues Ampere-style mma.sync,
+#   whose rate, not the SFU, bounds it; GB300's FA2 rows in the cuDNN 9.13 and 9.17 tables are a
+#   test of that). FlashAttention-4 is this cudnn fit at FA4_SPEEDUP_VS_CUDNN (GB200's ratio:
+#   GB300's own rows of the 9.23 run give 0.99 fwd / 1.03 bwd, a test).
+ATTENTION_BLACKWELL_ULTRA: dict[tuple[str, str], AttentionParams] = {
+    ("cudnn", "fwd"): AttentionParams(efficiency=0.876, d256=1.157, tail=0.968, mem=0.927),
+    ("cudnn", "bwd"): AttentionParams(efficiency=0.639, d256=0.753, tail=0.155, mem=1.949),
+    ("flash-attention-2", "fwd"): ATTENTION_BLACKWELL[("flash-attention-2", "fwd")],
+    ("flash-attention-2", "bwd"): ATTENTION_BLACKWELL[("flash-attention-2", "bwd")],
 }
 # FlashAttention-4 (CuTe DSL, Blackwell) was measured beside cuDNN on one GB200 in one run (cuDNN
 # frontend's llama3.1 sweep, cuDNN 9.23, FA4 4.0.0b15: batch 2, 64/8 heads, head_dim 128), in

@@ -75,6 +75,12 @@ class Chip:
         return self.fp8_flops is not None and self.fp8_flops > self.bf16_flops
 
     @property
+    def blackwell_ultra(self) -> bool:
+        """Blackwell Ultra (family "B300": B300 and GB300), whose doubled SFU exponential rate gives
+        its attention kernels their own fit (``sim.calibration.ATTENTION_BLACKWELL_ULTRA``)."""
+        return self.family == "B300"
+
+    @property
     def scaleup_Bps(self) -> float:
         """Total scale-up bandwidth per chip, one direction."""
         return self.scaleup_links * self.scaleup_link_Bps

@@ -13,6 +13,7 @@ import pytest
 
 from sim import calibration as cal
 from sim.compute import kernels, tables
+from sim.compute.model import flash_params_of
 from sim.hardware import CATALOGUE
 
 H100 = Path(__file__).resolve().parent.parent / "validation" / "compute" / "h100-sxm-80gb"
@@ -83,8 +84,8 @@ def test_tpu_gemm_curve_is_the_tpu7x_fit() -> None:
 
 
 # ----------------------------------------------------------------------------- Blackwell
-# The Blackwell constants are fitted on published B200 and GB200 tables (validation/compute/b200/,
-# gb200/), on the sources sim.calibration.BLACKWELL_FIT_SOURCES names per kernel kind.
+# The Blackwell constants are fitted on published B200, GB200 and GB300 tables (validation/compute/b200/,
+# gb200/, gb300/), on the sources sim.calibration.BLACKWELL_FIT_SOURCES names per kernel kind.
 
 B200_DIR = H100.parent / "b200"
 GB200_DIR = H100.parent / "gb200"
@@ -131,6 +132,36 @@ def test_blackwell_attention_constants_are_the_fit(family, folder, chip_name, pa
     committed = cal.ATTENTION_BLACKWELL[(family, passname)]
     for field in ("efficiency", "d256", "tail", "mem"):
         assert getattr(fitted, field) == pytest.approx(getattr(committed, field), abs=0.002), field
+
+
+GB300_DIR = H100.parent / "gb300"
+
+
+@pytest.mark.parametrize("passname", ["fwd", "bwd"])
+def test_blackwell_ultra_attention_constants_are_the_gb300_fit(passname) -> None:
+    """cuDNN on Blackwell Ultra is fitted on the GB300 cuDNN 9.23 sweep, as GB200's on its own; it
+    is faster than GB200's at the same peak (the doubled SFU exponential rate); FA2 keeps B200's."""
+    chip = CATALOGUE["GB300"]
+    hopper = cal.ATTENTION_HOPPER[("cudnn", passname)]
+    rows = [c for c in _fit_rows(GB300_DIR, "cudnn") if c.source == "cudnn-fe-gb300-llama3.1-cudnn9.23"]
+    assert len([c for c in rows if c.key.startswith("cudnn ")]) == 20   # 2k-32k, 2 masks, 2 passes
+    fitted = tables.fit_attention(rows, "cudnn", passname, chip.bf16_flops, chip.sms, chip.hbm_Bps,
+                                  fixed={"d256": hopper.d256, "tail": hopper.tail}, min_seq=2048)
+    committed = cal.ATTENTION_BLACKWELL_ULTRA[("cudnn", passname)]
+    for field in ("efficiency", "d256", "tail", "mem"):
+        assert getattr(fitted, field) == pytest.approx(getattr(committed, field), abs=0.002), field
+    assert committed.efficiency > cal.ATTENTION_BLACKWELL[("cudnn", passname)].efficiency * 1.1
+    fa2 = ("flash-attention-2", passname)
+    assert cal.ATTENTION_BLACKWELL_ULTRA[fa2] == cal.ATTENTION_BLACKWELL[fa2]
+
+
+def test_blackwell_ultra_chips_run_the_ultra_attention_fit() -> None:
+    for name in ("B300", "GB300"):
+        assert CATALOGUE[name].blackwell_ultra
+        assert flash_params_of(CATALOGUE[name], "cudnn", "fwd") == cal.ATTENTION_BLACKWELL_ULTRA[("cudnn", "fwd")]
+    for name in ("B200", "GB200", "H100-SXM"):
+        assert not CATALOGUE[name].blackwell_ultra
+    assert flash_params_of(CATALOGUE["GB200"], "cudnn", "fwd") == cal.ATTENTION_BLACKWELL[("cudnn", "fwd")]
 
 
 def test_fa4_speedup_is_the_median_ratio_of_the_gb200_table() -> None:

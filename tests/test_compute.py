@@ -162,7 +162,7 @@ def test_a_chip_new_to_the_catalogue_borrows_its_predecessors_groups() -> None:
 def test_compute_suite_within_budget_on_the_h200_tables() -> None:
     rows, summaries = validate_compute(VALIDATION / "compute")
     assert check_compute_budgets(summaries, load_budgets(VALIDATION / "budgets.toml")["compute"]) == []
-    assert {r.gpu for r in rows} == {"h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200"}
+    assert {r.gpu for r in rows} == {"h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200", "gb300"}
     assert {r.split for r in rows if r.gpu == "h200-sxm-141gb"} == {"test"}
 
 

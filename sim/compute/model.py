@@ -138,7 +138,7 @@ def gemm_peak_flops(chip: Chip, dtype: str) -> float:
 
 def flash_params_of(chip: Chip, family: str, passname: str) -> AttentionParams:
     """The constants of one fused attention kernel family and pass (``fwd``, ``bwd``) on an NVIDIA
-    *chip* (``sim.calibration``: the Hopper, Ampere and Blackwell entries)."""
+    *chip* (``sim.calibration``: the Hopper, Ampere, Blackwell and Blackwell Ultra entries)."""
     if family == "triton":
         p = flash_params_of(chip, "flash-attention-2", passname)
         return AttentionParams(p.efficiency / cal.FA2_VS_TRITON, p.d256, p.tail, p.mem)
@@ -150,11 +150,12 @@ def flash_params_of(chip: Chip, family: str, passname: str) -> AttentionParams:
         return AttentionParams(p.efficiency * cal.FA3_SPEEDUP_VS_CUDNN[passname], p.d256,
                                p.tail, p.mem)
     if chip.arch == "blackwell":
+        table = cal.ATTENTION_BLACKWELL_ULTRA if chip.blackwell_ultra else cal.ATTENTION_BLACKWELL
         if family == "flash-attention-4":
-            p = cal.ATTENTION_BLACKWELL[("cudnn", passname)]
+            p = table[("cudnn", passname)]
             return AttentionParams(p.efficiency * cal.FA4_SPEEDUP_VS_CUDNN[passname], p.d256,
                                    p.tail, p.mem)
-        return cal.ATTENTION_BLACKWELL[(family, passname)]
+        return table[(family, passname)]
     if family == "flash-attention-4":
         raise ConfigError(f"software.attention: flash-attention-4 is a Blackwell kernel; "
                           f"{chip.name} is {chip.arch.capitalize()}")

@@ -5,7 +5,7 @@ Each table is described in ``validation/compute/README.md``. A ``KernelCase`` is
 with what the model needs to predict it; ``fit_*`` re-derive every constant of
 ``sim.calibration`` that comes from these tables (``tests/test_calibration.py`` checks that they
 equal the committed values), always on the H100 tables: the H200 tables are a test of a chip the
-fit never saw. The Blackwell tables (``b200/``, ``gb200/``) copy published measurements; the
+fit never saw. The Blackwell tables (``b200/``, ``gb200/``, ``gb300/``) copy published measurements; the
 Blackwell constants are fitted on the rows of the sources ``sim.calibration.BLACKWELL_FIT_SOURCES``
 names per kernel kind, the other rows are a test.
 """
@@ -33,7 +33,8 @@ __all__ = ["KernelCase", "GPU_FOLDERS", "load_cases", "fit_gemm", "fit_gemm_effi
            "DTYPE_BYTES"]
 
 # Folder -> catalogue chip (sim.hardware) of the GPU it was measured on.
-GPU_FOLDERS = {"h100-sxm-80gb": "H100-SXM", "h200-sxm-141gb": "H200", "b200": "B200", "gb200": "GB200"}
+GPU_FOLDERS = {"h100-sxm-80gb": "H100-SXM", "h200-sxm-141gb": "H200", "b200": "B200", "gb200": "GB200",
+               "gb300": "GB300"}
 # The attention table's backend names -> our kernel families (software.attention). CUDNN_ATTENTION
 # is PyTorch's SDPA cuDNN backend, CUDNN_FRONTEND cuDNN's fused attention called through the cuDNN
 # frontend (what Transformer Engine calls), FLASH_ATTENTION PyTorch's FlashAttention-2 build.

@@ -1,7 +1,7 @@
 """Compute validation suite: every row of the measured kernel tables, predicted vs measured.
 
 ``clustersim validate --suite compute`` (issue 10). Data: ``DIR/compute/<gpu>/`` as measured for
-this project on Hopper, and published Blackwell measurements (``b200/``, ``gb200/``; each source
+this project on Hopper, and published Blackwell measurements (``b200/``, ``gb200/``, ``gb300/``; each source
 cited in ``validation/compute/README.md``). The Hopper constants are fitted on the H100 tables only
 (``sim.compute.tables``), so the H100 rows are the fit and the H200 rows a test of a chip the fit
 never saw. The Blackwell constants are fitted on the rows of the sources that
