@@ -7,10 +7,8 @@ Engine's ``te.Linear`` family; torchao's ``Float8Linear`` / ``MXLinear``; NVIDIA
 Large Language Models with NVFP4", arXiv 2509.25149, section 4: "only the GEMMs inside linear
 layers ... Fprop, Wgrad, Dgrad"):
 
-- ``fp8``: Hopper-style FP8 with one scale per tensor, as current scaling computes it (TE
-  ``Float8CurrentScaling``, Megatron ``--fp8-recipe tensorwise``: Megatron-Bridge's FP8 recipe
-  and MLPerf Training v5.1's; e4m3 forward, e5m2 gradients): the tensor's amax is read before
-  the cast (delayed scaling, which takes last steps' amax, skips that read). Hopper's FP8 tensor cores take only
+- ``fp8``: Hopper-style FP8 with one scale per tensor (TE ``DelayedScaling`` /
+  ``Float8CurrentScaling``; e4m3 forward, e5m2 gradients). Hopper's FP8 tensor cores take only
   K-major (TN) operands, so each quantized operand is also written transposed for the GEMM that
   reduces over the other dimension (TE's fused cast-transpose); Blackwell's take either layout
   and need one copy (TE skips the transpose on sm100).
@@ -64,18 +62,15 @@ class Recipe:
     copies_blackwell: int
     peak: str
     bf16_share: float = 0.0
-    amax_pass: bool = False
 
     def copies(self, chip: Chip) -> int:
         """Quantized copies of one operand on *chip* (Hopper needs a transposed one for fp8)."""
         return self.copies_hopper if chip.arch == "hopper" else self.copies_blackwell
 
     def quantize_B(self, chip: Chip) -> float:
-        """HBM bytes one quantization moves per element: the BF16 read and every copy written,
-        plus a first BF16 read where the scale needs the whole tensor's amax before the cast
-        (``amax_pass``: per-tensor current scaling, NVFP4's fp32 tensor scale); a block scale's
-        max is taken in the casting pass."""
-        return (4.0 if self.amax_pass else 2.0) + self.copies(chip) * self.element_B
+        """HBM bytes one quantization kernel moves per element: the BF16 read and every copy
+        written (the amax / block-max is taken in the same pass)."""
+        return 2.0 + self.copies(chip) * self.element_B
 
 
 # NVFP4's BF16 share: arXiv 2509.25149 keeps "about 16%" of the linear layers in BF16 for its 10T-token
@@ -84,12 +79,11 @@ class Recipe:
 NVFP4_BF16_SHARE = 0.0
 
 RECIPES: dict[str, Recipe] = {
-    "fp8": Recipe("fp8", element_B=1.0, copies_hopper=2, copies_blackwell=1, peak="fp8",
-                  amax_pass=True),
+    "fp8": Recipe("fp8", element_B=1.0, copies_hopper=2, copies_blackwell=1, peak="fp8"),
     "mxfp8": Recipe("mxfp8", element_B=1.0 + 1.0 / 32, copies_hopper=2, copies_blackwell=2,
                     peak="fp8"),
     "nvfp4": Recipe("nvfp4", element_B=0.5 + 1.0 / 16, copies_hopper=2, copies_blackwell=2,
-                    peak="fp4", bf16_share=NVFP4_BF16_SHARE, amax_pass=True),
+                    peak="fp4", bf16_share=NVFP4_BF16_SHARE),
 }
 
 

@@ -83,12 +83,8 @@ def test_lower_precisions_run_linear_gemms_faster_and_leave_the_rest_bf16() -> N
             ref.op_time_s(head) * ref.stack_efficiency)
     assert times["nvfp4"] < times["mxfp8"] < times["bf16"]
     assert times["fp8"] < times["bf16"]
-    # per-tensor FP8 (current scaling) reads the tensor twice (amax, then cast) and writes one
-    # copy on Blackwell; MXFP8 reads it once and writes two block-scaled copies
-    assert RECIPES["fp8"].quantize_B(chip) == 2 + 2 + 1
-    assert RECIPES["mxfp8"].quantize_B(chip) == pytest.approx(2 + 2 * (1 + 1 / 32))
-    assert RECIPES["nvfp4"].quantize_B(chip) == pytest.approx(2 + 2 + 2 * (0.5 + 1 / 16))
-    assert RECIPES["fp8"].quantize_B(get_chip("H100-SXM")) == 2 + 2 + 2      # + the transpose
+    # MXFP8 writes two block-scaled copies where per-tensor FP8 on Blackwell writes one
+    assert times["fp8"] < times["mxfp8"]
 
 
 def test_a_chip_without_a_faster_path_runs_bf16() -> None:
