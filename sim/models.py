@@ -69,7 +69,12 @@ class ModelSpec:
 
 
 # Sources: Llama 3 "The Llama 3 Herd of Models" (Dubey et al. 2024) Table 3; GPT-3 (Brown et al.
-# 2020) Table 2.1; Mixtral of Experts (Jiang et al. 2024) Table 1.
+# 2020) Table 2.1; Mixtral of Experts (Jiang et al. 2024) Table 1. Qwen3 MoE: the released
+# models' Megatron configs in Ascend/MindSpeed-RL configs/model/qwen3_235b_a22b.yaml and
+# qwen3_30b_a3b.yaml (gitcode.com; num_layers, hidden_size, num_attention_heads, num_query_groups,
+# kv_channels 128 (head_dim apart from hidden / heads), num_experts 128, moe_router_topk 8,
+# moe_ffn_hidden_size, padded_vocab_size 151936; no shared experts, every layer MoE), as the
+# Qwen3MoE config.json of Hugging Face's Qwen3-Coder-30B-A3B copies print them.
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
@@ -83,5 +88,9 @@ PRESETS: dict[str, ModelSpec] = {
                   vocab=50257, mlp="gelu"),
         ModelSpec("mixtral-8x7b", layers=32, hidden=4096, ffn_hidden=14336, heads=32, kv_heads=8,
                   vocab=32000, moe=MoE(experts=8, top_k=2)),
+        ModelSpec("qwen3-235b-a22b", layers=94, hidden=4096, ffn_hidden=1536, heads=64, kv_heads=4,
+                  vocab=151936, moe=MoE(experts=128, top_k=8), head_dim_=128),
+        ModelSpec("qwen3-30b-a3b", layers=48, hidden=2048, ffn_hidden=768, heads=32, kv_heads=4,
+                  vocab=151936, moe=MoE(experts=128, top_k=8), head_dim_=128),
     )
 }

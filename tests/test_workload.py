@@ -132,3 +132,15 @@ def test_cli_exit_codes_for_bad_plans(tmp_path: Path) -> None:
                    "training: {seq_len: 8192, global_batch: 8, recompute: none}\nparallelism: {tp: 1}\n")
     r = subprocess.run([sys.executable, "-m", "sim", "run", str(big)], capture_output=True, text=True)
     assert r.returncode == 3 and "infeasible" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_qwen3_moe_presets_have_their_published_sizes() -> None:
+    """The Hugging Face model cards (Qwen/Qwen3-235B-A22B, Qwen/Qwen3-30B-A3B, "Number of
+    Parameters"): 235B in total and 22B activated; 30.5B and 3.3B (activated counts include the
+    embedding and the head)."""
+    from sim.models import PRESETS
+    for name, total, active in (("qwen3-235b-a22b", 235e9, 22e9), ("qwen3-30b-a3b", 30.5e9, 3.3e9)):
+        m = PRESETS[name]
+        embed = 2 * m.vocab * m.hidden
+        assert m.total_params() == pytest.approx(total, rel=0.01)
+        assert m.non_embedding_params(active_only=True) + embed == pytest.approx(active, rel=0.03)
