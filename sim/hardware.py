@@ -350,7 +350,8 @@ def get_chip(name: str, where: str = "chip") -> Chip:
     try:
         return CATALOGUE[name]
     except KeyError:
-        raise ConfigError(f"{where}: unknown chip {name!r}; valid: {sorted(CATALOGUE)}") from None
+        raise ConfigError(f"{where}: unknown chip {name!r}; valid: {', '.join(sorted(CATALOGUE))}"
+                          ) from None
 
 
 # ----------------------------------------------------------------------------- failure rates

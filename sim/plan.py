@@ -46,6 +46,11 @@ class PlanRequest:
     max_chips: int = 16384
     framework: str | None = None
 
+    @property
+    def global_batch(self) -> int:
+        """Sequences per step asked for (``batch_tokens`` over ``seq_len``, at least one)."""
+        return max(1, round(self.batch_tokens / self.seq_len))
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -174,7 +179,7 @@ def plan(req: PlanRequest,
     track = progress or (lambda it, n, d: it)
     if req.tokens <= 0 or req.days <= 0:
         raise ConfigError("plan: --tokens and --days must be > 0")
-    global_batch = max(1, round(req.batch_tokens / req.seq_len))
+    global_batch = req.global_batch
     out: list[TopologyPlan] = []
     for topology in req.topologies:
         spec = load_topology_spec(topology, "--topology")

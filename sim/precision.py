@@ -22,8 +22,9 @@ layers ... Fprop, Wgrad, Dgrad"):
   16x16 random Hadamard transform fused into the wgrad operands' quantization and stochastic
   rounding of gradients (arXiv 2509.25149 section 4; pytorch/ao#3293 lists the same kernels).
   The paper keeps about 16% of the linear layers in BF16 ("selective high-precision layers");
-  Megatron does so only with ``--first-last-layers-bf16`` (``bf16_share``: 0 by default).
-  Blackwell only, at the FP4 peak.
+  Megatron does so only with ``--first-last-layers-bf16`` (off by default) and MLPerf Training
+  v5.1's NVFP4 configs set none, so every linear layer runs NVFP4 here. Blackwell only, at the
+  FP4 peak.
 
 Each recipe also says what the stack keeps: the quantized copy of each linear layer's input saved
 for the backward in place of the BF16 tensor (TE saves the quantized input its wgrad reads; torchao
@@ -39,11 +40,10 @@ from .errors import ConfigError
 from .hardware import Chip
 from .software import FRAMEWORKS, SoftwareProfile
 
-__all__ = ["PRECISIONS", "LOW_PRECISIONS", "Recipe", "RECIPES", "recipe_of", "active_recipe",
+__all__ = ["PRECISIONS", "Recipe", "RECIPES", "active_recipe",
            "check_chip", "check_stack", "precisions_of"]
 
-LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
-PRECISIONS = ("bf16",) + LOW_PRECISIONS
+PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +52,13 @@ class Recipe:
 
     ``element_B``: bytes per element of one quantized copy, its scales included; ``copies``: the
     quantized copies of each operand a quantization writes (row-wise, and column-wise or
-    transposed where the other GEMM needs it); ``peak``: which of the chip's peaks its GEMMs run
-    at (``fp8`` or ``fp4``); ``bf16_share``: the share of linear layers the recipe keeps in BF16.
-    """
+    transposed where the other GEMM needs it). Its GEMMs run at the chip's peak for its name
+    (``Chip.peak_flops``)."""
 
     name: str
     element_B: float
     copies_hopper: int
     copies_blackwell: int
-    peak: str
-    bf16_share: float = 0.0
 
     def copies(self, chip: Chip) -> int:
         """Quantized copies of one operand on *chip* (Hopper needs a transposed one for fp8)."""
@@ -76,23 +73,11 @@ class Recipe:
         return 2.0 + self.copies(chip) * self.element_B
 
 
-# NVFP4's BF16 share: arXiv 2509.25149 keeps "about 16%" of the linear layers in BF16 for its 10T-token
-# convergence, but the stacks do so only when asked (Megatron --first-last-layers-bf16, off by
-# default; MLPerf Training v5.1's NVFP4 configs set no BF16 layers): 0 by default.
-NVFP4_BF16_SHARE = 0.0
-
 RECIPES: dict[str, Recipe] = {
-    "fp8": Recipe("fp8", element_B=1.0, copies_hopper=2, copies_blackwell=1, peak="fp8"),
-    "mxfp8": Recipe("mxfp8", element_B=1.0 + 1.0 / 32, copies_hopper=2, copies_blackwell=2,
-                    peak="fp8"),
-    "nvfp4": Recipe("nvfp4", element_B=0.5 + 1.0 / 16, copies_hopper=2, copies_blackwell=2,
-                    peak="fp4", bf16_share=NVFP4_BF16_SHARE),
+    "fp8": Recipe("fp8", element_B=1.0, copies_hopper=2, copies_blackwell=1),
+    "mxfp8": Recipe("mxfp8", element_B=1.0 + 1.0 / 32, copies_hopper=2, copies_blackwell=2),
+    "nvfp4": Recipe("nvfp4", element_B=0.5 + 1.0 / 16, copies_hopper=2, copies_blackwell=2),
 }
-
-
-def recipe_of(precision: str) -> Recipe | None:
-    """The recipe of a low precision; None for bf16."""
-    return RECIPES.get(precision)
 
 
 def active_recipe(precision: str, chip: Chip, software: SoftwareProfile) -> Recipe | None:

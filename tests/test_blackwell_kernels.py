@@ -13,7 +13,7 @@ import pytest
 from sim import calibration as cal
 from sim.compute import tables
 from sim.compute.kernels import AttentionShape, attention_flops, attention_time_s, gemm_time_s
-from sim.compute.model import ComputeModel, flash_params_of, gemm_params_of, gemm_peak_flops
+from sim.compute.model import ComputeModel, flash_params_of, gemm_params_of
 from sim.errors import ConfigError
 from sim.hardware import CATALOGUE
 from sim.software import FRAMEWORKS, resolve_software
@@ -68,7 +68,7 @@ def test_b200_gemms_run_the_blackwell_fit_with_no_hopper_factor() -> None:
     cm = _model(B200)
     for dtype in ("bf16", "fp8", "mxfp8", "nvfp4"):
         assert cm.gemm[dtype] == cal.GEMM_BLACKWELL[dtype]
-        expect = gemm_time_s(8192, 28672, 8192, tables.DTYPE_BYTES[dtype], gemm_peak_flops(B200, dtype),
+        expect = gemm_time_s(8192, 28672, 8192, tables.DTYPE_BYTES[dtype], B200.peak_flops(dtype),
                              B200.sms, B200.hbm_Bps, cal.GEMM_BLACKWELL[dtype])
         assert cm.gemm_s(8192, 28672, 8192, dtype) == expect
 
@@ -88,8 +88,8 @@ def test_gemm_dtype_names_and_peaks() -> None:
     assert cm.gemm_s(m, n, k, fp8=True) == cm.gemm_s(m, n, k, "fp8")
     assert cm.gemm_s(m, n, k, "mxfp8") == cm.gemm_s(m, n, k, "fp8")     # assumed: same kernel rate
     assert cm.gemm_s(m, n, k, "nvfp4") < cm.gemm_s(m, n, k, "fp8") < cm.gemm_s(m, n, k, "bf16")
-    assert gemm_peak_flops(B200, "nvfp4") == 9000e12 and gemm_peak_flops(GB200, "nvfp4") == 10000e12
-    assert gemm_peak_flops(B200, "mxfp8") == B200.fp8_flops
+    assert B200.peak_flops("nvfp4") == 9000e12 and GB200.peak_flops("nvfp4") == 10000e12
+    assert B200.peak_flops("mxfp8") == B200.fp8_flops
 
 
 def test_hopper_gemms_are_unchanged_and_refuse_blackwell_formats() -> None:

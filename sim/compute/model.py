@@ -30,12 +30,10 @@ from .kernels import (
     memory_time_s,
 )
 
-__all__ = ["ComputeModel", "stack_key", "memory_class", "gemm_params_of", "gemm_peak_flops",
-           "flash_params_of", "GEMM_DTYPES"]
+__all__ = ["ComputeModel", "stack_key", "memory_class", "gemm_params_of", "flash_params_of"]
 
 # The GEMM input dtypes the model runs: bf16, per-tensor-scaled FP8 (Hopper-style), and the
 # Blackwell block-scaled formats MXFP8 (1x32, e8m0 scales) and NVFP4 (1x16, e4m3 scales).
-GEMM_DTYPES = ("bf16", "fp8", "mxfp8", "nvfp4")
 
 # Memory-bound op class (sim.workload.transformer) -> the measured class it runs as, per
 # elementwise mode of the profile. Eager PyTorch runs each op as its own kernel(s) at the
@@ -69,17 +67,13 @@ def stack_key(profile: SoftwareProfile, chip: Chip, precision: str) -> tuple[str
     return profile.framework, (chip.arch if chip.is_tpu else chip.family), precision
 
 
-# Bits per element of each training precision's GEMM inputs (sim.precision): how near two
-# precisions of one stack are when one borrows the other's stack factor.
-_BITS = {"bf16": 16, "fp8": 8, "mxfp8": 8, "nvfp4": 4}
-
-
 def stack_efficiency_of(table: dict[tuple[str, str, str], float],
                         key: tuple[str, str, str]) -> float:
     """The factor of *key*'s (framework, hardware, precision) group in *table*.
 
     A group with no calibration fit borrows, in order: the same framework's groups on the same
-    hardware (another precision of one stack: the nearest in element width, ``_BITS``, so BF16
+    hardware (another precision of one stack: the nearest in element width,
+    ``sim.compute.kernels.GEMM_DTYPE_BYTES``, so BF16
     and MXFP8 take FP8's before NVFP4's; the median of ties), else every group fitted on that
     hardware (their median). Every stack loses something against the kernel tables' best case,
     and the typical loss on that chip is a better estimate of an unmeasured stack's than none. On
@@ -90,8 +84,8 @@ def stack_efficiency_of(table: dict[tuple[str, str, str], float],
         return table[key]
     same_stack = {k: v for k, v in table.items() if k[:2] == key[:2]}
     if same_stack:
-        def width_gap(k: tuple[str, str, str]) -> int:
-            return abs(_BITS.get(k[2], 16) - _BITS.get(key[2], 16))
+        def width_gap(k: tuple[str, str, str]) -> float:
+            return abs(GEMM_DTYPE_BYTES.get(k[2], 2.0) - GEMM_DTYPE_BYTES.get(key[2], 2.0))
         nearest = min(width_gap(k) for k in same_stack)
         return statistics.median(v for k, v in same_stack.items() if width_gap(k) == nearest)
     values = [v for k, v in table.items() if k[1] == key[1]]
@@ -121,19 +115,6 @@ def gemm_params_of(chip: Chip) -> dict[str, GemmParams]:
     ratio = cal.MAMF_RATIO_VS_HOPPER.get(chip.arch, {})
     return {dt: GemmParams(p.efficiency * ratio.get(dt, 1.0), p.tile_s, p.k0, p.call_s)
             for dt, p in cal.GEMM_HOPPER.items()}
-
-
-def gemm_peak_flops(chip: Chip, dtype: str) -> float:
-    """The dense tensor-core peak a GEMM in *dtype* runs against: bf16 -> ``bf16_flops``, fp8 and
-    mxfp8 -> ``fp8_flops``, nvfp4 -> ``fp4_flops``. One line naming the dtype where the chip has
-    no such path."""
-    if dtype not in GEMM_DTYPES:
-        raise ConfigError(f"GEMM dtype: got {dtype!r}; valid: {', '.join(GEMM_DTYPES)}")
-    peak = {"bf16": chip.bf16_flops, "fp8": chip.fp8_flops, "mxfp8": chip.fp8_flops,
-            "nvfp4": chip.fp4_flops}[dtype]
-    if peak is None:
-        raise ConfigError(f"GEMM dtype: {dtype} has no tensor-core path on {chip.name}")
-    return peak
 
 
 def flash_params_of(chip: Chip, family: str, passname: str) -> AttentionParams:
@@ -188,10 +169,10 @@ class ComputeModel:
     # ------------------------------------------------------------------ kernels
     def gemm_s(self, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1, *,
                fp8: bool = False) -> float:
-        """``batch`` GEMMs C[m,n] = A[m,k] B[k,n] with inputs in *dtype* (``GEMM_DTYPES``) at the
-        chip's peak for it (``gemm_peak_flops``); ``fp8=True`` is the older spelling of
-        ``dtype="fp8"``. A TPU runs every GEMM on its bf16 curve. One line naming the dtype where
-        the chip cannot run it."""
+        """``batch`` GEMMs C[m,n] = A[m,k] B[k,n] with inputs in *dtype* (a training precision,
+        ``sim.precision.PRECISIONS``) at the chip's peak for it (``Chip.peak_flops``);
+        ``fp8=True`` is the older spelling of ``dtype="fp8"``. A TPU runs every GEMM on its bf16
+        curve. One line naming the dtype where the chip cannot run it."""
         if not self.gpu:
             flops = 2.0 * m * n * k * batch
             nbytes = 2.0 * batch * (m * k + k * n + m * n)
@@ -199,10 +180,12 @@ class ComputeModel:
                                      cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps * cal.TPU_MEMORY_FRACTION)
         if fp8:
             dtype = "fp8"
-        if dtype == "bf16":
-            return gemm_time_s(m, n, k, 2.0, self.bf16_peak, self.sms, self.hbm_Bps,
-                               self.gemm["bf16"], batch)
-        peak = gemm_peak_flops(self.chip, dtype)
+        if dtype not in GEMM_DTYPE_BYTES:
+            raise ConfigError(f"GEMM dtype: got {dtype!r}; valid: {', '.join(GEMM_DTYPE_BYTES)}")
+        try:
+            peak = self.chip.peak_flops(dtype)
+        except ConfigError:
+            raise ConfigError(f"GEMM dtype: {dtype} has no tensor-core path on {self.chip.name}") from None
         params = self.gemm.get(dtype)
         if params is None:
             raise ConfigError(f"GEMM dtype: {dtype} does not run on {self.chip.name} "
@@ -263,16 +246,15 @@ class ComputeModel:
             assert op.attn is not None, op
             return self.attention_s(op.attn, op.cls)
         m, n, k = op.shape
-        bf16 = self.gemm_s(m, n, k, batch=op.batch)
         recipe = self.recipe
         if recipe is None or op.cls != "linear":
-            return bf16
+            return self.gemm_s(m, n, k, batch=op.batch)
         low = self.gemm_s(m, n, k, batch=op.batch, dtype=recipe.name)
         quantized = self._quantized_elements(op)
         if quantized:               # a fused quantize kernel, whatever the stack's elementwise mode
             low += memory_time_s(recipe.quantize_B(self.chip) * quantized, self.hbm_Bps,
                                  cal.MEMORY_FRACTION["quantize"])
-        return recipe.bf16_share * bf16 + (1.0 - recipe.bf16_share) * low
+        return low
 
     def _quantized_elements(self, op: Op) -> float:
         """Elements a low-precision linear GEMM quantizes first (``sim.precision``): the forward

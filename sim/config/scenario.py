@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..hardware import CATALOGUE
+from ..hardware import get_chip
 from ..models import PRESETS, ModelSpec, MoE
 from ..precision import PRECISIONS, check_chip, check_stack
 from ..software import resolve_software
@@ -22,7 +22,7 @@ from ..topology_spec import GpuClusterSpec, TopologySpec
 from .fields import Section, parse_tokens, show
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan
-from .paths import scenario_dir, topology_dir
+from .paths import scenario_dir
 from .remat import OPTIMIZER_STATES, parse_remat_policy
 from .schema import (
     CLUSTER_KEYS,
@@ -36,7 +36,7 @@ from .schema import (
     StragglersConfig,
     TrainingConfig,
 )
-from .topology_specs import load_topology_spec
+from .topology_specs import bundled_topologies, load_topology_spec
 from .yamlio import read_yaml
 
 __all__ = ["load_cluster", "load_scenario", "read_scenario_raw", "scenario_from_dict"]
@@ -146,21 +146,16 @@ def _check_cluster_chip(s: Section, spec: TopologySpec) -> None:
     """``cluster.chip``: a catalogue chip name, which must be the one the topology is built for
     (the topology file names its chip; this key states it, so a scenario written for one chip
     is refused on another's topology). The one place the key is parsed: issue 33 adds FILE.yaml."""
-    name, where = s.text("chip"), s.at("chip")
-    if name not in CATALOGUE:
-        raise ConfigError(f"{where}: unknown chip {name!r}; valid: {', '.join(sorted(CATALOGUE))}")
+    where = s.at("chip")
+    name = get_chip(s.text("chip"), where).name
     built_for = spec.chip.name
     if name == built_for:
         return
-    others = [t for t in _bundled_topologies() if load_topology_spec(t).chip.name == name]
+    others = [t for t in bundled_topologies() if load_topology_spec(t).chip.name == name]
     hint = (f", or a topology built for {name}: {', '.join(others)}" if others
             else f"; no bundled topology is built for {name}")
     raise ConfigError(f"{where}: {name} does not match topology {spec.name} (built for "
                       f"{built_for}); valid: {built_for}{hint}")
-
-
-def _bundled_topologies() -> list[str]:
-    return sorted(p.stem for p in topology_dir().glob("*.yaml"))
 
 
 _LINK_EDIT_KEYS = frozenset({"link", "factor"})

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..hardware import Chip
 from ..models import ModelSpec
+from ..precision import Recipe, active_recipe
 from ..software import SoftwareProfile
 from ..topology_spec import SliceShape, TopologySpec
 
@@ -234,6 +235,12 @@ class Scenario:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # cluster.shared_with's job, read and checked once with this scenario
     neighbour: Scenario | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def recipe(self) -> Recipe | None:
+        """The low-precision recipe its linear layers run (``sim.precision.active_recipe``);
+        None: every GEMM in BF16."""
+        return active_recipe(self.training.precision, self.cluster.chip, self.software)
 
 
 CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "slices", "twisted", "oversubscription",

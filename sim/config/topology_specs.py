@@ -44,6 +44,11 @@ _TPU_KEYS = frozenset({"name", "kind", "chip", "default_chips", "ndims", "cube",
                        "multi_pod", "max_cubes"})
 
 
+def bundled_topologies() -> list[str]:
+    """The names of the topology files bundled in ``topologies/``, sorted."""
+    return sorted(f.stem for f in topology_dir().glob("*.yaml"))
+
+
 def resolve_topology_path(name_or_path: str, where: str = "cluster.topology") -> Path:
     """A bundled topology name (``dgx-h100``) or a path to a YAML file."""
     p = Path(name_or_path)
@@ -54,8 +59,8 @@ def resolve_topology_path(name_or_path: str, where: str = "cluster.topology") ->
     bundled = topology_dir() / f"{name_or_path}.yaml"
     if bundled.is_file():
         return bundled
-    names = sorted(f.stem for f in topology_dir().glob("*.yaml"))
-    raise ConfigError(f"{where}: unknown topology {name_or_path!r}; valid: {', '.join(names)} "
+    raise ConfigError(f"{where}: unknown topology {name_or_path!r}; valid: "
+                      f"{', '.join(bundled_topologies())} "
                       "or a path to a topology YAML file")
 
 

@@ -74,7 +74,7 @@ def plan_json(plans: Sequence[TopologyPlan], req: PlanRequest) -> dict[str, Any]
 def plan_text(plans: Sequence[TopologyPlan], req: PlanRequest, plot_file: str | None = None) -> str:
     """``plan``'s report: the same facts as ``plan_json``, per topology, then side by side."""
     out = plan_json(plans, req)
-    asked = max(1, round(req.batch_tokens / req.seq_len))      # sequences per step asked for
+    asked = req.global_batch
     lines = [f"plan: {req.model}, {req.tokens:.3g} tokens in {req.days:g} days "
              f"(sequence {req.seq_len}, {req.batch_tokens:,.0f} tokens per step, {req.precision})", ""]
     for name, e in out.items():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..precision import active_recipe
 from .text import top
 
 if TYPE_CHECKING:                 # type names only: importing the views stays as light as json
@@ -112,14 +111,14 @@ def _cost_json(c: CostRecord) -> dict[str, Any]:
 
 def _precision_text(scn: Scenario) -> str:
     """", FP8 linear layers" (the format the linear layers run) where a low precision is active."""
-    recipe = active_recipe(scn.training.precision, scn.cluster.chip, scn.software)
+    recipe = scn.recipe
     return f", {recipe.name.upper()} linear layers" if recipe is not None else ""
 
 
 def _low_precision_mfu(scn: Scenario, mfu: float) -> str:
     """Beside MFU (PaLM's, against the dense BF16 peak, which an FP8 or FP4 run can pass): the
     same FLOPs against the peak of the format the linear layers run."""
-    recipe = active_recipe(scn.training.precision, scn.cluster.chip, scn.software)
+    recipe = scn.recipe
     if recipe is None:
         return ""
     chip = scn.cluster.chip

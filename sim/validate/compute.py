@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .. import calibration as cal
 from ..compute.kernels import GEMM_DTYPE_BYTES, attention_time_s, gemm_time_s, memory_time_s
-from ..compute.model import flash_params_of, gemm_params_of, gemm_peak_flops
+from ..compute.model import flash_params_of, gemm_params_of
 from ..compute.tables import FIT_MIN_S, GPU_FOLDERS, KernelCase, load_cases
 from ..errors import ConfigError
 from ..hardware import CATALOGUE, Chip
@@ -68,7 +68,7 @@ def predict_case(c: KernelCase, chip: Chip) -> float:
     """The model's time for one measured row on *chip*, as the table timed it."""
     assert chip.sms is not None, chip.name
     if c.kind == "gemm":
-        return gemm_time_s(c.m, c.n, c.k, GEMM_DTYPE_BYTES[c.key], gemm_peak_flops(chip, c.key),
+        return gemm_time_s(c.m, c.n, c.k, GEMM_DTYPE_BYTES[c.key], chip.peak_flops(c.key),
                            chip.sms, chip.hbm_Bps, gemm_params_of(chip)[c.key], c.batch,
                            isolated=True)
     if c.kind == "attention":

@@ -44,7 +44,7 @@ Under a low-precision recipe (``sim.precision``) on a stack with ``quantized_sav
 Engine), a linear layer keeps the quantized copy of its input that its wgrad reads instead of the
 BF16 tensor: ``attn_norm_out``, ``mlp_norm_out`` and ``mlp_act`` shrink to the recipe's bytes per
 element; ``context`` stays BF16 (the attention backward reads it) and gains the quantized copy
-the out-projection saves. The recipe's BF16 layers keep BF16 tensors.
+the out-projection saves.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ from dataclasses import dataclass
 
 from ..config import Scenario
 from ..config.remat import REMAT_PRESETS
-from ..precision import active_recipe
 
 __all__ = ["LayerActivations", "layer_activation_bytes", "kept_tensors"]
 
@@ -119,12 +118,10 @@ def kept_tensors(scn: Scenario) -> dict[str, str]:
 def _quantized_scale(scn: Scenario) -> tuple[float, float]:
     """(bytes kept per BF16 byte of a quantized linear input, extra bytes per BF16 byte of the
     attention output): (1, 0) unless the stack keeps quantized inputs under an active recipe."""
-    recipe = active_recipe(scn.training.precision, scn.cluster.chip, scn.software)
+    recipe = scn.recipe
     if recipe is None or not scn.software.quantized_saves:
         return 1.0, 0.0
-    low = recipe.element_B / 2.0
-    share = recipe.bf16_share
-    return share + (1.0 - share) * low, (1.0 - share) * low
+    return recipe.element_B / 2.0, recipe.element_B / 2.0
 
 
 def layer_activation_bytes(scn: Scenario) -> LayerActivations:

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from ..config import Scenario
 from ..errors import InfeasibleError
-from ..precision import active_recipe
 from ..units import GiB
 from .activations import layer_activation_bytes
 from .schedules import stage_activation_peak_B
@@ -124,12 +123,12 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
 
 def _quantized_params(wl: Workload, layers: int) -> float:
     """The stage's layer parameters a stack holds only as quantized parameters (no BF16 copy):
-    ``software.quantized_params`` under its active recipe, less the recipe's BF16 layers."""
+    ``software.quantized_params`` under its active recipe."""
     scn: Scenario = wl.scenario
-    recipe = active_recipe(scn.training.precision, scn.cluster.chip, scn.software)
+    recipe = scn.recipe
     if recipe is None or recipe.name not in scn.software.quantized_params:
         return 0.0
-    return (1.0 - recipe.bf16_share) * layers * wl.layer.params
+    return layers * wl.layer.params
 
 
 def _quantized_weights_B(wl: Workload, layers: int) -> float:
@@ -137,10 +136,10 @@ def _quantized_weights_B(wl: Workload, layers: int) -> float:
     (the layers' parameters: norms are a rounding error; embedding and head stay BF16)."""
     scn: Scenario = wl.scenario
     chip, par = scn.cluster.chip, scn.parallelism
-    recipe = active_recipe(scn.training.precision, chip, scn.software)
+    recipe = scn.recipe
     if recipe is None or not scn.software.quantized_saves:
         return 0.0
-    per_param = recipe.copies(chip) * recipe.element_B * (1.0 - recipe.bf16_share)
+    per_param = recipe.copies(chip) * recipe.element_B
     return per_param * layers * wl.layer.params / (par.shard_ranks if par.zero >= 3 else 1)
 
 
