@@ -313,3 +313,8 @@ STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
     ("megatron-te", "H100", "fp8"): 0.797,
     ("pytorch-fsdp", "A100", "bf16"): 0.755,
 }
+
+
+# MoE: the busiest expert-parallel rank's routed tokens over the mean under dropless routing
+# (sim.workload.transformer.moe_imbalance). PROVISIONAL, pending the measured source.
+MOE_LOAD_IMBALANCE = 1.2

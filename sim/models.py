@@ -1,23 +1,118 @@
 """Model architectures: the ``model:`` section of a scenario, presets, and parameter counts.
 
-Pure data and arithmetic. Counts follow the standard decoder layout: attention Q/O of
-hidden x (heads x head_dim), K/V of hidden x (kv_heads x head_dim) (head_dim = hidden / heads unless
-the model sets it, as MaxText's scaled models and Qwen3 do), an MLP of 3 matrices (SwiGLU)
-or 2 (GELU), two norms per layer; untied input embedding and output head.
+Pure data and arithmetic. A model is a stack of layers, each of one *kind* (``LayerKind``): a
+token mixer (full or local attention, multi-head latent attention, or a Mamba-2 mixer) and an MLP
+(dense, or a mixture of experts with routed and shared experts), either of them possibly absent
+(hybrid models count each sublayer as a layer, as Megatron's ``hybrid_override_pattern`` does).
+
+Counts follow the standard decoder layout: attention Q/O of hidden x (heads x head_dim), K/V of
+hidden x (kv_heads x head_dim) (head_dim = hidden / heads unless the model sets it); MLA's
+low-rank projections (DeepSeek-V2 section 2.1: W_DQ, W_UQ/W_QR, W_DKV, W_KR, W_UK, W_UV, W_O);
+an MLP of 3 matrices (SwiGLU) or 2 (GELU, squared ReLU); Mamba-2's in_proj to (z, x, B, C, dt),
+depthwise conv over (x, B, C), per-head A, D and dt bias, gated norm and out_proj (Dao & Gu 2024,
+section 7); two norms per transformer layer, one per hybrid sublayer; untied input embedding
+and output head; a multi-token-prediction module (DeepSeek-V3 section 2.2) as two norms, a
+2h -> h projection and one more layer of the model's last kind, sharing embedding and head.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["MoE", "ModelSpec", "PRESETS"]
+__all__ = ["MoE", "MLA", "Attention", "Mamba", "LayerKind", "ModelSpec", "PRESETS",
+           "HYBRID_CHARS"]
+
+# Megatron-LM hybrid layer allocation (megatron/core/ssm/mamba_hybrid_layer_allocation.py):
+# one character per layer.
+HYBRID_CHARS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 
 
 @dataclass(frozen=True, slots=True)
 class MoE:
+    """Routed experts (``experts``, ``top_k`` of them per token, each ``ffn_hidden`` wide: None =
+    the model's ``ffn_hidden``), ``shared_experts`` every token also runs (``shared_ffn_hidden``
+    wide: None = the routed width), the first ``first_dense_layers`` layers dense, then an MoE
+    layer every ``every``-th layer (the others dense). ``capacity_factor``: None = dropless;
+    else each expert takes at most that multiple of its mean share (token drop, padded to it).
+    ``load_imbalance``: the busiest expert-parallel rank's tokens over the mean (None: the
+    measured default of ``sim.calibration``)."""
+
     experts: int
     top_k: int
-    capacity_factor: float = 1.0
+    capacity_factor: float | None = None
+    ffn_hidden: int | None = None
+    shared_experts: int = 0
+    shared_ffn_hidden: int | None = None
+    first_dense_layers: int = 0
+    every: int = 1
+    load_imbalance: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2/V3): queries through a ``q_lora_rank`` latent
+    (0: a full-rank W_Q), keys and values through a ``kv_lora_rank`` latent; each head's query and
+    key are ``qk_nope_head_dim`` + ``qk_rope_head_dim`` wide (the rope part of the key shared by
+    all heads), its value ``v_head_dim``."""
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """How the attention layers attend: ``mla`` (None: MHA/GQA), local layers with a ``window``
+    of keys (None: every layer global), ``window_type`` ``sliding`` (each query its last
+    ``window`` keys) or ``chunked`` (queries see their own chunk of ``window`` tokens: Llama 4),
+    every ``global_every``-th attention layer global (0: none), learned ``sinks`` (one logit per
+    head: gpt-oss)."""
+
+    mla: MLA | None = None
+    window: int | None = None
+    window_type: str = "sliding"
+    global_every: int = 0
+    sinks: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Mamba:
+    """A Mamba-2 mixer: ``heads`` SSM heads of ``head_dim`` channels (d_inner = their product),
+    ``state`` the SSM state size N, ``groups`` the B/C groups, ``conv_width`` the depthwise conv,
+    ``chunk`` the SSD scan's chunk length (Dao & Gu 2024, section 6)."""
+
+    heads: int
+    head_dim: int = 64
+    state: int = 128
+    groups: int = 8
+    conv_width: int = 4
+    chunk: int = 128
+
+    @property
+    def d_inner(self) -> int:
+        return self.heads * self.head_dim
+
+
+@dataclass(frozen=True, slots=True)
+class LayerKind:
+    """What one layer is: ``mixer`` ``attention`` | ``mamba`` | "" (none), ``window`` the local
+    attention window (None: global), ``mlp`` ``dense`` | ``moe`` | "" (none)."""
+
+    mixer: str
+    mlp: str
+    window: int | None = None
+
+    @property
+    def label(self) -> str:
+        mix = {"attention": "attention" if self.window is None else f"local-{self.window}",
+               "mamba": "mamba", "": ""}[self.mixer]
+        return "+".join(x for x in (mix, self.mlp) if x) or "empty"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +124,13 @@ class ModelSpec:
     heads: int
     kv_heads: int
     vocab: int
-    mlp: str = "swiglu"            # "swiglu" | "gelu"
+    mlp: str = "swiglu"            # "swiglu" | "gelu" | "relu2" (squared ReLU: Nemotron-H)
     moe: MoE | None = None
     head_dim_: int | None = None   # None: hidden / heads (most models); set where a family decouples them
+    attention: Attention = field(default_factory=Attention)
+    mamba: Mamba | None = None
+    layer_pattern: str | None = None   # hybrid: one HYBRID_CHARS character per layer
+    mtp_layers: int = 0                # multi-token-prediction modules (DeepSeek-V3: 1)
 
     @property
     def head_dim(self) -> int:
@@ -41,25 +140,113 @@ class ModelSpec:
     def mlp_matrices(self) -> int:
         return 3 if self.mlp == "swiglu" else 2
 
+    @property
+    def expert_ffn(self) -> int:
+        assert self.moe is not None
+        return self.moe.ffn_hidden or self.ffn_hidden
+
+    @property
+    def shared_ffn(self) -> int:
+        assert self.moe is not None
+        return self.moe.shared_ffn_hidden or self.expert_ffn
+
+    # ------------------------------------------------------------------ the stack
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """Every layer's kind, in order (module docstring)."""
+        att = self.attention
+
+        def window(i_attn: int) -> int | None:
+            if att.window is None or (att.global_every and (i_attn + 1) % att.global_every == 0):
+                return None
+            return att.window
+
+        out: list[LayerKind] = []
+        if self.layer_pattern is not None:
+            n_attn = 0
+            for ch in self.layer_pattern:
+                kind = HYBRID_CHARS[ch]
+                if kind == "attention":
+                    out.append(LayerKind("attention", "", window(n_attn)))
+                    n_attn += 1
+                elif kind == "mamba":
+                    out.append(LayerKind("mamba", ""))
+                else:
+                    out.append(LayerKind("", "dense" if kind == "mlp" else "moe"))
+            return tuple(out)
+        moe = self.moe
+        for i in range(self.layers):
+            if moe is None or i < moe.first_dense_layers:
+                mlp = "dense"
+            else:
+                mlp = "moe" if (i - moe.first_dense_layers) % moe.every == moe.every - 1 else "dense"
+            out.append(LayerKind("attention", mlp, window(i)))
+        return tuple(out)
+
+    def mtp_kind(self) -> LayerKind:
+        """The kind of a multi-token-prediction module's layer: the model's last transformer
+        layer's kind."""
+        kinds = [k for k in self.layer_kinds() if k.mixer == "attention" and k.mlp]
+        return kinds[-1] if kinds else LayerKind("attention", "moe" if self.moe else "dense")
+
+    # ------------------------------------------------------------------ parameters
     def attention_params(self) -> int:
-        hd = self.head_dim
-        return 2 * self.hidden * self.heads * hd + 2 * self.hidden * self.kv_heads * hd
+        a, h = self.heads, self.hidden
+        sinks = a if self.attention.sinks else 0
+        mla = self.attention.mla
+        if mla is None:
+            hd = self.head_dim
+            return 2 * h * a * hd + 2 * h * self.kv_heads * hd + sinks
+        q = (h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * a * mla.qk_head_dim
+             if mla.q_lora_rank else h * a * mla.qk_head_dim)
+        kv = (h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank
+              + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim))
+        return q + kv + a * mla.v_head_dim * h + sinks
+
+    def mamba_params(self) -> int:
+        mb = self.mamba
+        assert mb is not None
+        d, gn = mb.d_inner, mb.groups * mb.state
+        in_proj = self.hidden * (2 * d + 2 * gn + mb.heads)
+        conv = (d + 2 * gn) * (mb.conv_width + 1)
+        return in_proj + conv + 3 * mb.heads + d + d * self.hidden
 
     def mlp_params(self) -> int:
-        """Parameters of one dense MLP (one expert for MoE)."""
+        """Parameters of one dense MLP."""
         return self.mlp_matrices * self.hidden * self.ffn_hidden
 
+    def expert_params(self) -> int:
+        """Parameters of one routed expert."""
+        return self.mlp_matrices * self.hidden * self.expert_ffn
+
+    def kind_params(self, kind: LayerKind, active_only: bool = False) -> int:
+        """Parameters of one layer of *kind* (active ones: top-k routed experts)."""
+        h = self.hidden
+        n = 0
+        if kind.mixer == "attention":
+            n += self.attention_params() + h
+        elif kind.mixer == "mamba":
+            n += self.mamba_params() + h
+        if kind.mlp == "dense":
+            n += self.mlp_params() + h
+        elif kind.mlp == "moe":
+            assert self.moe is not None
+            routed = self.moe.top_k if active_only else self.moe.experts
+            shared = self.moe.shared_experts * self.mlp_matrices * h * self.shared_ffn
+            n += routed * self.expert_params() + shared + h * self.moe.experts + h
+        return n
+
     def layer_params(self, active_only: bool = False) -> int:
-        norms = 2 * self.hidden
-        if self.moe is None:
-            return self.attention_params() + self.mlp_params() + norms
-        experts = self.moe.top_k if active_only else self.moe.experts
-        router = self.hidden * self.moe.experts
-        return self.attention_params() + experts * self.mlp_params() + router + norms
+        """Mean parameters of a layer (every layer's, for a uniform stack)."""
+        return round(sum(self.kind_params(k, active_only) for k in self.layer_kinds()) / self.layers)
+
+    def mtp_params(self, active_only: bool = False) -> int:
+        """Parameters of the multi-token-prediction modules (embedding and head shared)."""
+        h = self.hidden
+        return self.mtp_layers * (2 * h + 2 * h * h + self.kind_params(self.mtp_kind(), active_only))
 
     def non_embedding_params(self, active_only: bool = False) -> int:
-        """N in the PaLM MFU formula (active parameters for MoE when *active_only*)."""
-        return self.layers * self.layer_params(active_only) + self.hidden   # + final norm
+        """N in the PaLM MFU formula (active parameters for MoE when *active_only*), MTP apart."""
+        return sum(self.kind_params(k, active_only) for k in self.layer_kinds()) + self.hidden
 
     def embedding_params(self) -> int:
         return 2 * self.vocab * self.hidden                                  # input + output head
@@ -75,6 +262,18 @@ class ModelSpec:
 # kv_channels 128 (head_dim apart from hidden / heads), num_experts 128, moe_router_topk 8,
 # moe_ffn_hidden_size, padded_vocab_size 151936; no shared experts, every layer MoE), as the
 # Qwen3MoE config.json of Hugging Face's Qwen3-Coder-30B-A3B copies print them.
+# DeepSeek-V3 and Kimi K2: their config.json on Hugging Face (deepseek-ai/DeepSeek-V3,
+# moonshotai/Kimi-K2-Instruct: hidden_size, intermediate_size (dense), moe_intermediate_size,
+# n_routed_experts, n_shared_experts, num_experts_per_tok, first_k_dense_replace, q_lora_rank,
+# kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, vocab_size,
+# num_nextn_predict_layers); DeepSeek-V3 technical report (arXiv 2412.19437) section 4.2.
+# gpt-oss-120b: openai/gpt-oss-120b config.json (num_local_experts 128, experts_per_token 4,
+# intermediate_size 2880, head_dim 64, sliding_window 128, layer_types alternating sliding and
+# full attention from layer 0) and the gpt-oss model card (attention sinks).
+# Llama 4 Maverick: meta-llama/Llama-4-Maverick-17B-128E config.json text_config
+# (intermediate_size 8192 per expert and the shared expert, intermediate_size_mlp 16384 dense,
+# interleave_moe_layer_step 2, num_experts_per_tok 1, attention_chunk_size 8192, no_rope_layers:
+# every 4th layer global).
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
@@ -92,5 +291,21 @@ PRESETS: dict[str, ModelSpec] = {
                   vocab=151936, moe=MoE(experts=128, top_k=8), head_dim_=128),
         ModelSpec("qwen3-30b-a3b", layers=48, hidden=2048, ffn_hidden=768, heads=32, kv_heads=4,
                   vocab=151936, moe=MoE(experts=128, top_k=8), head_dim_=128),
+        ModelSpec("deepseek-v3", layers=61, hidden=7168, ffn_hidden=18432, heads=128, kv_heads=128,
+                  vocab=129280, moe=MoE(experts=256, top_k=8, ffn_hidden=2048, shared_experts=1,
+                                        first_dense_layers=3),
+                  attention=Attention(mla=MLA(1536, 512, 128, 64, 128)), mtp_layers=1),
+        ModelSpec("kimi-k2", layers=61, hidden=7168, ffn_hidden=18432, heads=64, kv_heads=64,
+                  vocab=163840, moe=MoE(experts=384, top_k=8, ffn_hidden=2048, shared_experts=1,
+                                        first_dense_layers=1),
+                  attention=Attention(mla=MLA(1536, 512, 128, 64, 128))),
+        ModelSpec("gpt-oss-120b", layers=36, hidden=2880, ffn_hidden=2880, heads=64, kv_heads=8,
+                  vocab=201088, moe=MoE(experts=128, top_k=4), head_dim_=64,
+                  attention=Attention(window=128, global_every=2, sinks=True)),
+        ModelSpec("llama4-maverick", layers=48, hidden=5120, ffn_hidden=16384, heads=40, kv_heads=8,
+                  vocab=202048, moe=MoE(experts=128, top_k=1, ffn_hidden=8192, shared_experts=1,
+                                        every=2),
+                  head_dim_=128,
+                  attention=Attention(window=8192, window_type="chunked", global_every=4)),
     )
 }

@@ -55,7 +55,8 @@ from dataclasses import dataclass, replace
 from .errors import ConfigError
 from .hardware import Chip
 
-__all__ = ["SoftwareProfile", "FRAMEWORKS", "ATTENTION_KERNELS", "resolve_software", "default_framework"]
+__all__ = ["SoftwareProfile", "FRAMEWORKS", "ATTENTION_KERNELS", "MOE_DISPATCHERS", "resolve_software",
+           "default_framework"]
 
 ATTENTION_KERNELS = ("cudnn", "flash-attention-2", "flash-attention-3", "flash-attention-4", "xla", "splash",
                      "triton")
@@ -85,11 +86,15 @@ class SoftwareProfile:
     selective_recompute: str       # SELECTIVE_RECOMPUTE
     offload_overlap: bool
     quantized_params: tuple[str, ...] = ()
+    moe_dispatcher: str = "alltoall"   # MOE_DISPATCHERS: how tokens reach their experts
+    ep_comm_overlap: bool = False      # expert-parallel dispatch/combine hidden behind the other
+                                       # micro-batch's compute (Megatron's combined 1F1B)
 
     def __post_init__(self) -> None:
         for value, valid in ((self.attention, ATTENTION_KERNELS + ("auto",)),
                              (self.elementwise, ELEMENTWISE), (self.optimizer, OPTIMIZERS),
-                             (self.selective_recompute, SELECTIVE_RECOMPUTE)):
+                             (self.selective_recompute, SELECTIVE_RECOMPUTE),
+                             (self.moe_dispatcher, MOE_DISPATCHERS)):
             if value not in valid:
                 raise ValueError(f"software profile {self.framework}: {value!r} is not one of {valid}")
 
@@ -104,6 +109,10 @@ class SoftwareProfile:
                 "elementwise": self.elementwise, "fp8_linear": self.fp8_linear,
                 "tp_comm_overlap": self.tp_comm_overlap, "optimizer": self.optimizer}
 
+
+# Token dispatchers (Megatron-Core --moe-token-dispatcher-type alltoall | allgather | flex, the
+# last with DeepEP's fused kernels): sim/workload/blocks.py.
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
 
 # Host time per kernel launch (assumed, order of magnitude): a PyTorch eager op goes through Python
 # and the dispatcher (~10 us); Megatron/TE and torch.compile'd graphs issue fewer, larger launches
@@ -124,7 +133,10 @@ _EAGER_HOST_S, _TE_HOST_S, _COMPILED_HOST_S = 10e-6, 5e-6, 3e-6
 #   Megatron --cpu-offloading) copies on a side stream; elsewhere
 #   (torch.autograd.graph.save_on_cpu) the copy sits on the compute stream.
 FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
-    # Megatron-LM / NeMo with Transformer Engine: TE DotProductAttention picks cuDNN's fused
+    # Megatron-LM / NeMo with Transformer Engine (EP overlap: Megatron-Core's
+    # --overlap-moe-expert-parallel-comm, the combined-1F1B schedule that runs one micro-batch's
+    # dispatch and combine under another's compute, which its MoE performance recipes turn on):
+    # TE DotProductAttention picks cuDNN's fused
     # attention on Hopper and newer, FlashAttention on Ampere (TE docs/envvars.rst); fused norms,
     # SwiGLU, RoPE and bias-dropout-add; FP8 in te.Linear-family modules only (the output layer is
     # Megatron's own ColumnParallelLinear, megatron/core/models/gpt/gpt_model.py; FP8 attention is
@@ -141,7 +153,8 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
                     tp_comm_overlap=True, param_gather_overlap=True,
                     optimizer="adamw_fused", host_kernel_s=_TE_HOST_S, runs_on_tpu=False,
                     eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
-                    offload_overlap=True, quantized_params=("fp8", "mxfp8")),
+                    offload_overlap=True, quantized_params=("fp8", "mxfp8"),
+                    ep_comm_overlap=True),
     # Megatron-LM before Transformer Engine (2020-2022 papers): attention through Megatron's fused
     # scale-mask-softmax between two batched GEMMs (--use-flash-attn came later and is off by
     # default); Apex fused LayerNorm, bias-GeLU and bias-dropout-add fusions; Apex FusedAdam.

@@ -23,7 +23,7 @@ from .network.traffic import Traffic
 from .workload.activations import offload_exposed_s
 from .workload.layout import Layout
 from .workload.memory import optimizer_step_bytes_per_param
-from .workload.transformer import Comm, Item, Op, Workload
+from .workload.transformer import Comm, Item, LayerWork, Op, Workload
 
 __all__ = ["compute_model", "plan_stages", "StackEfficiency"]
 
@@ -88,28 +88,73 @@ def _offload_segment(scn: Scenario, segs: tuple[Segment, ...]) -> tuple[Segment,
 
 def _layer_passes(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: Layout, stage: int,
                   traffic: bool) -> tuple[tuple[Segment, ...], tuple[Segment, ...]]:
+    """The stage's mean layer's forward and backward (recomputation included) segments: each
+    layer kind's passes (``_kind_passes``) scaled by its share of the stage's layers
+    (``Workload.stage_mix``), one after the other; a uniform stack is its one layer unscaled."""
+    fwd: tuple[Segment, ...] = ()
+    bwd: tuple[Segment, ...] = ()
+    for layer, weight in wl.stage_mix(stage):
+        f, b = _kind_passes(wl, layer, cm, net, lay, stage, traffic)
+        fwd += _scaled(f, weight)
+        bwd += _scaled(b, weight)
+    return fwd, bwd
+
+
+def _scaled(segs: tuple[Segment, ...], weight: float) -> tuple[Segment, ...]:
+    """*segs* for *weight* of a layer: seconds and loads scaled (a load keeps its rate)."""
+    if weight == 1.0:
+        return segs
+    return tuple(Segment(x.kind, x.seconds * weight, x.group,
+                         x.traffic.with_seconds(x.traffic.seconds * weight)
+                         if x.traffic is not None else None) for x in segs)
+
+
+def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: CollectiveModel,
+                 lay: Layout, stage: int, traffic: bool
+                 ) -> tuple[tuple[Segment, ...], tuple[Segment, ...]]:
     """One layer's forward and backward (recomputation included) segments on *stage*: its
     kernels and blocking collectives, the exposed activation offload, and the context-parallel KV
     ring's time beyond the attention it hides behind."""
     scn = wl.scenario
     groups = lay.groups(stage) if traffic else None
-    fwd = _segments(wl.layer.forward, cm, net, groups, lay, stage)
-    bwd = _segments(wl.layer.recompute + wl.layer.backward, cm, net, groups, lay, stage)
+    fwd = _segments(layer.forward, cm, net, groups, lay, stage)
+    bwd = _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage)
+    if cm.profile.ep_comm_overlap and scn.parallelism.microbatches > 1:
+        fwd, bwd = _ep_overlap(fwd, bwd)
     if scn.training.offloads:           # activation offload: the exposed host-link time
         fwd += _offload_segment(scn, fwd)
         bwd += _offload_segment(scn, bwd)
-    if lay.cp > 1:
+    if lay.cp > 1 and layer.cp_kv_bytes:
         ring = lay.cp_group(stage)
-        kv = net.time("sendrecv", wl.layer.cp_kv_bytes, ring).time_s * (lay.cp - 1)
+        kv = net.time("sendrecv", layer.cp_kv_bytes, ring).time_s * (lay.cp - 1)
 
         def attn(items: tuple[Item, ...]) -> float:
             return sum(cm.op_time_s(o) for o in items if isinstance(o, Op) and o.kind == "attention")
-        cp_f, cp_b = max(0.0, kv - attn(wl.layer.forward)), max(0.0, 2 * kv - attn(wl.layer.backward))
-        ring_load = (collective_traffic(net, "sendrecv", wl.layer.cp_kv_bytes, lay.cp_groups(stage),
+        cp_f, cp_b = max(0.0, kv - attn(layer.forward)), max(0.0, 2 * kv - attn(layer.backward))
+        ring_load = (collective_traffic(net, "sendrecv", layer.cp_kv_bytes, lay.cp_groups(stage),
                                         label="cp") if traffic else None)
         fwd += (Segment("cp", cp_f, "cp", ring_load and ring_load.with_seconds(cp_f)),)
         bwd += (Segment("cp", cp_b, "cp", ring_load and ring_load.with_seconds(cp_b)),)
     return fwd, bwd
+
+
+def _ep_overlap(fwd: tuple[Segment, ...], bwd: tuple[Segment, ...]
+                ) -> tuple[tuple[Segment, ...], tuple[Segment, ...]]:
+    """Megatron's combined 1F1B (``SoftwareProfile.ep_comm_overlap``): in the steady state a
+    layer's forward for one micro-batch runs beside its backward for another, each pass's
+    expert-parallel dispatch and combine under the other pass's compute. What a pass's EP
+    transfers take beyond the other pass's compute stays exposed, spread over them."""
+    def hide(own: tuple[Segment, ...], other: tuple[Segment, ...]) -> tuple[Segment, ...]:
+        ep = sum(x.seconds for x in own if x.group in ("ep", "etp"))
+        if ep <= 0:
+            return own
+        budget = sum(x.seconds for x in other if x.kind == "compute")
+        keep = max(0.0, ep - budget) / ep
+        return tuple(Segment(x.kind, x.seconds * keep, x.group,
+                             x.traffic.with_seconds(x.traffic.seconds * keep)
+                             if x.traffic is not None else None)
+                     if x.group in ("ep", "etp") else x for x in own)
+    return hide(fwd, bwd), hide(bwd, fwd)
 
 
 @dataclass(frozen=True)
@@ -137,7 +182,9 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     shard = len(dpg)
     # bf16 gradients: the performance recipes reduce in bf16 (NeMo's and Megatron-Bridge's perf
     # configs set grad_reduce_in_fp32 = False, against bf16_mixed's True)
-    grad_bytes = max(1, 2 * wl.layer.params)
+    n_layers = max(1, len(wl.stage_layers(stage)))
+    layer_params = wl.stage_params(stage) / n_layers    # the stage's mean layer
+    grad_bytes = max(1, round(2 * layer_params))
     dp_op = "reducescatter" if par.zero >= 1 else "allreduce"
     dp_layer = net.time(dp_op, grad_bytes, dpg).time_s if shard > 1 else 0.0
     # Hybrid sharding: each rank's reduced gradient shard is then all-reduced with the ranks
@@ -146,10 +193,10 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
                                    lay.replica_groups(stage)).time_s
                if lay.replicas > 1 else 0.0)
     fsdp = par.zero >= 3 and shard > 1
-    gather = net.time("allgather", max(1, 2 * wl.layer.params), dpg).time_s if fsdp else 0.0
+    gather = net.time("allgather", grad_bytes, dpg).time_s if fsdp else 0.0
     chunk_layers = tuple(par.stage_chunk_layers(stage))
     layers = sum(chunk_layers)                        # this stage's real layers
-    params = layers * wl.layer.params + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
+    params = wl.stage_params(stage) + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
     opt_params = params / (shard if par.zero >= 1 else 1)
     tr = scn.training
     optimizer = cm.optimizer_s(optimizer_step_bytes_per_param(tr.optimizer_state, tr.master_weights)
@@ -215,7 +262,7 @@ def _stage_loads(net: CollectiveModel, lay: Layout, stage: int, wl: Workload, dp
     dp_total = both[0].then(both[1]) if len(both) == 2 else (both[0] if both else None)
     out: dict[str, Traffic | None] = {"dp_traffic": dp_total, "replica_traffic": rep_load}
     if dp.gather_s:
-        ag = collective_traffic(net, "allgather", max(1, 2 * wl.layer.params), shards, label="dp")
+        ag = collective_traffic(net, "allgather", dp.grad_bytes, shards, label="dp")
         out["fsdp_fwd"] = ag
         out["fsdp_bwd"] = ag.then(dp_load) if dp_load is not None else ag
     if dp.param_gather_s:

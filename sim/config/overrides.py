@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from .model_section import NESTED
 from .schema import TOP_KEYS, scenario_keys
 from .yamlio import load_value
 
@@ -43,9 +44,11 @@ def set_key(raw: dict[str, Any], dotted: str, value: Any, where: str) -> None:
         valid = sorted(keys.get(top, ()))
         raise ConfigError(f"{where}: unknown key {dotted!r}; valid under {top}: "
                           f"{', '.join(valid) if valid else '(none: it takes one value)'}")
-    if len(parts) > 2 and not (top == "model" and parts[1] == "moe" and len(parts) == 3):
-        raise ConfigError(f"{where}: {dotted!r} is nested too deeply; valid: SECTION.FIELD "
-                          "(model.moe.FIELD for experts)")
+    if len(parts) > 2 and not (top == "model" and parts[1] in NESTED and len(parts) == 3
+                               and parts[2] in NESTED[parts[1]]):
+        raise ConfigError(f"{where}: {dotted!r} is nested too deeply or unknown; valid: "
+                          "SECTION.FIELD (model.moe.FIELD, model.attention.FIELD, "
+                          "model.mamba.FIELD for the model's parts)")
     node = raw.get(top)
     if top == "model" and isinstance(node, str):
         node = {"preset": node}                  # a preset name becomes a preset plus overrides

@@ -15,18 +15,18 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hardware import get_chip
-from ..models import PRESETS, ModelSpec, MoE
 from ..precision import PRECISIONS, check_chip, check_stack
-from ..software import resolve_software
+from ..software import MOE_DISPATCHERS, resolve_software
 from ..topology_spec import GpuClusterSpec, TopologySpec
 from .fields import Section, parse_tokens, show
+from ..models import PRESETS
+from .model_section import check_model_sequence, read_model
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan
 from .paths import scenario_dir
 from .remat import OPTIMIZER_STATES, parse_remat_policy
 from .schema import (
     CLUSTER_KEYS,
-    MODEL_KEYS,
     SECTION_KEYS,
     TOP_KEYS,
     ClusterConfig,
@@ -80,13 +80,19 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     if not top.has("model"):
         raise ConfigError(f"model: required; a preset name ({', '.join(sorted(PRESETS))}) "
                           "or a mapping with layers, hidden, ffn_hidden, heads, kv_heads, vocab")
-    model = _model(raw["model"])
+    model = read_model(raw["model"])
     training = _training(top.section("training", SECTION_KEYS["training"]), cluster)
+    model = check_model_sequence(model, raw["model"], training.seq_len)
     par = read_parallelism(top.section("parallelism", SECTION_KEYS["parallelism"]), cluster)
     soft_s = top.section("software", SECTION_KEYS["software"])
     software = resolve_software(soft_s.text("framework") if soft_s.has("framework") else None,
                                 soft_s.text("attention") if soft_s.has("attention") else None,
                                 cluster.chip)
+    if soft_s.has("moe_dispatcher"):
+        software = replace(software, moe_dispatcher=soft_s.text("moe_dispatcher",
+                                                                choices=MOE_DISPATCHERS))
+    if soft_s.has("ep_overlap"):
+        software = replace(software, ep_comm_overlap=soft_s.flag("ep_overlap", False))
     check_stack(training.precision, cluster.chip, software)
     strag = (_stragglers(top.section("stragglers", SECTION_KEYS["stragglers"]))
              if "stragglers" in raw else None)
@@ -225,44 +231,6 @@ def _shared_with(value: object, source: str, cluster: ClusterConfig) -> Scenario
         raise ConfigError(f"{where}: the two jobs need {both} chips together; "
                           f"{str(e).split(': ', 1)[-1]}") from None
     return other
-
-
-def _model(raw: object) -> ModelSpec:
-    if isinstance(raw, str):
-        raw = {"preset": raw}
-    s = Section(raw, "model", MODEL_KEYS)
-    base: ModelSpec | None = None
-    if s.has("preset"):
-        name = s.text("preset")
-        if name not in PRESETS:
-            raise ConfigError(f"model.preset: unknown model {name!r}; valid: {', '.join(sorted(PRESETS))}")
-        base = PRESETS[name]
-
-    def pick(key: str) -> int:
-        if base is not None and not s.has(key):
-            return int(getattr(base, key))
-        return s.integer(key)
-
-    moe = base.moe if base is not None else None
-    if s.has("moe"):
-        m = s.section("moe", {"experts", "top_k", "capacity_factor"})
-        moe = MoE(experts=m.integer("experts"), top_k=m.integer("top_k"),
-                  capacity_factor=m.number("capacity_factor", 1.0, minimum=0.0, strict_min=True))
-        if moe.top_k > moe.experts:
-            raise ConfigError(f"model.moe.top_k: {moe.top_k} exceeds experts = {moe.experts}")
-    spec = ModelSpec(
-        name=s.text("name", base.name if base else "custom"),
-        layers=pick("layers"), hidden=pick("hidden"), ffn_hidden=pick("ffn_hidden"),
-        heads=pick("heads"), kv_heads=pick("kv_heads"), vocab=pick("vocab"),
-        mlp=s.text("mlp", base.mlp if base else "swiglu", ("swiglu", "gelu")), moe=moe,
-        head_dim_=s.opt_int("head_dim") if s.has("head_dim") or base is None else base.head_dim_,
-    )
-    if spec.head_dim_ is None and spec.hidden % spec.heads:
-        raise ConfigError(f"model.heads: {spec.heads} does not divide hidden = {spec.hidden}; "
-                          f"give model.head_dim where the attention width is not hidden")
-    if spec.heads % spec.kv_heads:
-        raise ConfigError(f"model.kv_heads: {spec.kv_heads} does not divide heads = {spec.heads}")
-    return spec
 
 
 def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:

@@ -14,6 +14,7 @@ from ..models import ModelSpec
 from ..precision import Recipe, active_recipe
 from ..software import SoftwareProfile
 from ..topology_spec import SliceShape, TopologySpec
+from .model_section import MODEL_KEYS
 
 __all__ = [
     "ClusterConfig", "CostConfig", "FailuresConfig", "ParallelismConfig", "PlanSizes", "Scenario",
@@ -248,8 +249,6 @@ CLUSTER_KEYS = frozenset({"topology", "chips", "slice", "slices", "twisted", "ov
                           "nvl_domain", "chip"})
 TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "stragglers",
                       "failures", "cost", "seed", "software"})
-MODEL_KEYS = frozenset({"preset", "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
-                        "head_dim", "vocab", "mlp", "moe"})
 
 # Keys of each scenario section (for the readers in scenario.py and for --set / --over).
 SECTION_KEYS: dict[str, frozenset[str]] = {
@@ -259,7 +258,7 @@ SECTION_KEYS: dict[str, frozenset[str]] = {
     "parallelism": frozenset({"tp", "pp", "cp", "ep", "zero", "zero_group", "schedule",
                               "virtual_stages", "sequence_parallel", "stage_layers",
                               "first_stage_layers", "last_stage_layers", "microbatch_group"}),
-    "software": frozenset({"framework", "attention"}),
+    "software": frozenset({"framework", "attention", "moe_dispatcher", "ep_overlap"}),
     "cost": frozenset({"usd_per_chip_hour"}),
     "stragglers": frozenset(StragglersConfig.__slots__),
     "failures": frozenset(FailuresConfig.__slots__),

@@ -51,10 +51,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import calibration as cal
 from ..config import Scenario
 from ..config.remat import REMAT_PRESETS
+from ..models import LayerKind
 
-__all__ = ["LayerActivations", "layer_activation_bytes", "kept_tensors"]
+__all__ = ["LayerActivations", "layer_activation_bytes", "stage_activation_bytes", "kept_tensors"]
 
 # Linear-layer inputs a quantizing stack keeps as its quantized copy instead of BF16, and the one
 # that another op also reads in BF16 (the attention output: the attention backward's ``O``).
@@ -73,23 +75,85 @@ class LayerActivations:
     host_B: float
 
 
-def _sizes(scn: Scenario) -> dict[str, tuple[float, str]]:
-    """Every tensor a layer may keep: (bytes per token, split) with split ``sp`` or ``tp``."""
+def _sizes(scn: Scenario, kind: LayerKind | None = None) -> dict[str, tuple[float, str]]:
+    """Every tensor a layer of *kind* (None: the model's last layer's kind) may keep: (bytes per
+    token, split) with split ``sp`` or ``tp``. The names are the attention layer's; another
+    mixer's tensors take the same places (``_mixer_sizes``), a missing block's are 0."""
     m = scn.model
-    h, a, g, d, f = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden
-    moe = m.moe.top_k * m.moe.capacity_factor if m.moe is not None else 1.0
-    swiglu = m.mlp == "swiglu"
+    kind = kind or m.layer_kinds()[-1]
+    h = m.hidden
     seq = scn.training.seq_len
-    return {
-        "decoder_layer_input": (2.0 * h, "sp"), "attn_norm_out": (2.0 * h, "sp"),
-        "query_proj": (2.0 * a * d, "tp"), "key_proj": (2.0 * g * d, "tp"),
-        "value_proj": (2.0 * g * d, "tp"), "context": (2.0 * a * d, "tp"),
-        "context_copy": (2.0 * a * d, "tp"), "scores": (2.0 * a * seq, "tp"),
-        "out_proj": (2.0 * h, "sp"), "mlp_norm_in": (2.0 * h, "sp"), "mlp_norm_out": (2.0 * h, "sp"),
-        "mlpwi_0": (2.0 * f * moe, "tp"), "mlpwi_1": (2.0 * f * moe if swiglu else 0.0, "tp"),
-        "mlp_act": (2.0 * f * moe, "tp"), "silu_out": (2.0 * f * moe if swiglu else 0.0, "tp"),
-        "mlpwo": (2.0 * h, "sp"),
-    }
+    out = {"decoder_layer_input": (2.0 * h, "sp")}
+    if kind.mixer:
+        out.update(_mixer_sizes(scn, kind))
+    else:
+        out.update({n: (0.0, "tp") for n in ("attn_norm_out", "query_proj", "key_proj",
+                                             "value_proj", "context", "context_copy", "scores")})
+        out["out_proj"] = (0.0, "sp")
+    if kind.mixer == "attention" and kind.window is not None:
+        seq = min(kind.window, seq)
+    if "scores" in out and out["scores"][0]:
+        out["scores"] = (2.0 * m.heads * seq, "tp")
+    out.update(_mlp_sizes(scn, kind))
+    return out
+
+
+def _mixer_sizes(scn: Scenario, kind: LayerKind) -> dict[str, tuple[float, str]]:
+    """The mixer's tensors: GQA/MHA (module docstring); MLA's per-head Q/K (qk widths), V and
+    output (v width), with its Q and KV latents kept beside the projections; a Mamba-2 mixer's
+    in_proj output (z, x, B, C, dt) as ``query_proj``, its conv output as ``key_proj``, the scan
+    output and the per-chunk fp32 states as ``context``."""
+    m = scn.model
+    h, a, g, d = m.hidden, m.heads, m.kv_heads, m.head_dim
+    base = {"attn_norm_out": (2.0 * h, "sp"), "out_proj": (2.0 * h, "sp"),
+            "context_copy": (2.0 * a * d, "tp"), "scores": (1.0, "tp")}
+    if kind.mixer == "mamba":
+        mb = m.mamba
+        assert mb is not None
+        di, gn = mb.d_inner, mb.groups * mb.state
+        states = mb.heads * mb.head_dim * mb.state * 4.0 / mb.chunk
+        return {**base, "query_proj": (2.0 * (2 * di + 2 * gn + mb.heads), "tp"),
+                "key_proj": (2.0 * (di + 2 * gn), "tp"), "value_proj": (0.0, "tp"),
+                "context": (2.0 * di + states, "tp"), "context_copy": (2.0 * di, "tp"),
+                "scores": (0.0, "tp")}
+    mla = m.attention.mla
+    if mla is None:
+        return {**base, "query_proj": (2.0 * a * d, "tp"), "key_proj": (2.0 * g * d, "tp"),
+                "value_proj": (2.0 * g * d, "tp"), "context": (2.0 * a * d, "tp")}
+    latents = 2.0 * (mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim)
+    return {**base, "attn_norm_out": (2.0 * h + latents, "sp"),
+            "query_proj": (2.0 * a * mla.qk_head_dim, "tp"),
+            "key_proj": (2.0 * a * mla.qk_head_dim, "tp"),
+            "value_proj": (2.0 * a * mla.v_head_dim, "tp"),
+            "context": (2.0 * a * mla.v_head_dim, "tp"),
+            "context_copy": (2.0 * a * mla.v_head_dim, "tp")}
+
+
+def _mlp_sizes(scn: Scenario, kind: LayerKind) -> dict[str, tuple[float, str]]:
+    """The MLP's tensors: a dense MLP's (module docstring); an MoE layer's experts' for the copies
+    its rank computes (top_k x the busiest rank's share), with shared experts' beside them and the
+    permuted input copies in ``mlp_norm_out``."""
+    m = scn.model
+    h = m.hidden
+    if not kind.mlp:
+        return {n: (0.0, "sp" if n in ("mlp_norm_in", "mlp_norm_out", "mlpwo") else "tp")
+                for n in ("mlp_norm_in", "mlp_norm_out", "mlpwi_0", "mlpwi_1", "mlp_act",
+                          "silu_out", "mlpwo")}
+    swiglu = m.mlp == "swiglu"
+    norm_out = 2.0 * h
+    if kind.mlp == "moe":
+        moe = m.moe
+        assert moe is not None
+        share = moe.capacity_factor if moe.capacity_factor is not None else (
+            moe.load_imbalance or cal.MOE_LOAD_IMBALANCE)
+        f = moe.top_k * share * m.expert_ffn + moe.shared_experts * m.shared_ffn
+        norm_out += 2.0 * h * moe.top_k * share
+    else:
+        f = m.ffn_hidden
+    return {"mlp_norm_in": (2.0 * h, "sp"), "mlp_norm_out": (norm_out, "sp"),
+            "mlpwi_0": (2.0 * f, "tp"), "mlpwi_1": (2.0 * f if swiglu else 0.0, "tp"),
+            "mlp_act": (2.0 * f, "tp"), "silu_out": (2.0 * f if swiglu else 0.0, "tp"),
+            "mlpwo": (2.0 * h, "sp")}
 
 
 def kept_tensors(scn: Scenario) -> dict[str, str]:
@@ -124,14 +188,14 @@ def _quantized_scale(scn: Scenario) -> tuple[float, float]:
     return recipe.element_B / 2.0, recipe.element_B / 2.0
 
 
-def layer_activation_bytes(scn: Scenario) -> LayerActivations:
-    """Bytes one layer keeps per micro-batch on one chip (module docstring), split into HBM and
-    host memory."""
+def layer_activation_bytes(scn: Scenario, kind: LayerKind | None = None) -> LayerActivations:
+    """Bytes one layer of *kind* (None: the model's last layer's) keeps per micro-batch on one
+    chip (module docstring), split into HBM and host memory."""
     par = scn.parallelism
     t = par.tp
     tokens = scn.training.micro_batch * par.local_seq_len
     sp = par.sequence_parallel and t > 1
-    sizes = _sizes(scn)
+    sizes = _sizes(scn, kind)
     scale, extra = _quantized_scale(scn)
     out = {"device": 0.0, "offload": 0.0}
     for name, loc in kept_tensors(scn).items():
@@ -139,6 +203,17 @@ def layer_activation_bytes(scn: Scenario) -> LayerActivations:
         factor = scale if name in _QUANTIZED_INPUTS else 1.0 + extra if name in _ALSO_QUANTIZED else 1.0
         out[loc] += factor * tokens * per_token / (t if split == "tp" or sp else 1)
     return LayerActivations(out["device"], out["offload"])
+
+
+def stage_activation_bytes(scn: Scenario, layers: tuple[int, ...]) -> LayerActivations:
+    """The mean over *layers* (model layer indices) of what each keeps (``layer_activation_bytes``
+    per kind)."""
+    kinds = scn.model.layer_kinds()
+    picked = [kinds[i] for i in layers] or [kinds[-1]]
+    each = {k: layer_activation_bytes(scn, k) for k in set(picked)}
+    n = len(picked)
+    return LayerActivations(sum(each[k].device_B for k in picked) / n,
+                            sum(each[k].host_B for k in picked) / n)
 
 
 def offload_exposed_s(scn: Scenario, compute_s: float) -> float:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ..config import Scenario
 from ..errors import InfeasibleError
 from ..units import GiB
-from .activations import layer_activation_bytes
+from .activations import stage_activation_bytes
 from .schedules import stage_activation_peak_B
 from .transformer import Workload
 
@@ -94,19 +94,32 @@ def optimizer_step_bytes_per_param(optimizer_state: str, master_weights: bool) -
 
 
 def memory_per_chip(wl: Workload) -> MemoryBreakdown:
-    """The busiest stage's memory (the first: most micro-batches in flight, plus the embedding)."""
+    """The busiest stage's memory: the first (most micro-batches in flight, plus the embedding)
+    or, where the layers differ by stage (dense-first MoE layers, MTP modules on the last), the
+    stage whose estimate is largest."""
+    par = wl.scenario.parallelism
+    stages = {0, par.pp - 1} if len(wl.kinds) > 1 or wl.mtp_layers else {0}
+    return max((_stage_memory(wl, st) for st in sorted(stages)), key=lambda x: x.total_B)
+
+
+def _stage_memory(wl: Workload, stage: int) -> MemoryBreakdown:
     scn: Scenario = wl.scenario
     m, tr, par = scn.model, scn.training, scn.parallelism
     t, pp = par.tp, par.pp
     shard = par.shard_ranks            # ZeRO shards over the shard group (zero_group), not replicas
     layers = par.layers_per_stage
-    params = layers * wl.layer.params + wl.embed_params * (2 if pp == 1 else 1)
-    weights = 2.0 * (params - _quantized_params(wl, layers)) / (shard if par.zero >= 3 else 1)
+    uniform = len(wl.kinds) == 1 and not wl.mtp_layers
+    # A uniform stack: the most layers any stage holds (uneven stages), as every stage's bound.
+    layer_params = layers * wl.layer.params if uniform else wl.stage_params(stage)
+    embeds = 2 if pp == 1 else (stage == 0) + (stage == pp - 1)
+    params = layer_params + wl.embed_params * embeds
+    quantized = _quantized_params(wl, layer_params)
+    weights = 2.0 * (params - quantized) / (shard if par.zero >= 3 else 1)
     grads = 2.0 * params / (shard if par.zero >= 2 else 1)
     per_param = optimizer_bytes_per_param(tr.optimizer_state, tr.master_weights)
     optim = per_param * params / (shard if par.zero >= 1 else 1)
     b, s = tr.micro_batch, par.local_seq_len
-    per_layer = layer_activation_bytes(scn)
+    per_layer = stage_activation_bytes(scn, wl.stage_layers(stage))
     layer_act = per_layer.device_B
     head = 4.0 * b * s * m.vocab / t / tr.vocab_tiling   # the output head's fp32 logits
     # The schedule's own peak per stage, each in-flight chunk with its real layers, the last stage
@@ -118,20 +131,21 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     logits = head if pp == 1 else 0.0
     return MemoryBreakdown(weights, grads, optim, acts, RUNTIME_RESERVED_B, logits_B=logits,
                            activations_per_microbatch_B=layer_act * layers, in_flight=in_flight,
-                           offloaded_B=host, weights_quantized_B=_quantized_weights_B(wl, layers))
+                           offloaded_B=host,
+                           weights_quantized_B=_quantized_weights_B(wl, layer_params))
 
 
-def _quantized_params(wl: Workload, layers: int) -> float:
+def _quantized_params(wl: Workload, layer_params: float) -> float:
     """The stage's layer parameters a stack holds only as quantized parameters (no BF16 copy):
     ``software.quantized_params`` under its active recipe."""
     scn: Scenario = wl.scenario
     recipe = scn.recipe
     if recipe is None or recipe.name not in scn.software.quantized_params:
         return 0.0
-    return layers * wl.layer.params
+    return layer_params
 
 
-def _quantized_weights_B(wl: Workload, layers: int) -> float:
+def _quantized_weights_B(wl: Workload, layer_params: float) -> float:
     """The quantized copies of a stage's linear weights a quantizing stack caches for the step
     (the layers' parameters: norms are a rounding error; embedding and head stay BF16)."""
     scn: Scenario = wl.scenario
@@ -140,7 +154,7 @@ def _quantized_weights_B(wl: Workload, layers: int) -> float:
     if recipe is None or not scn.software.quantized_saves:
         return 0.0
     per_param = recipe.copies(chip) * recipe.element_B
-    return per_param * layers * wl.layer.params / (par.shard_ranks if par.zero >= 3 else 1)
+    return per_param * layer_params / (par.shard_ranks if par.zero >= 3 else 1)
 
 
 def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:

@@ -14,67 +14,44 @@ appendix B model FLOPs for MFU (DESIGN.md).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from ..compute.kernels import AttentionShape, attention_bytes, attention_flops
+from ..compute.kernels import attention_bytes, attention_flops
+from .. import calibration as cal
 from ..config import Scenario
-from ..models import ModelSpec
+from ..models import LayerKind, ModelSpec
+from .blocks import BlockContext, attention_shape, mixer_block, mlp_block
+from .ops import BYTES, Comm, Item, Op, gemm, mem
 
-__all__ = ["Op", "Comm", "LayerWork", "Workload", "build_workload", "model_flops_per_token"]
+__all__ = ["Op", "Comm", "LayerWork", "Workload", "build_workload", "model_flops_per_token",
+           "FLOPS_CONVENTION"]
 
-BYTES = 2          # bf16 activations and weights
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One kernel on one rank: FLOPs, HBM bytes, the GEMM shape (m, n, k) where it is one.
-
-    ``cls`` says what the compute model needs beyond the shape: for a GEMM ``linear`` (a layer's
-    weight matmul, FP8 under Transformer Engine), ``head`` (the output layer) or ``router``; for
-    attention the pass (``fwd``, ``bwd``, ``recompute``) with its ``attn`` shape; for a memory-bound
-    op its class (``norm``, ``act``, ``rope``, ``residual``, ``cross-entropy``, ``embedding``, each
-    with a ``-bwd`` form), which the software profile maps to a measured bandwidth.
-    """
-
-    name: str
-    kind: str                    # "gemm" | "attention" | "memory"
-    flops: float
-    bytes: float
-    shape: tuple[int, int, int] = (0, 0, 0)
-    cls: str = ""
-    attn: AttentionShape | None = None
-    batch: int = 1               # GEMMs of this shape in one grouped kernel (MoE experts)
-
-
-@dataclass(frozen=True, slots=True)
-class Comm:
-    """A collective of one parallel group; ``size_bytes`` as nccl-tests counts it."""
-
-    name: str
-    op: str                      # allreduce | allgather | reducescatter | alltoall | sendrecv
-    group: str                   # "tp" | "cp" | "ep" | "dp"
-    size_bytes: int
-
-
-Item = Op | Comm
+FLOPS_CONVENTION = (
+    "PaLM appendix B generalised per layer kind: 6 x active non-embedding parameters (routed "
+    "top-k and shared experts, MTP modules included) + per attention layer 6 x heads x "
+    "(qk + v head widths) x the keys a query sees uncausally (the sequence; a sliding window's "
+    "keys; a chunk's), + per Mamba-2 layer 6 x heads x (chunk x (state + head_dim) + "
+    "2 x state x head_dim); the output head not counted")
 
 
 @dataclass(frozen=True)
 class LayerWork:
-    """One transformer layer for one micro-batch on one rank."""
+    """One layer for one micro-batch on one rank."""
 
     forward: tuple[Item, ...]
     backward: tuple[Item, ...]
     recompute: tuple[Item, ...]          # forward work repeated inside the backward
     params: int                          # parameters of the layer on this rank
     cp_kv_bytes: int = 0                 # K/V block passed round the context-parallel ring
+    expert_params: int = 0               # of them, routed-expert parameters (reduced over EDP)
+    kind: str = ""                       # LayerKind.label
 
 
 @dataclass(frozen=True)
 class Workload:
     scenario: Scenario
-    layer: LayerWork
+    kinds: tuple[LayerWork, ...]         # one per distinct layer kind of the model
+    layer_kinds: tuple[int, ...]         # every model layer's index into kinds
     layers_per_chunk: int                # layers in one model chunk (virtual stage)  } the plan's,
     chunks: int                          # model chunks = pp x virtual stages          } as the loader
     microbatches: int                    # per pipeline per step                       } resolved them
@@ -87,24 +64,85 @@ class Workload:
     model_flops_per_step: float
     tokens_per_step: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    mtp_kind: int | None = None          # the MTP modules' layer (index into kinds), last stage
+    mtp_layers: int = 0
+
+    @property
+    def layer(self) -> LayerWork:
+        """The last layer's work (every layer's, for a uniform stack)."""
+        return self.kinds[self.layer_kinds[-1]]
+
+    def stage_layers(self, stage: int) -> tuple[int, ...]:
+        """The model layers (indices) pipeline *stage* holds, all of its chunks."""
+        par = self.scenario.parallelism
+        per = par.model_chunk_layers
+        starts = [sum(per[:g]) for g in range(len(per))]
+        out: list[int] = []
+        for c in range(par.virtual_stages):
+            g = c * par.pp + stage
+            out += range(starts[g], starts[g] + per[g])
+        return tuple(out)
+
+    def stage_counts(self, stage: int) -> tuple[tuple[LayerWork, int], ...]:
+        """(layer work, how many) of every kind *stage* runs: its layers and, on the last stage,
+        the multi-token-prediction modules' layers."""
+        counts: dict[int, int] = {}
+        for i in self.stage_layers(stage):
+            counts[self.layer_kinds[i]] = counts.get(self.layer_kinds[i], 0) + 1
+        if self.mtp_kind is not None and stage == self.scenario.parallelism.pp - 1:
+            counts[self.mtp_kind] = counts.get(self.mtp_kind, 0) + self.mtp_layers
+        return tuple((self.kinds[k], n) for k, n in sorted(counts.items()))
+
+    def stage_mix(self, stage: int) -> tuple[tuple[LayerWork, float], ...]:
+        """The stage's mean layer: each kind's work with its weight (its count over the stage's
+        layers; the weights sum above 1 where MTP layers ride on the last stage), so that the
+        engine's layers x mean layer is the stage's work."""
+        n = max(1, len(self.stage_layers(stage)))
+        return tuple((lw, c / n) for lw, c in self.stage_counts(stage))
+
+    def stage_params(self, stage: int) -> int:
+        """Layer parameters of *stage* on one rank (its layers and MTP modules; no embeddings)."""
+        return sum(lw.params * c for lw, c in self.stage_counts(stage))
+
+    def stage_expert_params(self, stage: int) -> int:
+        return sum(lw.expert_params * c for lw, c in self.stage_counts(stage))
+
+
+def _mixer_flops_per_token(m: ModelSpec, kind: LayerKind, seq_len: int) -> int:
+    """The attention or scan term of one layer of *kind* (FLOPS_CONVENTION)."""
+    if kind.mixer == "attention":
+        mla = m.attention.mla
+        width = (mla.qk_head_dim + mla.v_head_dim) if mla is not None else 2 * m.head_dim
+        w = kind.window
+        span = seq_len if w is None else min(w, seq_len)
+        return 6 * m.heads * width * span
+    if kind.mixer == "mamba":
+        mb = m.mamba
+        assert mb is not None
+        return 6 * mb.heads * (mb.chunk * (mb.state + mb.head_dim) + 2 * mb.state * mb.head_dim)
+    return 0
 
 
 def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
-    """PaLM appendix B: 6N + 12 L H Q T (N non-embedding parameters, active ones for MoE)."""
-    return 6 * m.non_embedding_params(active_only=True) + 12 * m.layers * m.heads * m.head_dim * seq_len
+    """PaLM appendix B: 6N + 12 L H Q T (N non-embedding parameters, active ones for MoE),
+    per layer kind (FLOPS_CONVENTION); the same number as PaLM's for a uniform dense stack."""
+    mixers = sum(_mixer_flops_per_token(m, k, seq_len) for k in m.layer_kinds())
+    mtp = 0
+    if m.mtp_layers:
+        mtp = 6 * m.mtp_params(active_only=True) + m.mtp_layers * _mixer_flops_per_token(
+            m, m.mtp_kind(), seq_len)
+    return 6 * m.non_embedding_params(active_only=True) + mixers + mtp
 
 
 def _gemm(name: str, m: int, n: int, k: int, cls: str = "linear", batch: int = 1) -> Op:
-    """*batch* GEMMs C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs each; read A and B, write C (bf16)."""
-    return Op(name, "gemm", 2.0 * m * n * k * batch, BYTES * batch * (m * k + k * n + m * n),
-              (m, n, k), cls, batch=batch)
+    return gemm(name, m, n, k, cls, batch)
 
 
 def _mem(name: str, nbytes: float, cls: str) -> Op:
-    return Op(name, "memory", 0.0, float(nbytes), cls=cls)
+    return mem(name, nbytes, cls)
 
 
-def _attention(name: str, shape: AttentionShape, passname: str) -> Op:
+def _attention(name: str, shape, passname: str) -> Op:  # type: ignore[no-untyped-def]
     bwd = passname == "bwd"
     return Op(name, "attention", attention_flops(shape, bwd), attention_bytes(shape, bwd),
               cls=passname, attn=shape)
@@ -114,7 +152,8 @@ def _attention(name: str, shape: AttentionShape, passname: str) -> Op:
 # (3 tensors against 2); SwiGLU reads u, v, dy and writes du, dv (5 against 3), GeLU reads x, dy
 # and writes dx (3 against 2); RoPE rotates the gradient as it rotated the input; a residual add's
 # gradient is added to the branch's (the same 3 tensors).
-_BWD_BYTES = {"norm": 1.5, "rope": 1.0, "residual": 1.0, "embedding": 1.0}
+_BWD_BYTES = {"norm": 1.5, "rope": 1.0, "residual": 1.0, "embedding": 1.0, "moe-topk": 1.0,
+              "moe-permute": 1.0, "moe-unpermute": 1.0}
 
 
 # Forward GEMMs -> the tensors (sim/config/remat.py names) their outputs are.
@@ -152,41 +191,6 @@ def _policy_recompute(fwd: list[Item], scn: Scenario) -> tuple[Item, ...]:
             out.append(it)
         feeding = []
     return tuple(out)
-
-
-def _mlp_forward(m: ModelSpec, tok: int, t: int, sp: bool, ep: int) -> list[Item]:
-    """The forward of one layer's MLP block between its norm (and all-gather) and its
-    reduce-scatter: a dense MLP, or the router and the rank's routed experts."""
-    h, f = m.hidden, m.ffn_hidden
-    fwd: list[Item] = []
-    if m.moe is None:
-        up = (2 if m.mlp == "swiglu" else 1) * f // t
-        fwd.append(_gemm("mlp-up", tok, up, h))
-        fwd.append(_mem("activation", (3 if m.mlp == "swiglu" else 2) * tok * f // t * BYTES, "act"))
-        fwd.append(_gemm("mlp-down", tok, h, f // t))
-    else:
-        e, k = m.moe.experts, m.moe.top_k
-        routed = int(math.ceil(tok * k * m.moe.capacity_factor))   # token copies this rank computes
-        fwd.append(_gemm("router", tok, e, h, "router"))
-        # With sequence parallelism each tensor-parallel rank dispatches only its 1/t share of the
-        # token copies (Megatron's all-to-all dispatcher runs on the sequence shard); the expert GEMMs then
-        # see all of them, split over t by the experts' own tensor parallelism.
-        a2a = math.ceil(routed / (t if sp else 1)) * h * BYTES
-        if ep > 1:
-            fwd.append(Comm("ep-dispatch", "alltoall", "ep", a2a))
-        # The rank's experts run as one grouped GEMM (Megatron's GroupedMLP, torch._grouped_mm):
-        # e / ep experts, each over its share of the token copies the all-to-all brought in.
-        local = e // ep
-        per_expert = max(1, math.ceil(routed / local))
-        up = (2 if m.mlp == "swiglu" else 1) * f // t
-        fwd.append(_mem("permute", 2 * routed * h * BYTES, "embedding"))
-        fwd.append(_gemm("expert-up", per_expert, up, h, batch=local))
-        fwd.append(_mem("activation", (3 if m.mlp == "swiglu" else 2) * routed * f // t * BYTES, "act"))
-        fwd.append(_gemm("expert-down", per_expert, h, f // t, batch=local))
-        fwd.append(_mem("unpermute", 2 * routed * h * BYTES, "embedding"))
-        if ep > 1:
-            fwd.append(Comm("ep-combine", "alltoall", "ep", a2a))
-    return fwd
 
 
 def _backward(fwd: list[Item], mlp: str) -> list[Item]:
@@ -230,6 +234,52 @@ def _stage_ends(m: ModelSpec, tok: int, t: int) -> tuple[tuple[Item, ...], tuple
     return first_f, first_b, last_f, last_b
 
 
+def _layer_work(scn: Scenario, c: BlockContext, kind: LayerKind) -> LayerWork:
+    """One layer of *kind*: its blocks' forward, the backward, what the backward recomputes, the
+    rank's parameters of it."""
+    m, tr, par = scn.model, scn.training, scn.parallelism
+    t = par.tp
+    fwd = mixer_block(c, kind) + mlp_block(c, kind)
+    bwd = _backward(fwd, m.mlp)
+    attn = attention_shape(c, kind) if kind.mixer == "attention" else None
+    # torchtitan's op-level selective AC (sim/workload/activations.py) changes what is kept, not the
+    # time charged: like Megatron's selective recompute, no extra pass (its calibration runs,
+    # torchtitan docs/performance.md, step within 3% of the selective-layer runs).
+    if tr.remat_policy:
+        recompute = _policy_recompute(fwd, scn)
+    elif tr.recompute == "full":
+        recompute = tuple(fwd)
+    elif tr.recompute == "selective" and attn is not None:
+        # Korthikanti et al.: recompute the attention core only. A flash kernel's backward already
+        # does (the compute model charges 0 for it); an unfused one runs its forward again.
+        recompute = (_attention("attention-recompute", attn, "recompute"),)
+    else:
+        recompute = ()
+    expert = 0
+    params = m.kind_params(kind) // t
+    if kind.mlp == "moe":
+        moe = m.moe
+        assert moe is not None
+        expert = moe.experts // par.ep * m.expert_params() // getattr(par, 'etp', t)
+        params = (m.kind_params(kind) - moe.experts * m.expert_params()) // t + expert
+    cp_kv = 0
+    if par.cp > 1 and attn is not None:
+        cp_kv = 2 * c.tok * attn.kv_heads * attn.head_dim * BYTES
+    return LayerWork(tuple(fwd), tuple(bwd), recompute, params, cp_kv_bytes=cp_kv,
+                     expert_params=expert, kind=kind.label)
+
+
+def _mtp_ends(m: ModelSpec, tok: int, t: int) -> tuple[list[Item], list[Item]]:
+    """A multi-token-prediction module's work beyond its layer: the two norms and the 2h -> h
+    projection before it, its own output head and loss after it (DeepSeek-V3 section 2.2)."""
+    h, V = m.hidden, m.vocab
+    act = tok * h * BYTES
+    fwd: list[Item] = [mem("mtp-norms", 4 * act, "norm"), gemm("mtp-proj", tok, h, 2 * h),
+                       gemm("mtp-head", tok, V // t, h, "head"),
+                       mem("mtp-loss", tok * V // t * 4 * 3, "cross-entropy")]
+    return fwd, _backward(fwd, m.mlp)
+
+
 def build_workload(scn: Scenario) -> Workload:
     """Per-rank work of one training step of *scn*.
 
@@ -239,70 +289,45 @@ def build_workload(scn: Scenario) -> Workload:
     """
     m, tr, par = scn.model, scn.training, scn.parallelism
     par.checked()
-    t, cp, ep = par.tp, par.cp, par.ep
+    t = par.tp
     b, S = tr.micro_batch, tr.seq_len
     s = par.local_seq_len
-    h, a, g, d = m.hidden, m.heads, m.kv_heads, m.head_dim
+    h = m.hidden
     tok = b * s                                            # tokens per micro-batch on this rank
     sp = par.sequence_parallel and t > 1
     act = tok * h * BYTES                                  # one [b, s, h] activation
-
-    fwd: list[Item] = []
-    # Attention block
-    fwd.append(_mem("norm1", 2 * act / (t if sp else 1), "norm"))
-    if sp:                       # without SP the input is replicated: nothing to gather
-        fwd.append(Comm("tp-ag-attn", "allgather", "tp", act))
-    fwd.append(_gemm("qkv", tok, (a + 2 * g) * d // t, h))
-    fwd.append(_mem("rope", 2 * tok * (a + g) * d // t * BYTES, "rope"))
-    # Attention over this rank's a/t query heads (and its share of the kv heads) against every key
-    # of the sequence (context parallelism hands the other ranks' keys round a ring).
-    heads_local = a // t
-    kv_local = max(1, g // t)
-    attn = AttentionShape(b, heads_local, kv_local, s, s * cp, d, causal=True)
-    fwd.append(_attention("attention", attn, "fwd"))
-    fwd.append(_gemm("attn-out", tok, h, a * d // t))
-    if t > 1:
-        fwd.append(Comm("tp-rs-attn", "reducescatter" if sp else "allreduce", "tp", act))
-    fwd.append(_mem("residual1", 3 * act / (t if sp else 1), "residual"))
-    # MLP block (dense or routed experts)
-    fwd.append(_mem("norm2", 2 * act / (t if sp else 1), "norm"))
-    if sp:
-        fwd.append(Comm("tp-ag-mlp", "allgather", "tp", act))
-    fwd.extend(_mlp_forward(m, tok, t, sp, ep))
-    if t > 1:
-        fwd.append(Comm("tp-rs-mlp", "reducescatter" if sp else "allreduce", "tp", act))
-    fwd.append(_mem("residual2", 3 * act / (t if sp else 1), "residual"))
-
-    bwd = _backward(fwd, m.mlp)
-
-    # torchtitan's op-level selective AC (sim/workload/activations.py) changes what is kept, not the
-    # time charged: like Megatron's selective recompute, no extra pass (its calibration runs,
-    # torchtitan docs/performance.md, step within 3% of the selective-layer runs).
-    if tr.remat_policy:
-        recompute = _policy_recompute(fwd, scn)
-    elif tr.recompute == "full":
-        recompute = tuple(fwd)
-    elif tr.recompute == "selective":
-        # Korthikanti et al.: recompute the attention core only. A flash kernel's backward already
-        # does (the compute model charges 0 for it); an unfused one runs its forward again.
-        recompute = (_attention("attention-recompute", attn, "recompute"),)
-    else:
-        recompute = ()
-
-    layer_params = m.layer_params() // t
-    if m.moe is not None:
-        layer_params = (m.attention_params() + 2 * h) // t + m.moe.experts // ep * m.mlp_params() // t
+    sw = scn.software
+    c = BlockContext(m, tok, b, t, sp, par.ep, getattr(par, 'etp', t), par.cp, s, S,
+                     dispatcher=sw.moe_dispatcher, imbalance=moe_imbalance(m))
+    distinct: dict[LayerKind, int] = {}
+    layer_kinds = []
+    for kind in m.layer_kinds():
+        layer_kinds.append(distinct.setdefault(kind, len(distinct)))
+    mtp_kind = None
+    if m.mtp_layers:
+        mtp_kind = distinct.setdefault(m.mtp_kind(), len(distinct))
+    kinds = tuple(_layer_work(scn, c, k) for k in distinct)
 
     first_f, first_b, last_f, last_b = _stage_ends(m, tok, t)
+    if m.mtp_layers:
+        mf, mb = _mtp_ends(m, tok, t)
+        last_f += tuple(mf) * m.mtp_layers
+        last_b += tuple(mb) * m.mtp_layers
     V = m.vocab
     gb = par.sequences_per_step
     return Workload(
-        scenario=scn, layer=LayerWork(tuple(fwd), tuple(bwd), recompute, layer_params,
-                                      cp_kv_bytes=2 * tok * g * d // t * BYTES if cp > 1 else 0),
+        scenario=scn, kinds=kinds, layer_kinds=tuple(layer_kinds),
         layers_per_chunk=par.layers_per_chunk, chunks=par.chunks, microbatches=par.microbatches,
         first_forward=first_f, first_backward=first_b, last_forward=last_f, last_backward=last_b,
         embed_params=V * h // t, pp_bytes=act // (t if sp else 1),
         model_flops_per_step=model_flops_per_token(m, S) * gb * S,
-        tokens_per_step=gb * S,
+        tokens_per_step=gb * S, mtp_kind=mtp_kind, mtp_layers=m.mtp_layers,
     )
 
+
+def moe_imbalance(m: ModelSpec) -> float:
+    """The busiest expert-parallel rank's tokens over the mean: the model's ``moe.load_imbalance``
+    or the measured default (``sim.calibration.MOE_LOAD_IMBALANCE``)."""
+    if m.moe is None:
+        return 1.0
+    return m.moe.load_imbalance or cal.MOE_LOAD_IMBALANCE

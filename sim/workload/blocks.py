@@ -1,0 +1,261 @@
+"""The blocks a layer is made of, as per-rank work for one micro-batch: token mixers (attention,
+local attention, multi-head latent attention, Mamba-2) and MLPs (dense, mixture of experts with
+its token dispatcher), each between its norm and its residual add.
+
+Pure arithmetic, no simulation; the conventions of ``sim.workload.transformer`` (b micro-batch,
+s local tokens, t tensor-parallel size, bf16 tensors). Sources per block:
+
+- Attention: GEMM FLOPs 2mnk, the fused kernel's FLOPs in ``sim.compute.kernels``. A sliding
+  window of W keys is W keys per query (non-causal over the window); a chunked layer (Llama 4) is
+  causal attention within chunks of W tokens.
+- MLA (DeepSeek-V2 section 2.1; Megatron-Core ``MLASelfAttention``): the down-projections
+  W_DQ and W_DKV(+W_KR) replicated over tensor parallelism, the up-projections and W_O split by
+  heads; the attention kernel over per-head query/key width qk_nope + qk_rope and value width
+  v_head_dim, charged at their mean width (the same FLOPs).
+- Mamba-2 (Dao & Gu 2024, sections 6-7; Megatron-Core ``MambaMixer``): in_proj to (z, x, B, C,
+  dt) split by heads over tensor parallelism, depthwise causal conv over (x, B, C), the SSD scan
+  as chunked matmuls of chunk Q per head (C B^T: Q x Q x N, its product with X: Q x P x Q, chunk
+  states B^T X: N x P x Q, state output C h: Q x P x N) with the inter-chunk state pass through
+  HBM in fp32, a gated RMSNorm and out_proj.
+- MoE (Megatron-Core ``MoEAlltoAllTokenDispatcher``, ``MoEAllGatherTokenDispatcher`` and the
+  DeepEP ``MoEFlexTokenDispatcher``): the router and its top-k on the rank's sequence shard, the
+  permutation, the dispatch over the expert-parallel group, with expert tensor parallelism an
+  all-gather of the received tokens over the ETP group (and a reduce-scatter back), the rank's
+  experts as one grouped GEMM over their busiest share, the combine. Shared experts run as a
+  dense MLP of their width beside the routed ones.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..compute.kernels import AttentionShape, attention_bytes, attention_flops
+from ..models import LayerKind, ModelSpec
+from .ops import BYTES, Comm, Item, Op, gemm, mem
+
+__all__ = ["BlockContext", "mixer_block", "mlp_block", "attention_shape"]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockContext:
+    """What every block of a rank needs: the model, tokens per micro-batch on the rank (``tok``,
+    all of the micro-batch's local sequence), the tensor-parallel size, sequence parallelism,
+    the expert layout (``ep``, ``etp``), the sequence (``seq_len`` whole, ``local_seq`` this
+    rank's, ``cp``) and the MoE settings (``dispatcher``, ``imbalance``)."""
+
+    m: ModelSpec
+    tok: int
+    b: int
+    t: int
+    sp: bool
+    ep: int
+    etp: int
+    cp: int
+    local_seq: int
+    seq_len: int
+    dispatcher: str = "alltoall"
+    imbalance: float = 1.0
+
+
+def _attention(name: str, shape: AttentionShape, passname: str) -> Op:
+    bwd = passname == "bwd"
+    return Op(name, "attention", attention_flops(shape, bwd), attention_bytes(shape, bwd),
+              cls=passname, attn=shape)
+
+
+def attention_shape(c: BlockContext, kind: LayerKind) -> AttentionShape:
+    """The attention kernel's shape on this rank for a layer of *kind* (module docstring)."""
+    m, t = c.m, c.t
+    mla = m.attention.mla
+    heads_local = m.heads // t
+    if mla is not None:
+        d, kv_local = (mla.qk_head_dim + mla.v_head_dim) // 2, heads_local
+    else:
+        d, kv_local = m.head_dim, max(1, m.kv_heads // t)
+    w = kind.window
+    if w is None:
+        return AttentionShape(c.b, heads_local, kv_local, c.local_seq, c.local_seq * c.cp, d, True)
+    if m.attention.window_type == "chunked":
+        chunks = max(1, c.local_seq // w)
+        return AttentionShape(c.b * chunks, heads_local, kv_local, c.local_seq // chunks,
+                              c.local_seq // chunks, d, True)
+    return AttentionShape(c.b, heads_local, kv_local, c.local_seq, min(w, c.local_seq * c.cp), d,
+                          False)
+
+
+def _split(c: BlockContext) -> int:
+    """The divisor of a sequence-parallel tensor (norms, residuals): t under SP, else 1."""
+    return c.t if c.sp else 1
+
+
+def mixer_block(c: BlockContext, kind: LayerKind) -> list[Item]:
+    """Norm, (SP all-gather,) the mixer, (TP reduce-scatter or all-reduce,) residual."""
+    if not kind.mixer:
+        return []
+    m, tok, t = c.m, c.tok, c.t
+    h = m.hidden
+    act = tok * h * BYTES
+    out: list[Item] = [mem("norm1", 2 * act / _split(c), "norm")]
+    if c.sp:
+        out.append(Comm("tp-ag-attn", "allgather", "tp", act))
+    if kind.mixer == "mamba":
+        out += _mamba(c)
+    else:
+        out += _attention_core(c, kind)
+    if t > 1:
+        out.append(Comm("tp-rs-attn", "reducescatter" if c.sp else "allreduce", "tp", act))
+    out.append(mem("residual1", 3 * act / _split(c), "residual"))
+    return out
+
+
+def _attention_core(c: BlockContext, kind: LayerKind) -> list[Item]:
+    m, tok, t = c.m, c.tok, c.t
+    h, a = m.hidden, m.heads
+    shape = attention_shape(c, kind)
+    mla = m.attention.mla
+    out: list[Item] = []
+    if mla is None:
+        g, d = m.kv_heads, m.head_dim
+        out.append(gemm("qkv", tok, (a + 2 * g) * d // t, h))
+        out.append(mem("rope", 2 * tok * (a + g) * d // t * BYTES, "rope"))
+        v_width = a * d
+    else:
+        if mla.q_lora_rank:
+            out.append(gemm("q-down", tok, mla.q_lora_rank, h))
+            out.append(mem("q-norm", 2 * tok * mla.q_lora_rank * BYTES, "norm"))
+            out.append(gemm("q-up", tok, a * mla.qk_head_dim // t, mla.q_lora_rank))
+        else:
+            out.append(gemm("qkv", tok, a * mla.qk_head_dim // t, h))
+        out.append(gemm("kv-down", tok, mla.kv_lora_rank + mla.qk_rope_head_dim, h))
+        out.append(mem("kv-norm", 2 * tok * mla.kv_lora_rank * BYTES, "norm"))
+        out.append(gemm("kv-up", tok, a * (mla.qk_nope_head_dim + mla.v_head_dim) // t,
+                        mla.kv_lora_rank))
+        out.append(mem("rope", 2 * tok * (a + 1) * mla.qk_rope_head_dim // t * BYTES, "rope"))
+        v_width = a * mla.v_head_dim
+    out.append(_attention("attention", shape, "fwd"))
+    out.append(gemm("attn-out", tok, h, v_width // t))
+    return out
+
+
+def _mamba(c: BlockContext) -> list[Item]:
+    m, tok, t = c.m, c.tok, c.t
+    mb = m.mamba
+    assert mb is not None
+    h = m.hidden
+    d, gn = mb.d_inner // t, mb.groups * mb.state // t
+    heads = mb.heads // t
+    q, n, p = mb.chunk, mb.state, mb.head_dim
+    chunks = c.b * max(1, math.ceil(c.local_seq / q)) * heads
+    xbc = (d + 2 * gn) * tok * BYTES
+    return [
+        gemm("in-proj", tok, 2 * d + 2 * gn + heads, h),
+        mem("conv1d", 2 * xbc, "act"),
+        gemm("ssd-cb", q, q, n, "ssm", chunks),
+        gemm("ssd-scan", q, p, q, "ssm", chunks),
+        gemm("ssd-states", n, p, q, "ssm", chunks),
+        mem("ssd-state-pass", 2 * chunks * n * p * 4, "act"),
+        gemm("ssd-out", q, p, n, "ssm", chunks),
+        mem("gated-norm", 3 * tok * d * BYTES, "norm"),
+        gemm("out-proj", tok, h, d),
+    ]
+
+
+def _dense_mlp(c: BlockContext, width: int, prefix: str = "mlp") -> list[Item]:
+    m, tok, t = c.m, c.tok, c.t
+    up = (2 if m.mlp == "swiglu" else 1) * width // t
+    return [gemm(f"{prefix}-up", tok, up, m.hidden),
+            mem("activation", (3 if m.mlp == "swiglu" else 2) * tok * width // t * BYTES, "act"),
+            gemm(f"{prefix}-down", tok, m.hidden, width // t)]
+
+
+def mlp_block(c: BlockContext, kind: LayerKind) -> list[Item]:
+    """Norm, the MLP (dense, or router, dispatch, experts, combine and shared experts), residual."""
+    if not kind.mlp:
+        return []
+    m, tok, t = c.m, c.tok, c.t
+    act = tok * m.hidden * BYTES
+    out: list[Item] = [mem("norm2", 2 * act / _split(c), "norm")]
+    dense = kind.mlp == "dense"
+    shared = [] if dense else _shared(c)
+    gathered = dense or bool(shared)        # the block's input gathered over TP (SP)
+    if c.sp and gathered:
+        out.append(Comm("tp-ag-mlp", "allgather", "tp", act))
+    out += _dense_mlp(c, m.ffn_hidden) if dense else shared + _routed(c)
+    if t > 1 and gathered:
+        out.append(Comm("tp-rs-mlp", "reducescatter" if c.sp else "allreduce", "tp", act))
+    out.append(mem("residual2", 3 * act / _split(c), "residual"))
+    return out
+
+
+def _shared(c: BlockContext) -> list[Item]:
+    moe = c.m.moe
+    assert moe is not None
+    if not moe.shared_experts:
+        return []
+    return _dense_mlp(c, moe.shared_experts * c.m.shared_ffn, "shared")
+
+
+def _routed(c: BlockContext) -> list[Item]:
+    """Router, permutation, dispatch, the rank's experts, combine (module docstring)."""
+    m = c.m
+    moe = m.moe
+    assert moe is not None
+    h, e, k = m.hidden, moe.experts, moe.top_k
+    shard = c.tok // _split(c)                      # tokens this rank routes (its SP shard)
+    copies = shard * k                              # token copies it dispatches
+    # The busiest rank's share: dropless routing takes the measured imbalance, token drop pads
+    # every expert to its capacity.
+    busiest = moe.capacity_factor if moe.capacity_factor is not None else c.imbalance
+    local = e // c.ep
+    out: list[Item] = [gemm("router", shard, e, h, "router"),
+                       mem("router-topk", shard * e * 4 * 2 + copies * 12, "moe-topk")]
+    if c.dispatcher == "allgather":
+        # Every rank of the expert group gathers all tokens, computes its experts' share.
+        # Every rank of the expert group (ep x etp) gathers all its tokens and keeps the copies
+        # routed to its experts: its 1/ep share of the group's, each expert's width over etp.
+        group = c.ep * c.etp
+        received = math.ceil(copies * c.etp * busiest)
+        out.append(Comm("ep-dispatch", "allgather", "ep", shard * h * BYTES * group))
+        out.append(mem("permute", 2 * received * h * BYTES, "moe-permute"))
+    else:
+        received = math.ceil(copies * busiest) * c.etp
+        a2a = math.ceil(copies * busiest) * h * BYTES
+        if c.dispatcher == "deepep":
+            # DeepEP sends a token once per node it reaches (node-limited routing), in FP8
+            # on dispatch; counted as the all-to-all's bytes scaled by that share.
+            a2a = math.ceil(a2a * _deepep_share(c))
+        out.append(mem("permute", 2 * copies * h * BYTES, "moe-permute"))
+        if c.ep > 1:
+            out.append(Comm("ep-dispatch", "alltoall", "ep", a2a))
+        if c.etp > 1:
+            out.append(Comm("etp-ag", "allgather", "etp", received * h * BYTES))
+    per_expert = max(1, math.ceil(received / local))
+    f = m.expert_ffn // c.etp
+    up = (2 if m.mlp == "swiglu" else 1) * f
+    out += [gemm("expert-up", per_expert, up, h, batch=local),
+            mem("activation", (3 if m.mlp == "swiglu" else 2) * received * f * BYTES, "act"),
+            gemm("expert-down", per_expert, h, f, batch=local)]
+    if c.dispatcher == "allgather":
+        out.append(mem("unpermute", 2 * received * h * BYTES, "moe-unpermute"))
+        out.append(Comm("ep-combine", "reducescatter", "ep", shard * h * BYTES * c.ep * c.etp))
+        return out
+    if c.etp > 1:
+        out.append(Comm("etp-rs", "reducescatter", "etp", received * h * BYTES))
+    if c.ep > 1:
+        combine = math.ceil(copies * busiest) * h * BYTES
+        if c.dispatcher == "deepep":          # reduced within the node first, sent in BF16
+            combine = math.ceil(combine * _deepep_share(c) * BYTES / (1 + 4 / 128))
+        out.append(Comm("ep-combine", "alltoall", "ep", combine))
+    out.append(mem("unpermute", 2 * copies * h * BYTES, "moe-unpermute"))
+    return out
+
+
+def _deepep_share(c: BlockContext) -> float:
+    """DeepEP's dispatch bytes per all-to-all byte: each token reaches at most min(top_k, nodes
+    of the group) nodes instead of top_k ranks, and is sent in FP8 (1 byte + a scale per 128
+    elements) rather than BF16 (DeepSeek-V3 report, sections 3.2.2 and 3.3.1)."""
+    moe = c.m.moe
+    assert moe is not None
+    nodes = max(1, c.ep // 8)
+    return min(moe.top_k, nodes) / moe.top_k * (1 + 4 / 128) / BYTES
