@@ -274,6 +274,13 @@ class ModelSpec:
 # (intermediate_size 8192 per expert and the shared expert, intermediate_size_mlp 16384 dense,
 # interleave_moe_layer_step 2, num_experts_per_tok 1, attention_chunk_size 8192, no_rope_layers:
 # every 4th layer global).
+# Nemotron-H-56B: Megatron-Bridge src/megatron/bridge/models/nemotronh/nemotron_h_provider.py
+# (NemotronH56BModelProvider: hybrid_override_pattern (54 M, 10 *, 54 -), hidden 8192, ffn 32768
+# squared ReLU, 64 heads / 8 query groups, mamba_num_heads 256, mamba_state_dim 256, head dim 64,
+# 8 groups; Megatron-LM MambaMixer d_conv 4, chunk_size 128), vocab 131072 (HF NemotronHConfig).
+# Nemotron 3 Nano 30B-A3B: the same file's Nemotron3NanoProvider (52-layer M/E/* pattern, hidden
+# 2688, 32 heads / 2 query groups, kv_channels 128, Mamba 64 heads x 64, state 128, 8 groups,
+# 128 experts top-6 of width 1856, one shared expert of 3712, squared ReLU).
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
@@ -307,5 +314,14 @@ PRESETS: dict[str, ModelSpec] = {
                                         every=2),
                   head_dim_=128,
                   attention=Attention(window=8192, window_type="chunked", global_every=4)),
+        ModelSpec("nemotron-h-56b", layers=118, hidden=8192, ffn_hidden=32768, heads=64,
+                  kv_heads=8, vocab=131072, mlp="relu2",
+                  mamba=Mamba(heads=256, head_dim=64, state=256, groups=8),
+                  layer_pattern=("M-M-M-M*-" + "M-M-M-M-M*-" * 9 + "M-M-M-M-M-")),
+        ModelSpec("nemotron-3-nano", layers=52, hidden=2688, ffn_hidden=1856, heads=32,
+                  kv_heads=2, vocab=131072, mlp="relu2", head_dim_=128,
+                  moe=MoE(experts=128, top_k=6, shared_experts=1, shared_ffn_hidden=3712),
+                  mamba=Mamba(heads=64, head_dim=64, state=128, groups=8),
+                  layer_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"),
     )
 }

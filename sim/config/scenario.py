@@ -15,11 +15,11 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hardware import get_chip
+from ..models import PRESETS
 from ..precision import PRECISIONS, check_chip, check_stack
 from ..software import MOE_DISPATCHERS, resolve_software
 from ..topology_spec import GpuClusterSpec, TopologySpec
 from .fields import Section, parse_tokens, show
-from ..models import PRESETS
 from .model_section import check_model_sequence, read_model
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan

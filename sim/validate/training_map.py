@@ -22,12 +22,15 @@ from typing import Any
 from ..config import scenario_from_dict
 from ..errors import ConfigError, SimError
 from ..hardware import CATALOGUE
+from ..models import PRESETS
 from ..software import FRAMEWORKS
 from .data import GPUS_PER_NODE, RUNS_FILE
 from .training_measured import Measured, measure_step
 from .training_parallel import parallelism
 from .training_rows import RowReader, read_rows
 from .training_rules import (
+    _BALANCED_ROUTING_NOTES,
+    _DEEPEP_NOTES,
     _FABRIC_NOTES,
     _GPT_DEFAULT_VOCAB,
     _GPT_STYLE,
@@ -35,9 +38,9 @@ from .training_rules import (
     _MLP_RULES,
     _MOE_NAME,
     _MOE_NOTES,
-    _MOE_UNSUPPORTED_NOTES,
     _OFFLOAD_POLICY,
     _PRECISION_RULES,
+    _PRESET_MODELS,
     _RECIPE_FACTS,
     _RECOMPUTE_IN_NOTES,
     _RECOMPUTE_RULES,
@@ -121,6 +124,9 @@ class _RowMapper(RowReader):
         for pattern, why in _UNSUPPORTED_MODEL_FEATURES:
             if re.search(pattern, name, re.IGNORECASE):
                 raise _Unsupported(why)
+        found, preset = _first(_PRESET_MODELS, name)
+        if found:
+            return self._preset_model(preset, layers, hidden, heads)
         m = re.search(r"head_dim (\d+)", self.notes)
         facts = [(int(m.group(1)), "notes")] if m else []
         facts += [(hd, why) for pattern, hd, why in _HEAD_DIM_FACTS if re.search(pattern, name, re.IGNORECASE)]
@@ -155,13 +161,23 @@ class _RowMapper(RowReader):
         if head_dim is not None:
             model["head_dim"] = head_dim
         if re.search(_MOE_NAME, name, re.IGNORECASE):
-            if m := re.search(_MOE_UNSUPPORTED_NOTES, self.notes):
-                raise _Unsupported(f"MoE with {m.group(0)!r} in the notes (shared experts / MLA "
-                                   "attention): not in the model schema")
             if not (m := re.search(_MOE_NOTES, self.notes)):
                 raise _Unsupported(f"MoE model {name!r} without expert count / top-k in the notes")
             model["moe"] = {"experts": int(m.group(1)), "top_k": int(m.group(2))}
         return model
+
+    def _preset_model(self, preset: str, layers: int, hidden: int, heads: int) -> dict[str, Any]:
+        """The preset's architecture, its layers, hidden and heads checked against the row's."""
+        spec = PRESETS[preset]
+        for col, got, want in (("layers", layers, spec.layers), ("hidden", hidden, spec.hidden),
+                               ("heads", heads, spec.heads)):
+            if got != want:
+                raise _Unsupported(f"{col} {got} differs from preset {preset}'s {want}")
+        self.assumptions.append(f"architecture: preset {preset} (sim/models.py)")
+        if re.search(_BALANCED_ROUTING_NOTES, self.notes):
+            self.assumptions.append("routing force-balanced by the benchmark: the busiest "
+                                    "expert-parallel rank's share is the statistical one")
+        return {"preset": preset}
 
     # --- training -------------------------------------------------------------------------
     def precision(self, topology: str) -> str:
@@ -226,7 +242,7 @@ class _RowMapper(RowReader):
             self.assumptions.append("micro_batch not published: 1")
         training = {"seq_len": seq_len, "global_batch": batch, "micro_batch": micro,
                     "precision": self.precision(topo), **self.recompute()}
-        par, slices = parallelism(self, chips, model)
+        par, slices = parallelism(self, chips, _plain(model))
         cluster: dict[str, Any] = {"topology": topo, "chips": chips}
         if (domain := self.nvl_domain(topo, chips)) is not None:
             cluster["nvl_domain"] = domain
@@ -242,6 +258,8 @@ class _RowMapper(RowReader):
                "model": model, "training": training, "parallelism": par}
         if (fw := self.framework()) is not None:
             raw["software"] = {"framework": fw}
+        if re.search(_DEEPEP_NOTES, self.notes) and _is_moe(model):
+            raw.setdefault("software", {})["moe_dispatcher"] = "deepep"
         return topo, raw
 
     def nvl_domain(self, topo: str, chips: int) -> int | None:
@@ -278,6 +296,18 @@ class _RowMapper(RowReader):
 
 
 NVL72_TOPOLOGIES = ("gb200-nvl72", "gb300-nvl72")
+
+
+def _plain(model: dict[str, Any]) -> dict[str, Any]:
+    """A preset model's layer count and MoE flag as the explicit fields the layout rules read."""
+    if "preset" not in model:
+        return model
+    spec = PRESETS[model["preset"]]
+    return {"layers": spec.layers, **({"moe": {"experts": spec.moe.experts}} if spec.moe else {})}
+
+
+def _is_moe(model: dict[str, Any]) -> bool:
+    return "moe" in model or ("preset" in model and PRESETS[model["preset"]].moe is not None)
 
 
 def map_runs(data_dir: Path) -> tuple[MappedRun, ...]:

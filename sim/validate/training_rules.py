@@ -174,15 +174,30 @@ _MLP_RULES: tuple[tuple[str, str], ...] = (
 )
 _GPT_STYLE = r"\bgpt(?![ _-]?oss)|megatron-turing|mt-nlg"     # vocab default 51200 applies
 _GPT_DEFAULT_VOCAB = 51200
-_MOE_NAME = r"mixtral|qwen3.*a\d+b|deepseek|gpt[ _-]?oss"
+_MOE_NAME = r"mixtral|qwen3.*a\d+b|deepseek|gpt[ _-]?oss|kimi|llama[ _-]?4"
 _MOE_NOTES = r"(\d+) (?:routed )?experts top-(\d+)"
-_MOE_UNSUPPORTED_NOTES = r"shared|MLA attention"
-# Model families with an attention the schema does not have (every layer is full causal attention).
-_UNSUPPORTED_MODEL_FEATURES: tuple[tuple[str, str], ...] = (
-    (r"gpt[ _-]?oss", ("GPT-OSS alternates full attention with 128-token sliding-window layers "
-                       "(OpenAI gpt-oss model card): sliding-window attention is not in the model "
-                       "schema")),
+# Model families whose architecture is a preset's (sim/models.py, each config cited there):
+# MLA, shared experts, dense-first layers, local attention, hybrid Mamba-2 patterns and MTP
+# modules are the preset's; the row's columns are checked against it (hidden, layers).
+_PRESET_MODELS: tuple[tuple[str, str], ...] = (
+    (r"deepseek[ _-]?v3", "deepseek-v3"),
+    (r"kimi[ _-]?k2", "kimi-k2"),
+    (r"gpt[ _-]?oss[ _-]?120b", "gpt-oss-120b"),
+    (r"qwen3.*235b", "qwen3-235b-a22b"),
+    (r"qwen3.*30b", "qwen3-30b-a3b"),
+    (r"llama[ _-]?4.*maverick", "llama4-maverick"),
+    (r"nemotron[ _-]?h.*56b", "nemotron-h-56b"),
+    (r"nemotron[ _-]?(?:v?3)[ _-]?nano", "nemotron-3-nano"),
 )
+# Model families with an attention the schema does not have.
+_UNSUPPORTED_MODEL_FEATURES: tuple[tuple[str, str], ...] = (
+    (r"gpt[ _-]?oss[ _-]?20b", ("gpt-oss-20b: no preset (its 24-layer, 32-expert config is not "
+                                "verified here)")),
+)
+# Benchmarks that route tokens uniformly at random (Megatron --moe-router-force-load-balancing,
+# NeMo AutoModel fake_balanced_gate): the busiest rank's share is the statistical one only.
+_BALANCED_ROUTING_NOTES = r"force-balance|[Ff]ake balanced gate"
+_DEEPEP_NOTES = r"DeepEP"
 # head_dim facts for model families whose head_dim is not hidden / heads (model.head_dim).
 _HEAD_DIM_FACTS: tuple[tuple[str, int, str], ...] = (
     (r"qwen3", 128, "Qwen3 config.json: head_dim 128"),

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..compute.kernels import attention_bytes, attention_flops
 from .. import calibration as cal
+from ..compute.kernels import attention_bytes, attention_flops
 from ..config import Scenario
 from ..models import LayerKind, ModelSpec
 from .blocks import BlockContext, attention_shape, mixer_block, mlp_block
