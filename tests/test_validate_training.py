@@ -506,4 +506,8 @@ def test_uneven_interleaved_runs_count_embedding_and_loss_as_layers(real: dict[s
     par = scn["parallelism"]
     assert (par["virtual_stages"], par["first_stage_layers"], par["last_stage_layers"]) == (8, 15, 15)
     assert scenario_from_dict(scn).parallelism.stage_chunk_layers(0) == (1,) + (2,) * 7
-    assert "expert_tensor_parallel" in real["mbridge-25.11-H100-Qwen3_235B_a22B-256"].reason
+    # ep 32 over dp 16: the experts fold over the tensor-parallel ranks, unsplit (etp 1, as the
+    # Megatron-Bridge recipe runs them; tests/test_expert_layout.py has the rest)
+    qwen = real["mbridge-25.11-H100-Qwen3_235B_a22B-256"]
+    assert qwen.scenario is not None and qwen.scenario["parallelism"]["etp"] == 1
+    assert any("expert_tensor_parallel_size 1" in a for a in qwen.assumptions)

@@ -4,10 +4,10 @@ meet checked in one place (``plan_problem``), and every derived value computed.
 ``read_parallelism`` reads the section where the loader reaches it and refuses what is wrong with
 it alone or with the cluster (dp, the schedule, the ZeRO shard group): those are input errors.
 ``resolve_plan`` then checks the plan against the model and the training section (heads, kv heads
-and the FFN split over tp; layers over pp x virtual stages; the sequence over cp; experts and dp
-over ep; the global batch over micro_batch x dp; whole micro-batch groups per stage for the
-interleaved schedule) and fills in the sizes: micro-batches, the global batch, the layers of every
-model chunk, tokens per context-parallel rank.
+and the FFN split over tp; layers over pp x virtual stages; the sequence over cp; the experts over
+ep, and ep x etp over the ranks of a stage (below); the global batch over micro_batch x dp; whole
+micro-batch groups per stage for the interleaved schedule) and fills in the sizes: micro-batches,
+the global batch, the layers of every model chunk, tokens per context-parallel rank.
 
 Uneven pipelines. ``stage_layers`` lists the layers explicitly: one entry per stage (pp entries),
 or one per model chunk in model order (pp x virtual_stages entries; entry c x pp + s is stage s's
@@ -28,6 +28,15 @@ pp x virtual_stages. A plan that breaks one of those rules is a valid scenario t
 cannot run: it loads with the rule in ``plan_error`` (the validation suites count it as a
 refusal, not as an unmappable row) and ``build_workload`` refuses it with that ConfigError.
 ``sim.workload`` reads the sizes and re-checks nothing.
+
+Expert layers. Megatron-Core folds the ranks of a pipeline stage twice (MoE parallel folding, Liu et
+al. 2025, arXiv 2504.14960): attention on tp x cp x dp, the experts on etp x ep x edp of the same
+ranks (megatron/core/parallel_state.py, ``initialize_model_parallel``: a second ``RankGenerator`` of
+sizes tp = expert_tensor_parallel_size, ep = expert_model_parallel_size, dp = world / (etp x ep x
+pp), cp = 1; expert_tensor_parallel_size defaults to tensor_model_parallel_size; NVIDIA/Megatron-LM
+@d98e8a6). So ep need not divide dp: the plan needs ep x etp to divide tp x cp x dp, and ep the
+experts; an etp other than tp, or an ep above 1, needs an MoE model. With etp = tp (its default)
+and cp = 1 the rule is today's "ep divides dp", and so is its refusal.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ def data_parallel(chips: int, tp: int, pp: int, cp: int) -> int:
 def read_parallelism(s: Section, cluster: ClusterConfig) -> ParallelismConfig:
     """The section as given, with dp; checked against the cluster. ``resolve_plan`` completes it."""
     tp, pp, cp, ep = (s.integer(k, 1) for k in ("tp", "pp", "cp", "ep"))
+    etp = s.integer("etp", tp, maximum=1_000_000)     # Megatron-Core's default: tp
     chips = cluster.chips
     if chips % (tp * pp * cp):
         raise ConfigError(f"parallelism: tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide "
@@ -88,7 +98,7 @@ def read_parallelism(s: Section, cluster: ClusterConfig) -> ParallelismConfig:
         raise ConfigError(f"{s.at('microbatch_group')}: {mgroup} micro-batches per round need "
                           f"schedule: interleaved and at least pp = {pp}; got schedule "
                           f"{schedule!r}; valid: an integer >= {pp} with the interleaved schedule")
-    return ParallelismConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, zero=zero, schedule=schedule,
+    return ParallelismConfig(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp=dp, zero=zero, schedule=schedule,
                              virtual_stages=vs, sequence_parallel=s.flag("sequence_parallel", True),
                              zero_group=0 if group is None or group == dp else group,
                              stage_layers=stage_layers, first_stage_layers=first,
@@ -206,13 +216,9 @@ def plan_problem(par: ParallelismConfig, model: ModelSpec, tr: TrainingConfig) -
         return chunks
     if tr.seq_len % par.cp:
         return f"training.seq_len: {tr.seq_len} is not divisible by cp = {par.cp}"
-    if par.ep > 1:
-        if m.moe is None:
-            return f"parallelism.ep: {par.ep} needs an MoE model (model.moe)"
-        if m.moe.experts % par.ep:
-            return f"parallelism.ep: {par.ep} does not divide model.moe.experts = {m.moe.experts}"
-        if par.dp % par.ep:
-            return f"parallelism.ep: {par.ep} does not divide dp = {par.dp}"
+    if par.ep > 1 or par.etp != par.tp:
+        if (expert := _expert_problem(par, m)) is not None:
+            return expert
     per_step = tr.micro_batch * par.dp            # sequences one micro-batch round takes in all
     if tr.global_batch is not None and tr.global_batch % per_step:
         return (f"training.global_batch: {tr.global_batch} is not divisible by micro_batch x dp "
@@ -225,3 +231,23 @@ def plan_problem(par: ParallelismConfig, model: ModelSpec, tr: TrainingConfig) -
         return (f"parallelism.microbatch_group: {par.microbatch_group} does not divide the "
                 f"{batch // per_step} micro-batches per step; valid: a divisor of them, >= pp")
     return None
+
+
+def _expert_problem(par: ParallelismConfig, m: ModelSpec) -> str | None:
+    """The first expert-layout rule the plan breaks (module docstring, "Expert layers")."""
+    if m.moe is None:
+        if par.ep > 1:
+            return f"parallelism.ep: {par.ep} needs an MoE model (model.moe)"
+        return (f"parallelism.etp: {par.etp} needs an MoE model (model.moe); valid: leave it "
+                f"out (it defaults to tp = {par.tp})")
+    if m.moe.experts % par.ep:
+        return f"parallelism.ep: {par.ep} does not divide model.moe.experts = {m.moe.experts}"
+    ranks = par.tp * par.cp * par.dp
+    if ranks % (par.ep * par.etp) == 0:
+        return None
+    if par.etp == par.tp and par.cp == 1:       # the unfolded rule: ep carved out of dp
+        return (f"parallelism.ep: {par.ep} does not divide dp = {par.dp}; valid: a divisor of dp, "
+                f"or parallelism.etp below tp = {par.tp} so that ep x etp divides tp x dp = {ranks}")
+    return (f"parallelism.ep: ep x etp = {par.ep} x {par.etp} = {par.ep * par.etp} does not divide "
+            f"the tp x cp x dp = {par.tp} x {par.cp} x {par.dp} = {ranks} ranks of a pipeline "
+            f"stage; valid: ep and etp whose product divides {ranks}")

@@ -93,6 +93,12 @@ class ParallelismConfig:
     map such a scenario and count the refusal); its sizes then raise that ConfigError when read,
     and ``checked()`` raises it up front (``build_workload`` does). ``virtual_stages`` is the
     effective count: the loader allows more than 1 only with the interleaved schedule.
+
+    Expert layers re-fold the ranks of a pipeline stage (MoE parallel folding, Liu et al. 2025,
+    arXiv 2504.14960): attention runs on tp x cp x dp, the experts on etp x ep x edp of the same
+    ranks (``sim.workload.layout``). ``etp`` defaults to tp, as Megatron-Core's
+    ``expert_tensor_parallel_size`` does (megatron/core/parallel_state.py,
+    ``initialize_model_parallel``).
     """
 
     tp: int = 1
@@ -100,6 +106,8 @@ class ParallelismConfig:
     cp: int = 1
     ep: int = 1
     dp: int = 1                           # derived: chips / (tp x pp x cp)
+    etp: int = 0                          # expert tensor parallelism; 0 (not given): tp, as in
+                                          # Megatron-Core (expert_tensor_parallel_size)
     zero: int = 1
     schedule: str = "1f1b"
     virtual_stages: int = 1               # model chunks per pipeline rank (interleaved schedule)
@@ -111,6 +119,18 @@ class ParallelismConfig:
     microbatch_group: int = 0             # interleaved: micro-batches per round (Llama 3's N); 0: pp
     sizes: PlanSizes | None = None        # derived; None: the plan breaks a rule (plan_error)
     plan_error: str = ""                  # "FILE: FIELD: what is wrong" of the first rule broken
+
+    def __post_init__(self) -> None:
+        if self.etp == 0:                 # not given: the experts split like the dense layers
+            object.__setattr__(self, "etp", self.tp)
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallelism: the ranks of a stage that hold the same experts and reduce
+        their gradients together, tp x cp x dp / (etp x ep) (Megatron-Core's
+        expert_data_parallel_size: world / (etp x ep x pp)). Only whole when the plan is valid
+        (``plan_problem`` checks that ep x etp divides tp x cp x dp)."""
+        return self.tp * self.cp * self.dp // (self.etp * self.ep)
 
     def checked(self) -> PlanSizes:
         """The plan's sizes, or the ConfigError of the first rule the plan breaks."""
@@ -255,7 +275,7 @@ SECTION_KEYS: dict[str, frozenset[str]] = {
     "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "recompute",
                            "tokens", "remat_policy", "optimizer_state", "master_weights",
                            "vocab_tiling"}),
-    "parallelism": frozenset({"tp", "pp", "cp", "ep", "zero", "zero_group", "schedule",
+    "parallelism": frozenset({"tp", "pp", "cp", "ep", "etp", "zero", "zero_group", "schedule",
                               "virtual_stages", "sequence_parallel", "stage_layers",
                               "first_stage_layers", "last_stage_layers", "microbatch_group"}),
     "software": frozenset({"framework", "attention", "moe_dispatcher", "ep_overlap"}),

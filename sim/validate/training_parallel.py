@@ -1,10 +1,12 @@
 """A runs.csv row's parallel layout -> the scenario's ``parallelism`` section and its slices.
 
 The second half of the row mapping (``sim.validate.training_map``): tp, pp, cp and ep (published,
-or 1 where dp and the chips imply it), the ZeRO stage and the shard group of hybrid sharding, the
-ICI slices a TPU run spans, the pipeline schedule from the notes, and sequence parallelism where a
-source says it was off. Every default taken for a blank cell is written into the row's
-``assumptions``; a layout the schema cannot express raises ``_Unsupported`` with the reason.
+or 1 where dp and the chips imply it), the expert tensor parallelism (published in the notes, or 1
+where ep does not divide dp and the experts fold over tensor-parallel ranks), the ZeRO stage and
+the shard group of hybrid sharding, the ICI slices a TPU run spans, the pipeline schedule from the
+notes, and sequence parallelism where a source says it was off. Every default taken for a blank
+cell is written into the row's ``assumptions``; a layout the schema cannot express raises
+``_Unsupported`` with the reason.
 Data parallelism is the config's (``sim.config.data_parallel``), not derived again here.
 """
 
@@ -16,6 +18,8 @@ from typing import Any
 from ..config import data_parallel
 from .training_rows import RowReader
 from .training_rules import (
+    _ETP_FOLD_DEFAULT,
+    _ETP_IN_NOTES,
     _HYBRID_SHARDING,
     _ICI_FSDP,
     _MULTISLICE,
@@ -109,11 +113,28 @@ def _layout(r: RowReader, chips: int, zero_text: str, moe: bool) -> tuple[dict[s
     if blank:
         r.assumptions.append(f"{', '.join(blank)} not published: 1 (consistent with dp = "
                              f"chips / (tp*pp*cp) = {dp})")
-    if moe and ep and dp % ep:
-        raise _Unsupported(f"ep = {ep} does not divide dp = {dp}: the experts also span "
-                           "tensor-parallel ranks (Megatron expert_tensor_parallel_size 1); the "
-                           "schema carves ep out of dp only")
-    return {"tp": tp_, "pp": pp_, "cp": cp_, "ep": ep or 1}, dp
+    out = {"tp": tp_, "pp": pp_, "cp": cp_, "ep": ep or 1}
+    if moe and (etp := _expert_tp(r, tp_, cp_, dp, ep or 1)) is not None:
+        out["etp"] = etp
+    return out, dp
+
+
+def _expert_tp(r: RowReader, tp: int, cp: int, dp: int, ep: int) -> int | None:
+    """parallelism.etp of an MoE row: the notes' ETP; else 1 where ep does not divide dp (the
+    experts fold over tensor-parallel ranks, Megatron-Core's MoE parallel folding); else None
+    (the default, tp)."""
+    if m := re.search(_ETP_IN_NOTES, r.notes, re.IGNORECASE):
+        return int(m.group(1) or m.group(2))
+    if dp % ep == 0:
+        return None
+    etp, why = _ETP_FOLD_DEFAULT
+    if (tp * cp * dp) % (ep * etp):
+        raise _Unsupported(f"ep = {ep} divides neither dp = {dp} nor tp*cp*dp = {tp * cp * dp} "
+                           "(the ranks its experts can fold over)")
+    edp = tp * cp * dp // (ep * etp)
+    r.assumptions.append(f"etp not published: {etp} (ep = {ep} does not divide dp = {dp}: the "
+                         f"experts fold over tensor-parallel ranks, edp = {edp}; {why})")
+    return etp
 
 
 def _schedule(r: RowReader, layers: int, pp: int) -> dict[str, Any]:

@@ -176,6 +176,16 @@ _GPT_STYLE = r"\bgpt(?![ _-]?oss)|megatron-turing|mt-nlg"     # vocab default 51
 _GPT_DEFAULT_VOCAB = 51200
 _MOE_NAME = r"mixtral|qwen3.*a\d+b|deepseek|gpt[ _-]?oss|kimi|llama[ _-]?4"
 _MOE_NOTES = r"(\d+) (?:routed )?experts top-(\d+)"
+# Expert tensor parallelism where a source gives it (Megatron's expert_tensor_parallel_size, the
+# ETP of Megatron-Bridge's performance tables); parallelism.etp.
+_ETP_IN_NOTES = r"\bETP\s*[=:]?\s*(\d+)|expert[ _-]tensor[ _-]parallel(?:ism|[ _]size)?\s*[=:]?\s*(\d+)"
+# The expert tensor parallelism taken where ep does not divide dp and no source gives one: the
+# experts then also span tensor-parallel ranks, and Megatron-Bridge's MoE performance recipes run
+# them unsplit (expert_tensor_parallel_size 1; Qwen3 235B on H100: tp 2, pp 8, vp 4, ep 32, etp 1).
+_ETP_FOLD_DEFAULT = (1, "Megatron-Bridge's MoE performance recipes set expert_tensor_parallel_size "
+                        "1 (NVIDIA-NeMo/Megatron-Bridge v0.2.0 scripts/performance/configs/qwen3/"
+                        "workload_base_configs.py; v0.1.0rc4 .../qwen3_235b_a22b_llm_pretrain.yaml "
+                        "h100: etp 1)")
 # Model families whose architecture is a preset's (sim/models.py, each config cited there):
 # MLA, shared experts, dense-first layers, local attention, hybrid Mamba-2 patterns and MTP
 # modules are the preset's; the row's columns are checked against it (hidden, layers).

@@ -3,11 +3,23 @@
 Rank coordinates (tp, cp, dp, pp) map to device ``((pp * dp_size + dp) * cp_size + cp) * tp_size
 + tp`` (Megatron-LM ``RankGenerator`` default order "tp-cp-ep-dp-pp"), so a TP group is 8
 consecutive GPUs of one DGX node and a TPU's TP group is a line along the fastest torus axis.
-Expert-parallel groups are consecutive data-parallel ranks. With ``zero_group`` (hybrid sharding),
-a ZeRO/FSDP shard group is ``zero_group`` consecutive data-parallel ranks (one TPU slice when
-``zero_group = dp / slices``) and the ranks at the same place in the other groups hold replicas.
+With ``zero_group`` (hybrid sharding), a ZeRO/FSDP shard group is ``zero_group`` consecutive
+data-parallel ranks (one TPU slice when ``zero_group = dp / slices``) and the ranks at the same
+place in the other groups hold replicas.
 Pipeline stages are the outermost coordinate, so with ``pp > 1`` on several TPU slices a slice
 holds whole stages (pipeline transfers cross the DCN) and ``dp / slices`` is no longer one slice.
+
+Expert layers fold the same ranks again (MoE parallel folding, Liu et al. 2025, arXiv 2504.14960;
+Megatron-LM megatron/core/parallel_state.py @d98e8a6, ``initialize_model_parallel``: a second
+``RankGenerator`` with tp = expert_tensor_parallel_size, ep = expert_model_parallel_size, dp =
+world / (etp x ep x pp), cp = 1, in the same order "tp-cp-ep-dp-pp"). A stage's tp x cp x dp
+devices, taken in the order above, are re-split as etp x ep x edp with etp fastest: stage-local
+rank ``(edp * ep + ep_rank) * etp + etp_rank``. An expert-parallel group is ep ranks ``etp`` apart,
+an expert tensor-parallel group ``etp`` consecutive ranks, and an expert data-parallel group
+(the ranks that hold the same experts and reduce their gradients together) edp ranks
+``ep x etp`` apart. With etp = tp and cp = 1 the expert-parallel groups are ep consecutive
+data-parallel ranks at the same tensor-parallel position, as before folding; with cp > 1 they
+take the context-parallel ranks first, as Megatron-Core's do.
 """
 
 from __future__ import annotations
@@ -33,13 +45,28 @@ class Layout:
     shard_dp: int                 # data-parallel ranks per ZeRO shard group (all of dp unless hybrid)
     replicas: int                 # copies of the sharded state: dp / shard_dp
     offset: int = 0               # the job's first device (a second job on the same fabric)
+    etp: int = 0                  # expert tensor parallelism; 0: tp (Megatron-Core's default)
 
     @classmethod
     def of(cls, par: ParallelismConfig, offset: int = 0) -> "Layout":
-        return cls(par.tp, par.cp, par.dp, par.pp, par.ep, par.shard_dp, par.replicas, offset)
+        return cls(par.tp, par.cp, par.dp, par.pp, par.ep, par.shard_dp, par.replicas, offset,
+                   par.etp)
 
     def __post_init__(self) -> None:
+        if self.etp == 0:
+            object.__setattr__(self, "etp", self.tp)
         assert self.shard_dp * self.replicas == self.dp, self
+
+    @property
+    def stage_ranks(self) -> int:
+        """Devices of one pipeline stage: tp x cp x dp, folded as etp x ep x edp for experts."""
+        return self.tp * self.cp * self.dp
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallelism: tp x cp x dp / (etp x ep), whole where the plan is valid
+        (``sim.config.parallelism.plan_problem``); the expert groups are read only of such plans."""
+        return self.stage_ranks // (self.etp * self.ep)
 
     def device(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
         return self.offset + ((pp * self.dp + dp) * self.cp + cp) * self.tp + tp
@@ -66,7 +93,17 @@ class Layout:
         return g.transpose(1, 2, 3, 0).reshape(-1, self.replicas).tolist()
 
     def ep_group(self, stage: int = 0) -> list[int]:
-        return [self.device(0, 0, d, stage) for d in range(self.ep)]
+        """Ranks that exchange tokens for the experts: the first expert-parallel group."""
+        return [self.device(pp=stage) + e * self.etp for e in range(self.ep)]
+
+    def etp_group(self, stage: int = 0) -> list[int]:
+        """Ranks that split each expert's weights: the first expert tensor-parallel group."""
+        return [self.device(pp=stage) + t for t in range(self.etp)]
+
+    def edp_group(self, stage: int = 0) -> list[int]:
+        """Ranks that hold the same experts and reduce their gradients together: the first
+        expert data-parallel group."""
+        return [self.device(pp=stage) + k * self.ep * self.etp for k in range(self.edp)]
 
     # Every group of one kind in a stage (they run their collectives at the same moment).
     # PERF: index arithmetic on the stage's (dp, cp, tp) grid of devices, the same numbers as
@@ -84,9 +121,21 @@ class Layout:
     def cp_groups(self, stage: int = 0) -> list[list[int]]:
         return self._grid(stage).transpose(0, 2, 1).reshape(-1, self.cp).tolist()
 
+    def _expert_grid(self, stage: int) -> np.ndarray:
+        """Devices of *stage* indexed [edp, ep, etp]: the same devices as ``_grid``, refolded."""
+        return self._grid(stage).reshape(self.edp, self.ep, self.etp)
+
     def ep_groups(self, stage: int = 0) -> list[list[int]]:
-        g = self._grid(stage).reshape(self.dp // self.ep, self.ep, self.cp, self.tp)
-        return g.transpose(0, 2, 3, 1).reshape(-1, self.ep).tolist()
+        """Every expert-parallel group of *stage*, ordered by (edp, etp) rank."""
+        return self._expert_grid(stage).transpose(0, 2, 1).reshape(-1, self.ep).tolist()
+
+    def etp_groups(self, stage: int = 0) -> list[list[int]]:
+        """Every expert tensor-parallel group of *stage*, ordered by (edp, ep) rank."""
+        return self._expert_grid(stage).reshape(-1, self.etp).tolist()
+
+    def edp_groups(self, stage: int = 0) -> list[list[int]]:
+        """Every expert data-parallel group of *stage*, ordered by (ep, etp) rank."""
+        return self._expert_grid(stage).transpose(1, 2, 0).reshape(-1, self.edp).tolist()
 
     def dp_groups(self, stage: int = 0) -> list[list[int]]:
         return self._grid(stage).transpose(2, 0, 1).reshape(self.tp, -1).tolist()
@@ -102,11 +151,19 @@ class Layout:
 
     def groups(self, stage: int) -> dict[str, list[list[int]]]:
         return {"tp": self.tp_groups(stage), "cp": self.cp_groups(stage),
-                "ep": self.ep_groups(stage), "dp": self.dp_groups(stage)}
+                "ep": self.ep_groups(stage), "dp": self.dp_groups(stage),
+                "etp": self.etp_groups(stage), "edp": self.edp_groups(stage)}
 
     def local_group(self, kind: str, local: int) -> tuple[tuple[int, ...], int]:
-        """(group id, size) of the *kind* group ("tp", "cp", "ep", "dp") of the stage-local rank
-        *local* = (dp * cp + cp) * tp + tp: the mapping of ``device`` within one stage."""
+        """(group id, size) of the *kind* group ("tp", "cp", "dp"; "ep", "etp", "edp" of the
+        expert fold) of the stage-local rank *local* = (dp * cp + cp) * tp + tp, the mapping of
+        ``device`` within one stage, = (edp * ep + ep) * etp + etp in the expert fold."""
+        if kind in ("ep", "etp", "edp"):
+            et = local % self.etp
+            e = (local // self.etp) % self.ep
+            ed = local // (self.etp * self.ep)
+            return {"ep": ((ed, et), self.ep), "etp": ((ed, e), self.etp),
+                    "edp": ((e, et), self.edp)}[kind]
         t = local % self.tp
         c = (local // self.tp) % self.cp
         d = local // (self.tp * self.cp)
@@ -114,8 +171,6 @@ class Layout:
             return (d, c), self.tp
         if kind == "cp":
             return (d, t), self.cp
-        if kind == "ep":
-            return (d // self.ep, c, t), self.ep
         return (t,), self.dp * self.cp
 
     def stage_pair(self, stage: int) -> tuple[int, int]:
