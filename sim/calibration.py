@@ -315,6 +315,9 @@ STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
 }
 
 
-# MoE: the busiest expert-parallel rank's routed tokens over the mean under dropless routing
-# (sim.workload.transformer.moe_imbalance). PROVISIONAL, pending the measured source.
-MOE_LOAD_IMBALANCE = 1.2
+# SMs the expert-parallel token transfers hold while compute runs beside them (sim/stages.py
+# _ep_overlap), by dispatcher: DeepEP's normal kernels 24 (DeepEP README, Buffer.set_num_sms(24);
+# DeepSeek-V3 report section 3.2.2: "only 20 SMs are sufficient"); NCCL's all-to-all and
+# all-gather one block per channel, at most 32 channels (NCCL_MAX_NCHANNELS / NCCL_MAX_P2P_NCHANNELS
+# default MAXCHANNELS = 32, NCCL environment-variable docs).
+EP_COMM_SMS = {"deepep": 24, "alltoall": 32, "allgather": 32}

@@ -17,7 +17,9 @@ and output head; a multi-token-prediction module (DeepSeek-V3 section 2.2) as tw
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 __all__ = ["MoE", "MLA", "Attention", "Mamba", "LayerKind", "ModelSpec", "PRESETS",
            "HYBRID_CHARS"]
@@ -46,6 +48,22 @@ class MoE:
     first_dense_layers: int = 0
     every: int = 1
     load_imbalance: float | None = None
+
+    def busiest_share(self, copies_per_rank: float, ep: int) -> float:
+        """The busiest expert-parallel rank's routed token copies over the mean: token drop pads
+        every expert to ``capacity_factor``; else ``load_imbalance`` where given; else the
+        statistical excess of routing that is balanced on average (what Megatron's
+        --moe-router-force-load-balancing and AutoModel's fake_balanced_gate benchmarks run):
+        each rank's count is binomial around *copies_per_rank*, and the step waits for the largest
+        of *ep* of them, mean + E[max of ep standard normals] x sd (Blom's approximation)."""
+        if self.capacity_factor is not None:
+            return self.capacity_factor
+        if self.load_imbalance is not None:
+            return self.load_imbalance
+        if ep <= 1 or copies_per_rank <= 0:
+            return 1.0
+        z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
+        return 1.0 + z * math.sqrt((1 - 1 / ep) / copies_per_rank)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import calibration as cal
 from .collectives import CollectiveModel
 from .collectives.traffic import collective_traffic, p2p_traffic
 from .compute.model import ComputeModel
@@ -65,7 +66,8 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
         if ops:
             out.append(Segment("compute", cm.stream_time_s(ops)))
             ops = []
-        group = {"tp": lay.tp_group, "cp": lay.cp_group, "ep": lay.ep_group, "dp": lay.dp_group}[it.group](stage)
+        group = {"tp": lay.tp_group, "cp": lay.cp_group, "ep": lay.ep_group, "etp": lay.etp_group,
+                 "dp": lay.dp_group}[it.group](stage)
         size = max(1, it.size_bytes)
         seconds = net.time(it.op, size, group).time_s
         if (it.group == "tp" and cm.profile.tp_comm_overlap
@@ -120,7 +122,7 @@ def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: Collecti
     fwd = _segments(layer.forward, cm, net, groups, lay, stage)
     bwd = _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage)
     if cm.profile.ep_comm_overlap and scn.parallelism.microbatches > 1:
-        fwd, bwd = _ep_overlap(fwd, bwd)
+        fwd, bwd = _ep_overlap(fwd, bwd, _comm_sm_share(cm))
     if scn.training.offloads:           # activation offload: the exposed host-link time
         fwd += _offload_segment(scn, fwd)
         bwd += _offload_segment(scn, bwd)
@@ -138,22 +140,33 @@ def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: Collecti
     return fwd, bwd
 
 
-def _ep_overlap(fwd: tuple[Segment, ...], bwd: tuple[Segment, ...]
+def _comm_sm_share(cm: ComputeModel) -> float:
+    """The share of the chip's SMs the overlapped expert-parallel transfers hold
+    (``sim.calibration.EP_COMM_SMS``: DeepEP's kernels or NCCL's channels, one block each)."""
+    return min(0.5, cal.EP_COMM_SMS[cm.profile.moe_dispatcher] / cm.sms) if cm.gpu else 0.0
+
+
+def _ep_overlap(fwd: tuple[Segment, ...], bwd: tuple[Segment, ...], sm_share: float
                 ) -> tuple[tuple[Segment, ...], tuple[Segment, ...]]:
     """Megatron's combined 1F1B (``SoftwareProfile.ep_comm_overlap``): in the steady state a
     layer's forward for one micro-batch runs beside its backward for another, each pass's
     expert-parallel dispatch and combine under the other pass's compute. What a pass's EP
-    transfers take beyond the other pass's compute stays exposed, spread over them."""
+    transfers take beyond the other pass's compute stays exposed, spread over them; the compute
+    they hide behind runs on the SMs they leave (*sm_share* of them busy moving tokens), so each
+    hidden second costs sm_share / (1 - sm_share) of compute, charged to the pass."""
     def hide(own: tuple[Segment, ...], other: tuple[Segment, ...]) -> tuple[Segment, ...]:
         ep = sum(x.seconds for x in own if x.group in ("ep", "etp"))
         if ep <= 0:
             return own
         budget = sum(x.seconds for x in other if x.kind == "compute")
         keep = max(0.0, ep - budget) / ep
-        return tuple(Segment(x.kind, x.seconds * keep, x.group,
-                             x.traffic.with_seconds(x.traffic.seconds * keep)
-                             if x.traffic is not None else None)
-                     if x.group in ("ep", "etp") else x for x in own)
+        hidden = ep * (1 - keep)
+        out = tuple(Segment(x.kind, x.seconds * keep, x.group,
+                            x.traffic.with_seconds(x.traffic.seconds * keep)
+                            if x.traffic is not None else None)
+                    if x.group in ("ep", "etp") else x for x in own)
+        slowed = hidden * sm_share / (1 - sm_share)
+        return out + ((Segment("compute", slowed),) if slowed > 0 else ())
     return hide(fwd, bwd), hide(bwd, fwd)
 
 
@@ -163,7 +176,8 @@ class _DataParallel:
     what they move, and the optimizer step over the stage's share of the parameters."""
 
     op: str                    # the gradient reduction: reduce-scatter under ZeRO, else all-reduce
-    grad_bytes: int            # one layer's bf16 gradients
+    grad_bytes: int            # one layer's bf16 gradients, routed experts' apart
+    expert_bytes: int          # one layer's routed-expert gradients (reduced over EDP)
     layer_s: float             # reduce one layer's gradients over the shard group
     replica_s: float           # hybrid sharding: all-reduce the reduced shard across replicas
     per_microbatch: bool       # ZeRO-3 (FSDP): reduce-scatter every micro-batch
@@ -184,9 +198,15 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     # configs set grad_reduce_in_fp32 = False, against bf16_mixed's True)
     n_layers = max(1, len(wl.stage_layers(stage)))
     layer_params = wl.stage_params(stage) / n_layers    # the stage's mean layer
-    grad_bytes = max(1, round(2 * layer_params))
+    expert_params = wl.stage_expert_params(stage) / n_layers
+    grad_bytes = max(1, round(2 * (layer_params - expert_params)))
+    expert_bytes = round(2 * expert_params)
     dp_op = "reducescatter" if par.zero >= 1 else "allreduce"
     dp_layer = net.time(dp_op, grad_bytes, dpg).time_s if shard > 1 else 0.0
+    # Routed experts' gradients are reduced over the expert-data-parallel ranks (MoE parallel
+    # folding: the stage's ranks / (ep x etp)), not the dense data-parallel group.
+    if expert_bytes and lay.edp > 1:
+        dp_layer += net.time(dp_op, expert_bytes, lay.edp_group(stage)).time_s
     # Hybrid sharding: each rank's reduced gradient shard is then all-reduced with the ranks
     # holding the same shard in the other replicas, every shard position at once.
     replica = (net.time_concurrent("allreduce", max(1, grad_bytes // shard),
@@ -208,7 +228,7 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
         # next step's forward runs the chunks before it; only what exceeds one micro-batch's
         # forward over the stage stays exposed.
         pg = max(0.0, pg - sum(x.seconds for x in fwd if x.kind == "compute") * layers)
-    return _DataParallel(dp_op, grad_bytes, dp_layer, replica, fsdp, gather, pg, params, chunk_layers,
+    return _DataParallel(dp_op, grad_bytes, expert_bytes, dp_layer, replica, fsdp, gather, pg, params, chunk_layers,
                         optimizer)
 
 
@@ -255,6 +275,9 @@ def _stage_loads(net: CollectiveModel, lay: Layout, stage: int, wl: Workload, dp
     shard = len(shards[0])
     dp_load = (collective_traffic(net, dp.op, dp.grad_bytes, shards, label="dp")
                if shard > 1 else None)
+    if dp.expert_bytes and lay.edp > 1:
+        experts = collective_traffic(net, dp.op, dp.expert_bytes, lay.edp_groups(stage), label="dp")
+        dp_load = dp_load.then(experts) if dp_load is not None else experts
     rep_load = (collective_traffic(net, "allreduce", max(1, dp.grad_bytes // shard),
                                    lay.replica_groups(stage), concurrent=True, label="dp")
                 if lay.replicas > 1 else None)

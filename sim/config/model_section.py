@@ -99,9 +99,6 @@ def _mamba(s: Section, base: Mamba | None) -> Mamba | None:
                           "(d_inner = heads x head_dim)")
     dflt = base or Mamba(heads=1)
     vals = {k: mb.integer(k, getattr(dflt, k)) for k in MAMBA_KEYS if k != "heads"}
-    if mb.has("state") and mb.raw["state"] == 0:
-        raise ConfigError(f"{mb.at('state')}: 0; a Mamba-2 state size is a positive integer "
-                          "(Mamba-2 models use 64 .. 256)")
     return Mamba(heads=mb.integer("heads", dflt.heads), **vals)
 
 

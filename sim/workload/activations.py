@@ -51,7 +51,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import calibration as cal
 from ..config import Scenario
 from ..config.remat import REMAT_PRESETS
 from ..models import LayerKind
@@ -144,8 +143,9 @@ def _mlp_sizes(scn: Scenario, kind: LayerKind) -> dict[str, tuple[float, str]]:
     if kind.mlp == "moe":
         moe = m.moe
         assert moe is not None
-        share = moe.capacity_factor if moe.capacity_factor is not None else (
-            moe.load_imbalance or cal.MOE_LOAD_IMBALANCE)
+        par = scn.parallelism
+        share = moe.busiest_share(scn.training.micro_batch * par.local_seq_len * moe.top_k
+                                  / (par.tp if par.sequence_parallel else 1), par.ep)
         f = moe.top_k * share * m.expert_ffn + moe.shared_experts * m.shared_ffn
         norm_out += 2.0 * h * moe.top_k * share
     else:

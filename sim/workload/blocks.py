@@ -42,7 +42,7 @@ class BlockContext:
     """What every block of a rank needs: the model, tokens per micro-batch on the rank (``tok``,
     all of the micro-batch's local sequence), the tensor-parallel size, sequence parallelism,
     the expert layout (``ep``, ``etp``), the sequence (``seq_len`` whole, ``local_seq`` this
-    rank's, ``cp``) and the MoE settings (``dispatcher``, ``imbalance``)."""
+    rank's, ``cp``) and the MoE token dispatcher."""
 
     m: ModelSpec
     tok: int
@@ -55,7 +55,6 @@ class BlockContext:
     local_seq: int
     seq_len: int
     dispatcher: str = "alltoall"
-    imbalance: float = 1.0
 
 
 def _attention(name: str, shape: AttentionShape, passname: str) -> Op:
@@ -204,9 +203,8 @@ def _routed(c: BlockContext) -> list[Item]:
     h, e, k = m.hidden, moe.experts, moe.top_k
     shard = c.tok // _split(c)                      # tokens this rank routes (its SP shard)
     copies = shard * k                              # token copies it dispatches
-    # The busiest rank's share: dropless routing takes the measured imbalance, token drop pads
-    # every expert to its capacity.
-    busiest = moe.capacity_factor if moe.capacity_factor is not None else c.imbalance
+    # The step waits for the busiest expert-parallel rank (MoE.busiest_share).
+    busiest = moe.busiest_share(copies, c.ep)
     local = e // c.ep
     out: list[Item] = [gemm("router", shard, e, h, "router"),
                        mem("router-topk", shard * e * 4 * 2 + copies * 12, "moe-topk")]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import calibration as cal
 from ..compute.kernels import attention_bytes, attention_flops
 from ..config import Scenario
 from ..models import LayerKind, ModelSpec
@@ -260,7 +259,7 @@ def _layer_work(scn: Scenario, c: BlockContext, kind: LayerKind) -> LayerWork:
     if kind.mlp == "moe":
         moe = m.moe
         assert moe is not None
-        expert = moe.experts // par.ep * m.expert_params() // getattr(par, 'etp', t)
+        expert = moe.experts // par.ep * m.expert_params() // par.etp
         params = (m.kind_params(kind) - moe.experts * m.expert_params()) // t + expert
     cp_kv = 0
     if par.cp > 1 and attn is not None:
@@ -297,8 +296,8 @@ def build_workload(scn: Scenario) -> Workload:
     sp = par.sequence_parallel and t > 1
     act = tok * h * BYTES                                  # one [b, s, h] activation
     sw = scn.software
-    c = BlockContext(m, tok, b, t, sp, par.ep, getattr(par, 'etp', t), par.cp, s, S,
-                     dispatcher=sw.moe_dispatcher, imbalance=moe_imbalance(m))
+    c = BlockContext(m, tok, b, t, sp, par.ep, par.etp, par.cp, s, S,
+                     dispatcher=sw.moe_dispatcher)
     distinct: dict[LayerKind, int] = {}
     layer_kinds = []
     for kind in m.layer_kinds():
@@ -323,11 +322,3 @@ def build_workload(scn: Scenario) -> Workload:
         model_flops_per_step=model_flops_per_token(m, S) * gb * S,
         tokens_per_step=gb * S, mtp_kind=mtp_kind, mtp_layers=m.mtp_layers,
     )
-
-
-def moe_imbalance(m: ModelSpec) -> float:
-    """The busiest expert-parallel rank's tokens over the mean: the model's ``moe.load_imbalance``
-    or the measured default (``sim.calibration.MOE_LOAD_IMBALANCE``)."""
-    if m.moe is None:
-        return 1.0
-    return m.moe.load_imbalance or cal.MOE_LOAD_IMBALANCE
