@@ -9,7 +9,7 @@ Constants taken from a publication rather than fitted say so and cite it.
 
 from __future__ import annotations
 
-from .compute.kernels import AttentionParams, GemmParams
+from .compute.kernels import AttentionParams, GemmParams, MemoryParams
 
 # Achievable fraction of a link's line rate for bulk collective traffic, by link kind.
 #
@@ -272,6 +272,33 @@ MEMORY_FRACTION: dict[str, float] = {
     "copy": 0.879, "quantize": 0.666, "residual_add": 0.855, "rmsnorm_fwd": 0.515,
     "rmsnorm_bwd": 0.245, "swiglu_fwd": 0.304,
 }
+# MoE routing kernels as eager PyTorch runs them (sim.compute.kernels.fixed_memory_time_s: a fixed
+# time per call plus bytes at a fraction of the HBM spec), fitted by
+# sim.compute.moe_tables.fit_moe_memory on moe_routing.csv (H100; tokens 8,192/16,384, hidden
+# 4,096/7,168, experts 8-256, top-k 2/8; 30 of its 32 cases, two disturbed ones skipped), least
+# squares in log time, with GEMM_HOPPER["bf16"].call_s (what the same harness adds to one call)
+# kept out of fixed_s. Bytes as the workload counts them (sim.compute.kernels.moe_topk_bytes,
+# moe_permute_bytes). moe_topk: softmax + top-k (a fp32 cast, softmax and top-k: its time follows
+# the T x E scores, not HBM: 1.6% of the spec); moe_permute: argsort + bincount (which syncs
+# with the host, in its 175 us) + index_select; moe_gather: index_select alone; moe_unpermute: zeros +
+# weight by probs + index_add_ (bf16 atomics, one per routed row element: 11% of the spec).
+# Stacks that fuse their elementwise work (profile elementwise "fused": Transformer Engine's fused
+# permutation, moe_permute_fusion in Megatron's MoE recipes; Inductor; XLA) run these classes as a
+# copy (MEMORY_FRACTION["copy"], no fixed time; assumed, not measured here).
+MOE_MEMORY_HOPPER: dict[str, MemoryParams] = {
+    "moe_topk": MemoryParams(fraction=0.0162, fixed_s=22.5e-6),
+    "moe_permute": MemoryParams(fraction=0.8531, fixed_s=174.7e-6),
+    "moe_gather": MemoryParams(fraction=0.9004, fixed_s=1.5e-6),
+    "moe_unpermute": MemoryParams(fraction=0.1109, fixed_s=76.9e-6),
+}
+# Grouped GEMM (sim.compute.kernels.grouped_gemm_time_s): fixed time per group (local expert) of
+# one grouped kernel, fitted by sim.compute.moe_tables.fit_grouped_group_s on moe_grouped_gemm.csv's
+# grouped_mm rows (H100, torch._grouped_mm bf16; 2-32 experts x 256-4,096 tokens each), with
+# GEMM_HOPPER["bf16"] for the rest (least squares in log time). Without it the grouped model runs
+# 7% fast at 256 tokens per expert (median), 0.1% with it; it is the likely cost of the grouped
+# tile scheduler walking the groups' problem sizes. Only 2-32 groups were measured: beyond 32 it
+# is extrapolated linearly.
+GROUPED_GEMM_GROUP_S = 1.34e-6
 # TPU: a copy reaches 6.42 of ~7.37 TB/s on TPU7x (compute_and_tpu.md A2): 0.87; XLA fuses
 # elementwise work, so every memory-bound op runs at that fraction.
 TPU_MEMORY_FRACTION = 0.87

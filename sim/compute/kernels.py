@@ -15,7 +15,11 @@ the mechanism the tables show, not a curve through them:
   of the longest thread block (the last block of queries under a causal mask sees every key, so
   its work grows with the sequence, not with the batch), plus the HBM traffic the kernel cannot
   hide (Q, K, V, O and LSE forward; in the backward also dO, dQ, dK, dV and FP32 dQ partials).
-- **Memory-bound ops**: bytes moved / (HBM bandwidth x the fraction of it that op class reaches).
+- **Grouped GEMM** (MoE experts, one kernel over every local expert): the tile/wave model with the
+  grouped kernel's one tile shape instead of cuBLAS's pick (each expert's rows padded to it), plus a
+  fixed time per group (expert) that the measured grouped kernels show at few tokens per expert.
+- **Memory-bound ops**: bytes moved / (HBM bandwidth x the fraction of it that op class reaches),
+  plus a fixed time per call for the op classes measured to have one (MoE routing kernels).
 """
 
 from __future__ import annotations
@@ -23,13 +27,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["GemmParams", "AttentionParams", "AttentionShape", "gemm_time_s", "gemm_curve_time_s",
-           "attention_flops", "attention_bytes", "attention_time_s", "memory_time_s",
-           "GEMM_TILES", "GEMM_DTYPE_BYTES"]
+__all__ = ["GemmParams", "AttentionParams", "AttentionShape", "MemoryParams", "gemm_time_s",
+           "gemm_curve_time_s", "grouped_gemm_tiles", "grouped_gemm_time_s", "attention_flops",
+           "attention_bytes", "attention_time_s", "memory_time_s", "fixed_memory_time_s", "moe_topk_bytes",
+           "moe_permute_bytes", "GEMM_TILES", "GEMM_DTYPE_BYTES"]
 
 # Output tiles (rows x columns) of the cuBLAS/CUTLASS kernels on Hopper and Ampere: 128x128 and the
 # 128x256 / 256x128 warp-specialised tiles (CUTLASS 3 default tile shapes for sm90 bf16/fp8).
 GEMM_TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
+# The output tiles of PyTorch's grouped GEMM on sm90 (torch._grouped_mm, bf16: CUTLASS ptr-array
+# kernels, aten/src/ATen/native/cuda/GroupMM.cu, dispatch_bf16_grouped_kernel_on_tile_size at
+# pytorch/pytorch commit 06c0cf0112c2cf4759382fda2171e826207e139c): 128x256 (cooperative, 2x1
+# cluster), or 64x128 (ping-pong) when the per-group m or n is at most 128. One tile for the whole
+# call, chosen from the average group: no per-shape pick as cuBLAS makes for a single GEMM.
+GROUPED_GEMM_TILE: tuple[int, int] = (128, 256)
+GROUPED_GEMM_SMALL_TILE: tuple[int, int] = (64, 128)
 # Bytes per GEMM input element of each dtype the model runs (block scales not counted: one byte per
 # 32 elements for MXFP8, per 16 for NVFP4).
 GEMM_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
@@ -68,6 +80,16 @@ class AttentionParams:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryParams:
+    """A memory-bound op class that costs a fixed time per call besides its bytes
+    (``sim.calibration.MOE_MEMORY_HOPPER``): ``fraction`` of the HBM bandwidth for the bytes,
+    ``fixed_s`` per call on the stream (the measured intercept less what timing one call adds)."""
+
+    fraction: float
+    fixed_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class AttentionShape:
     """Per-rank attention: ``batch`` sequences, ``heads`` query heads (``kv_heads`` key/value
     heads), ``seq_q`` queries against ``seq_k`` keys each, ``head_dim``, causal mask or not."""
@@ -82,17 +104,19 @@ class AttentionShape:
 
 
 def gemm_time_s(m: int, n: int, k: int, dtype_bytes: float, peak_flops: float, sms: int,
-                hbm_Bps: float, p: GemmParams, batch: int = 1, isolated: bool = False) -> float:
+                hbm_Bps: float, p: GemmParams, batch: int = 1, isolated: bool = False,
+                tile_shapes: tuple[tuple[int, int], ...] = GEMM_TILES) -> float:
     """Time of ``batch`` GEMMs C[m,n] = A[m,k] B[k,n] on an SM-based GPU (tile/wave model).
 
     *dtype_bytes*: bytes per input element (2 bf16, 1 fp8); outputs are bf16. *isolated* adds the
     per-call latency that a microbenchmark of one call measures (``validate --suite compute``).
+    *tile_shapes*: the output tiles the kernel may pick from (the fastest is taken).
     """
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     per_sm = peak_flops / sms * p.efficiency
     best = math.inf
-    for tm, tn in GEMM_TILES:
+    for tm, tn in tile_shapes:
         tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
         waves = math.ceil(tiles / sms)
         best = min(best, waves * (2.0 * tm * tn * (k + p.k0) / per_sm + p.tile_s))
@@ -100,6 +124,24 @@ def gemm_time_s(m: int, n: int, k: int, dtype_bytes: float, peak_flops: float, s
     # order of a plain copy: validation/compute/*/memory_bound.csv).
     memory = batch * (dtype_bytes * (m * k + k * n) + 2.0 * m * n) / (0.9 * hbm_Bps)
     return max(best, memory) + (p.call_s if isolated else 0.0)
+
+
+def grouped_gemm_tiles(m: int, n: int) -> tuple[tuple[int, int], ...]:
+    """The one output tile a grouped GEMM of per-group C[m, n] runs (``GROUPED_GEMM_TILE``)."""
+    return (GROUPED_GEMM_SMALL_TILE,) if m <= 128 or n <= 128 else (GROUPED_GEMM_TILE,)
+
+
+def grouped_gemm_time_s(m: int, n: int, k: int, dtype_bytes: float, peak_flops: float, sms: int,
+                        hbm_Bps: float, p: GemmParams, groups: int, group_s: float,
+                        isolated: bool = False) -> float:
+    """One grouped GEMM kernel over *groups* GEMMs C[m,n] = A[m,k] B[k,n] (a rank's experts, each
+    over its *m* tokens): the tile/wave model over every group's tiles at the grouped kernel's one
+    tile (each group's m padded to it, the tiles of all groups in waves over the SMs), plus
+    *group_s* per group (``sim.calibration.GROUPED_GEMM_GROUP_S``)."""
+    if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
+        return 0.0
+    return (gemm_time_s(m, n, k, dtype_bytes, peak_flops, sms, hbm_Bps, p, groups, isolated,
+                        grouped_gemm_tiles(m, n)) + groups * group_s)
 
 
 def gemm_curve_time_s(flops: float, nbytes: float, peak_flops: float, e_max: float,
@@ -146,3 +188,24 @@ def attention_time_s(s: AttentionShape, backward: bool, p: AttentionParams, peak
 def memory_time_s(nbytes: float, hbm_Bps: float, fraction: float) -> float:
     """A memory-bound op: *nbytes* moved at *fraction* of the HBM bandwidth."""
     return nbytes / (hbm_Bps * fraction) if nbytes > 0 else 0.0
+
+
+def fixed_memory_time_s(nbytes: float, hbm_Bps: float, p: MemoryParams) -> float:
+    """A memory-bound op with a fixed time per call (the MoE routing kernels): ``p.fixed_s`` plus
+    *nbytes* at ``p.fraction`` of the HBM bandwidth; nothing for no bytes (no call)."""
+    return p.fixed_s + memory_time_s(nbytes, hbm_Bps, p.fraction) if nbytes > 0 else 0.0
+
+
+def moe_topk_bytes(tokens: int, experts: int, top_k: int) -> float:
+    """Bytes a router's softmax + top-k is charged for (``moe-topk``, as ``moe_routing.csv``
+    counts them): the bf16 logits read, the fp32 probabilities and int64 indices of the top k
+    written: 2 T E + T k (4 + 8)."""
+    return 2.0 * tokens * experts + 12.0 * tokens * top_k
+
+
+def moe_permute_bytes(routed: int, hidden: int) -> float:
+    """Bytes a permute or unpermute is charged for (``moe-permute``, ``moe-unpermute``): each of
+    the *routed* token copies (tokens x top-k) read and written once in bf16, 4 x routed x hidden.
+    The unpermute's constants are fitted on this count (its time follows the routed rows, one
+    atomic add each), not on the 2 T k H + 2 T H the table states."""
+    return 4.0 * routed * hidden

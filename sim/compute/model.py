@@ -25,8 +25,10 @@ from .kernels import (
     GemmParams,
     attention_flops,
     attention_time_s,
+    fixed_memory_time_s,
     gemm_curve_time_s,
     gemm_time_s,
+    grouped_gemm_time_s,
     memory_time_s,
 )
 
@@ -40,22 +42,31 @@ __all__ = ["ComputeModel", "stack_key", "memory_class", "gemm_params_of", "flash
 # bandwidth measured for it; RoPE's rotate-half, like SwiGLU, is a chain of small elementwise
 # kernels; a row-wise softmax or cross-entropy is a reduction like RMSNorm. Megatron/Apex
 # ("partial") has one-kernel bias-GeLU and bias-dropout-add. A fused stack streams each tensor once.
+# MoE routing (both unfused modes run PyTorch's own ops there): the router's softmax + top-k and the
+# permute and unpermute as measured (sim.calibration.MOE_MEMORY_HOPPER); the backward of a permute
+# (index_select) is an index_add_ of the row gradients onto their tokens, the unpermute's kernel;
+# the backward of an unpermute (index_add_) gathers the output gradient by the saved order, a
+# gather; the top-k's backward (softmax backward, zeros + scatter) is taken as its forward.
+_MOE_CLASSES = {"moe-topk": "moe_topk", "moe-topk-bwd": "moe_topk", "moe-permute": "moe_permute",
+                "moe-permute-bwd": "moe_unpermute", "moe-unpermute": "moe_unpermute",
+                "moe-unpermute-bwd": "moe_gather"}
 _CLASSES: dict[str, dict[str, str]] = {
     "eager": {"norm": "rmsnorm_fwd", "norm-bwd": "rmsnorm_bwd", "act": "swiglu_fwd",
               "act-bwd": "swiglu_fwd", "rope": "swiglu_fwd", "rope-bwd": "swiglu_fwd",
               "residual": "residual_add", "residual-bwd": "residual_add",
               "softmax": "rmsnorm_fwd", "softmax-bwd": "rmsnorm_bwd", "cross-entropy": "rmsnorm_fwd",
-              "embedding": "copy", "cast": "copy"},
+              "embedding": "copy", "cast": "copy", **_MOE_CLASSES},
     "partial": {"norm": "rmsnorm_fwd", "norm-bwd": "rmsnorm_bwd", "act": "residual_add",
                 "act-bwd": "residual_add", "rope": "swiglu_fwd", "rope-bwd": "swiglu_fwd",
                 "residual": "residual_add", "residual-bwd": "residual_add",
                 "softmax": "rmsnorm_fwd", "softmax-bwd": "rmsnorm_bwd",
-                "cross-entropy": "rmsnorm_fwd", "embedding": "copy", "cast": "copy"},
+                "cross-entropy": "rmsnorm_fwd", "embedding": "copy", "cast": "copy", **_MOE_CLASSES},
 }
 
 
 def memory_class(op_class: str, elementwise: str) -> str:
-    """The measured class (``sim.calibration.MEMORY_FRACTION`` key) an op class runs as."""
+    """The measured class an op class runs as: a ``sim.calibration.MEMORY_FRACTION`` or
+    ``MOE_MEMORY_HOPPER`` key (a fused stack runs every class as a copy)."""
     if elementwise == "fused":
         return "copy"
     return _CLASSES[elementwise].get(op_class, "copy")
@@ -168,11 +179,13 @@ class ComputeModel:
 
     # ------------------------------------------------------------------ kernels
     def gemm_s(self, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1, *,
-               fp8: bool = False) -> float:
+               fp8: bool = False, grouped: bool = False) -> float:
         """``batch`` GEMMs C[m,n] = A[m,k] B[k,n] with inputs in *dtype* (a training precision,
         ``sim.precision.PRECISIONS``) at the chip's peak for it (``Chip.peak_flops``);
-        ``fp8=True`` is the older spelling of ``dtype="fp8"``. A TPU runs every GEMM on its bf16
-        curve. One line naming the dtype where the chip cannot run it."""
+        ``fp8=True`` is the older spelling of ``dtype="fp8"``. *grouped* (with ``batch > 1``):
+        one grouped kernel over the batch (MoE experts: ``sim.compute.kernels.grouped_gemm_time_s``)
+        rather than a batched cuBLAS call. A TPU runs every GEMM on its bf16 curve. One line naming
+        the dtype where the chip cannot run it."""
         if not self.gpu:
             flops = 2.0 * m * n * k * batch
             nbytes = 2.0 * batch * (m * k + k * n + m * n)
@@ -190,14 +203,22 @@ class ComputeModel:
         if params is None:
             raise ConfigError(f"GEMM dtype: {dtype} does not run on {self.chip.name} "
                               f"({self.chip.arch.capitalize()}); valid there: {', '.join(self.gemm)}")
+        if grouped and batch > 1:
+            return grouped_gemm_time_s(m, n, k, GEMM_DTYPE_BYTES[dtype], peak, self.sms,
+                                       self.hbm_Bps, params, batch, cal.GROUPED_GEMM_GROUP_S)
         return gemm_time_s(m, n, k, GEMM_DTYPE_BYTES[dtype], peak, self.sms, self.hbm_Bps, params,
                            batch)
 
     def memory_s(self, nbytes: float, op_class: str) -> float:
+        """A memory-bound op of *op_class* moving *nbytes*, at the rate of the measured class the
+        profile's elementwise mode runs it as (``memory_class``)."""
         if not self.gpu:
             return memory_time_s(nbytes, self.hbm_Bps, cal.TPU_MEMORY_FRACTION)
-        fraction = cal.MEMORY_FRACTION[memory_class(op_class, self.profile.elementwise)]
-        return memory_time_s(nbytes, self.hbm_Bps, fraction)
+        measured = memory_class(op_class, self.profile.elementwise)
+        moe = cal.MOE_MEMORY_HOPPER.get(measured)
+        if moe is not None:
+            return fixed_memory_time_s(nbytes, self.hbm_Bps, moe)
+        return memory_time_s(nbytes, self.hbm_Bps, cal.MEMORY_FRACTION[measured])
 
     def _flash_params(self, family: str, passname: str) -> AttentionParams:
         return flash_params_of(self.chip, family, passname)
@@ -247,9 +268,10 @@ class ComputeModel:
             return self.attention_s(op.attn, op.cls)
         m, n, k = op.shape
         recipe = self.recipe
+        grouped = op.batch > 1             # an op's batch is one grouped kernel (Op.batch)
         if recipe is None or op.cls != "linear":
-            return self.gemm_s(m, n, k, batch=op.batch)
-        low = self.gemm_s(m, n, k, batch=op.batch, dtype=recipe.name)
+            return self.gemm_s(m, n, k, batch=op.batch, grouped=grouped)
+        low = self.gemm_s(m, n, k, batch=op.batch, dtype=recipe.name, grouped=grouped)
         quantized = self._quantized_elements(op)
         if quantized:               # a fused quantize kernel, whatever the stack's elementwise mode
             low += memory_time_s(recipe.quantize_B(self.chip) * quantized, self.hbm_Bps,
