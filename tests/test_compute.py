@@ -107,7 +107,8 @@ def test_fused_elementwise_ops_are_faster_than_eager_ones() -> None:
 def test_expert_all_to_all_carries_the_tensor_parallel_share_of_tokens() -> None:
     def a2a(tp: int) -> int:
         s = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 64},
-                                "model": "mixtral-8x7b", "parallelism": {"tp": tp, "ep": 8 // tp},
+                                "model": {"preset": "mixtral-8x7b", "moe": {"load_imbalance": 1.0}},
+                                "parallelism": {"tp": tp, "ep": 8 // tp},
                                 "training": {"seq_len": 4096, "global_batch": 64}}, "t.yaml")
         return next(c.size_bytes for c in build_workload(s).layer.forward
                     if isinstance(c, Comm) and c.name == "ep-dispatch")

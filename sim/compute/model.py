@@ -268,7 +268,7 @@ class ComputeModel:
             return self.attention_s(op.attn, op.cls)
         m, n, k = op.shape
         recipe = self.recipe
-        grouped = op.batch > 1             # an op's batch is one grouped kernel (Op.batch)
+        grouped = op.batch > 1 and op.cls == "linear"   # experts: one grouped kernel (Op.batch)
         if recipe is None or op.cls != "linear":
             return self.gemm_s(m, n, k, batch=op.batch, grouped=grouped)
         low = self.gemm_s(m, n, k, batch=op.batch, dtype=recipe.name, grouped=grouped)

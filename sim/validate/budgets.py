@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from .collectives import SYSTEM_FAMILIES, CollectivesReport
 from .compute import BUDGETED_FOLDERS, ComputeSummary
 from .failures import FailureCase
-from .training import FAMILIES, TrainingReport
+from .training import ARCHITECTURES, FAMILIES, TrainingReport
 
 __all__ = ["BUDGET_KEYS", "FAMILY_KEYS", "check_budgets", "check_compute_budgets", "check_failure_budgets",
            "check_training_budgets", "load_budgets"]
@@ -28,8 +28,8 @@ TRAINING_BUDGET_KEYS = frozenset({"step_median_abs_pct", "refused_max_pct"}
                                  | {f"step_p90_abs_pct_{f}" for f in _REQUIRED_FAMILIES})
 # A family's own median budget (where it enters above the shared one), and the p90 of a family
 # that is not required.
-TRAINING_FAMILY_MEDIAN_KEYS = frozenset({f"step_median_abs_pct_{f}" for f in FAMILIES}
-                                        | {f"step_p90_abs_pct_{f}" for f in FAMILIES})
+TRAINING_FAMILY_MEDIAN_KEYS = frozenset({f"step_median_abs_pct_{f}" for f in FAMILIES + ARCHITECTURES}
+                                        | {f"step_p90_abs_pct_{f}" for f in FAMILIES + ARCHITECTURES})
 _REGIMES = (("bw_median_abs_pct", "bandwidth"), ("ramp_median_abs_pct", "ramp"),
             ("lat_median_abs_pct", "latency"))
 # Key suffix of each system family's own collectives budgets (``bw_median_abs_pct_efa``, ...).
@@ -177,12 +177,35 @@ def check_training_budgets(report: TrainingReport, table: Mapping[str, float]) -
             if value > table[key]:
                 out.append(f"training: {family} test split step-time {label} abs error {value:.2f}% "
                            f"> budget {key} = {table[key]:g}% ({s.runs} runs)")
-        tested = [r for r in report.runs if r.split == "test" and r.family == family]
+        tested = [r for r in report.runs if r.split == "test" and r.family == family
+                  and r.architecture == "dense"]
         refused = [r for r in tested if r.error is not None]
         if tested and 100 * len(refused) / len(tested) > table["refused_max_pct"]:
             out.append(f"training: {family} test split: {len(refused)} of {len(tested)} runs refused "
                        f"> budget refused_max_pct = {table['refused_max_pct']:g}% "
                        f"({', '.join(r.id for r in refused)})")
+    return out + _architecture_violations(report, table)
+
+
+def _architecture_violations(report: TrainingReport, table: Mapping[str, float]) -> list[str]:
+    """The budgets of the architecture families (``step_median_abs_pct_moe``, ...) the table
+    holds, on each one's test split."""
+    out: list[str] = []
+    for arch in ARCHITECTURES:
+        for stat in ("median", "p90"):
+            key = f"step_{stat}_abs_pct_{arch}"
+            if key not in table:
+                continue
+            s = next((x for x in report.architectures if x.split == "test" and x.family == arch),
+                     None)
+            value = None if s is None else (s.step_median_abs_pct if stat == "median"
+                                            else s.step_p90_abs_pct)
+            if value is None:
+                out.append(f"training: no predicted test-split runs for architecture {arch}; "
+                           f"cannot check {key}")
+            elif value > table[key]:
+                out.append(f"training: {arch} test split step-time {stat} abs error {value:.2f}% "
+                           f"> budget {key} = {table[key]:g}% ({s.runs if s else 0} runs)")
     return out
 
 

@@ -141,6 +141,11 @@ def format_training_report(report: TrainingReport) -> str:
         lines.append(f"{s.split:<12}{s.family:<8}{s.framework:<14}{s.runs:>5}"
                      f"{_f(s.step_median_abs_pct, '.1f'):>11}"
                      f"{_f(s.step_p90_abs_pct, '.1f'):>11}{_f(s.mfu_median_abs_pp, '.1f'):>12}")
+    lines += ["", "by split and architecture (chip families above: dense models only):", head]
+    for s in report.architectures:
+        lines.append(f"{s.split:<12}{s.family:<8}{s.framework:<14}{s.runs:>5}"
+                     f"{_f(s.step_median_abs_pct, '.1f'):>11}"
+                     f"{_f(s.step_p90_abs_pct, '.1f'):>11}{_f(s.mfu_median_abs_pp, '.1f'):>12}")
     lines += ["", "by split, chip and precision:", chip_head]
     for s in report.chip_precisions:
         lines.append(f"{s.split:<12}{s.family:<16}{s.framework:<10}{s.runs:>5}"
@@ -173,6 +178,11 @@ def training_report_to_json(report: TrainingReport) -> dict[str, Any]:
                              "step_p90_abs_pct": s.step_p90_abs_pct,
                              "mfu_median_abs_pp": s.mfu_median_abs_pp}
                             for s in report.chip_precisions],
+        "architectures": [{"split": s.split, "architecture": s.family, "runs": s.runs,
+                           "step_median_abs_pct": s.step_median_abs_pct,
+                           "step_p90_abs_pct": s.step_p90_abs_pct,
+                           "mfu_median_abs_pp": s.mfu_median_abs_pp}
+                          for s in report.architectures],
         "unsupported": [dataclasses.asdict(u) for u in report.unsupported],
         "errors": [{"id": r.id, "split": r.split, "error": r.error} for r in report.errors],
     }

@@ -41,6 +41,20 @@ __all__ = ["FAMILIES", "StepPredictor", "TrainingPrediction", "TrainingReport", 
            "TrainingSummary", "UnsupportedTrainingRun", "validate_training"]
 
 FAMILIES = ("A100", "H100", "B200", "B300", "TPU")
+# Architecture families (issue 28): dense transformers, MoE transformers, hybrids with Mamba-2
+# layers. The chip families above are scored on the dense runs; each architecture on its own.
+ARCHITECTURES = ("dense", "moe", "hybrid")
+
+
+def architecture_of(scenario: Mapping[str, Any]) -> str:
+    """``hybrid`` where the model has Mamba-2 layers, else ``moe`` where it has MoE layers, else
+    ``dense``."""
+    from ..config.model_section import read_model
+
+    kinds = read_model(scenario["model"]).layer_kinds()
+    if any(k.mixer == "mamba" for k in kinds):
+        return "hybrid"
+    return "moe" if any(k.mlp == "moe" for k in kinds) else "dense"
 
 
 class TrainingPrediction(Protocol):
@@ -89,6 +103,7 @@ class TrainingRunResult:
     measured_memory_GiB: float | None = None       # the source's peak per chip, where published
     predicted_memory_GiB: float | None = None
     memory_abs_err_pct: float | None = None        # only where both exist
+    architecture: str = "dense"                    # ARCHITECTURES: the model's layer kinds
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +145,8 @@ class TrainingReport:
     # one per (split, chip, precision): ``family`` holds the catalogue chip, ``framework`` the
     # scenario's training.precision
     chip_precisions: tuple[TrainingSummary, ...] = ()
+    # one per (split, architecture): ``family`` holds the architecture (ARCHITECTURES)
+    architectures: tuple[TrainingSummary, ...] = ()
 
     @property
     def errors(self) -> tuple[TrainingRunResult, ...]:
@@ -154,7 +171,8 @@ def _score(run: MappedRun, predict: StepPredictor) -> TrainingRunResult:
         framework=run.framework, time_from=m.time_from, flops_convention=m.flops_convention,
         measured_step_s=m.step_time_s, measured_mfu=m.mfu, published_mfu=m.published_mfu,
         model_flops_per_step=m.model_flops_per_step,
-        assumptions=run.assumptions, scenario=run.scenario, measured_memory_GiB=m.peak_memory_GiB)
+        assumptions=run.assumptions, scenario=run.scenario, measured_memory_GiB=m.peak_memory_GiB,
+        architecture=architecture_of(run.scenario))
     try:
         pred = predict(run.scenario)
     except SimError as e:              # ConfigError, InfeasibleError, TopologyError: listed, not scored
@@ -210,8 +228,16 @@ def validate_training(data_dir: Path, predict: StepPredictor,
     groups = sorted({(SPLITS.index(r.split), FAMILIES.index(r.family) if r.family in FAMILIES
                       else len(FAMILIES), r.family) for r in results})
     families = tuple(_summarize(SPLITS[i], fam, (r for r in results if r.split == SPLITS[i]
-                                                  and r.family == fam))
-                     for i, _, fam in groups)
+                                                  and r.family == fam
+                                                  and r.architecture == "dense"))
+                     for i, _, fam in groups
+                     if any(r.family == fam and r.architecture == "dense" for r in results))
+    arch_keys = sorted({(SPLITS.index(r.split), ARCHITECTURES.index(r.architecture))
+                        for r in results})
+    architectures = tuple(
+        _summarize(SPLITS[i], ARCHITECTURES[a], (r for r in results if r.split == SPLITS[i]
+                                                 and r.architecture == ARCHITECTURES[a]))
+        for i, a in arch_keys)
     stack_keys = sorted({(SPLITS.index(r.split), r.family, r.framework) for r in results})
     stacks = tuple(_summarize(SPLITS[i], fam, (r for r in results if r.split == SPLITS[i]
                                                 and r.family == fam and r.framework == fw), fw)
@@ -222,7 +248,8 @@ def validate_training(data_dir: Path, predict: StepPredictor,
                                      and _chip(r) == chip and _precision(r) == prec), prec)
         for i, chip, prec in chip_keys)
     return TrainingReport(runs=results, splits=splits, families=families, unsupported=unsupported,
-                          stacks=stacks, chip_precisions=chip_precisions)
+                          stacks=stacks, chip_precisions=chip_precisions,
+                          architectures=architectures)
 
 
 def _chip(r: TrainingRunResult) -> str:

@@ -223,7 +223,7 @@ def _routed(c: BlockContext) -> list[Item]:
             # DeepEP sends a token once per node it reaches (node-limited routing), in FP8
             # on dispatch; counted as the all-to-all's bytes scaled by that share.
             a2a = math.ceil(a2a * _deepep_share(c))
-        out.append(mem("permute", 2 * copies * h * BYTES, "moe-permute"))
+        out.append(mem("permute", 2 * copies * h * BYTES, _permute_cls(c, "moe-permute")))
         if c.ep > 1:
             out.append(Comm("ep-dispatch", "alltoall", "ep", a2a))
         if c.etp > 1:
@@ -245,8 +245,14 @@ def _routed(c: BlockContext) -> list[Item]:
         if c.dispatcher == "deepep":          # reduced within the node first, sent in BF16
             combine = math.ceil(combine * _deepep_share(c) * BYTES / (1 + 4 / 128))
         out.append(Comm("ep-combine", "alltoall", "ep", combine))
-    out.append(mem("unpermute", 2 * copies * h * BYTES, "moe-unpermute"))
+    out.append(mem("unpermute", 2 * copies * h * BYTES, _permute_cls(c, "moe-unpermute")))
     return out
+
+
+def _permute_cls(c: BlockContext, cls: str) -> str:
+    """DeepEP fuses the permutation into its dispatch and combine kernels (DeepEP README: the
+    normal kernels lay tokens out by expert as they receive them): a plain gather's traffic."""
+    return "embedding" if c.dispatcher == "deepep" else cls
 
 
 def _deepep_share(c: BlockContext) -> float:
