@@ -220,11 +220,14 @@ def fit_stack_efficiency(data_dir: Path,
     runs, the factor on kernel time that makes the median ratio of predicted to measured step time
     1 over that group's calibration runs: start from 1 and rescale by the median ratio *rounds*
     times (communication does not scale with it). *predictor_for(table)* builds a predictor with
-    that table. Groups with fewer runs are left out (they run at 1.0).
+    that table. Groups with fewer runs are left out (they run at 1.0). Dense models only: a stack's
+    efficiency is its dense kernels'; MoE and hybrid runs are scored on what it gives them.
     """
     from ..config import scenario_from_dict
+    from .training import architecture_of
 
-    mapped = [m for m in map_runs(data_dir) if m.supported and m.split == "calibration"]
+    mapped = [m for m in map_runs(data_dir) if m.supported and m.split == "calibration"
+              and m.scenario is not None and architecture_of(m.scenario) == "dense"]
     keys: dict[str, tuple[str, str, str]] = {}
     for m in mapped:
         assert m.scenario is not None
