@@ -254,12 +254,15 @@ class _RowMapper(RowReader):
                                    "offload copies and DCN traffic share each host's PCIe link, "
                                    "which the model does not share (DCN modelled by bandwidth only)")
             cluster["slices"] = slices
-        raw = {"name": self.cell("id"), "cluster": cluster,
-               "model": model, "training": training, "parallelism": par}
+        raw: dict[str, Any] = {"name": self.cell("id"), "cluster": cluster,
+                               "model": model, "training": training, "parallelism": par}
+        software: dict[str, str] = {}
         if (fw := self.framework()) is not None:
-            raw["software"] = {"framework": fw}
+            software["framework"] = fw
         if re.search(_DEEPEP_NOTES, self.notes) and _is_moe(model):
-            raw.setdefault("software", {})["moe_dispatcher"] = "deepep"
+            software["moe_dispatcher"] = "deepep"
+        if software:
+            raw["software"] = software
         return topo, raw
 
     def nvl_domain(self, topo: str, chips: int) -> int | None:
