@@ -103,12 +103,14 @@ def _layer_passes(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: Lay
 
 
 def _scaled(segs: tuple[Segment, ...], weight: float) -> tuple[Segment, ...]:
-    """*segs* for *weight* of a layer: seconds and loads scaled (a load keeps its rate)."""
-    if weight == 1.0:
-        return segs
-    return tuple(Segment(x.kind, x.seconds * weight, x.group,
-                         x.traffic.with_seconds(x.traffic.seconds * weight)
-                         if x.traffic is not None else None) for x in segs)
+    """*segs* for *weight* of a layer (``_scale`` each)."""
+    return segs if weight == 1.0 else tuple(_scale(x, weight) for x in segs)
+
+
+def _scale(seg: Segment, factor: float) -> Segment:
+    """*seg* for *factor* of its time: its load keeps its rate, so it moves *factor* of its bytes."""
+    load = seg.traffic.with_seconds(seg.traffic.seconds * factor) if seg.traffic is not None else None
+    return Segment(seg.kind, seg.seconds * factor, seg.group, load)
 
 
 def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: CollectiveModel,
@@ -161,10 +163,7 @@ def _ep_overlap(fwd: tuple[Segment, ...], bwd: tuple[Segment, ...], sm_share: fl
         budget = sum(x.seconds for x in other if x.kind == "compute")
         keep = max(0.0, ep - budget) / ep
         hidden = ep * (1 - keep)
-        out = tuple(Segment(x.kind, x.seconds * keep, x.group,
-                            x.traffic.with_seconds(x.traffic.seconds * keep)
-                            if x.traffic is not None else None)
-                    if x.group in ("ep", "etp") else x for x in own)
+        out = tuple(_scale(x, keep) if x.group in ("ep", "etp") else x for x in own)
         slowed = hidden * sm_share / (1 - sm_share)
         return out + ((Segment("compute", slowed),) if slowed > 0 else ())
     return hide(fwd, bwd), hide(bwd, fwd)

@@ -148,3 +148,13 @@ def test_a_bad_model_exits_2_from_the_cli(tmp_path) -> None:
 def test_a_preset_window_beyond_the_sequence_is_global() -> None:
     s = scn("llama4-maverick", chips=64, par={"ep": 8})
     assert all(k.window is None for k in s.model.layer_kinds())      # 8192 chunks, 4096 tokens
+
+
+def test_widths_the_plan_splits_must_divide() -> None:
+    with pytest.raises(ConfigError, match=r"parallelism.etp: 4 does not divide the experts' "
+                                          r"width 770 \(model.moe.ffn_hidden\)"):
+        scn({"preset": "qwen3-30b-a3b", "moe": {"ffn_hidden": 770}},
+            par={"ep": 8, "etp": 4}).parallelism.checked()
+    with pytest.raises(ConfigError, match="parallelism.tp: 16 does not divide model.mamba.heads"):
+        scn({"preset": "nemotron-3-nano", "mamba": {"heads": 72}}, chips=256,
+            par={"tp": 16, "ep": 8}).parallelism.checked()

@@ -44,10 +44,10 @@ def _moe(s: Section, base: MoE | None) -> MoE | None:
     if not s.has("moe"):
         return base
     m = s.section("moe", MOE_KEYS)
-    b = base
+    b = base                              # the preset's experts, the defaults of every field
 
-    def opt(key: str, minimum: int = 1) -> Any:
-        return m.opt_int(key, minimum) if m.has(key) else getattr(b, key, None)
+    def opt(key: str) -> Any:
+        return m.opt_int(key) if m.has(key) else getattr(b, key, None)
 
     cf = m.raw.get("capacity_factor", getattr(b, "capacity_factor", None))
     imb = m.raw.get("load_imbalance", getattr(b, "load_imbalance", None))
@@ -144,8 +144,7 @@ def read_model(raw: object) -> ModelSpec:
         head_dim_=s.opt_int("head_dim") if s.has("head_dim") or base is None else base.head_dim_,
         attention=_attention(s, base.attention if base else Attention()),
         mamba=_mamba(s, base.mamba if base else None),
-        layer_pattern=_pattern(s, base.layer_pattern if base and not s.has("layers") else None,
-                               layers),
+        layer_pattern=_pattern(s, base.layer_pattern if base else None, layers),
         mtp_layers=s.integer("mtp_layers", base.mtp_layers if base else 0, minimum=0),
     )
     _check(spec, s)

@@ -211,6 +211,8 @@ def plan_problem(par: ParallelismConfig, model: ModelSpec, tr: TrainingConfig) -
                 "must divide one another")
     if m.ffn_hidden % par.tp:
         return f"parallelism.tp: {par.tp} does not divide model.ffn_hidden = {m.ffn_hidden}"
+    if (width := _split_width_problem(par, m)) is not None:
+        return width
     chunks = _chunk_layers(par, m.layers)
     if isinstance(chunks, str):
         return chunks
@@ -230,6 +232,25 @@ def plan_problem(par: ParallelismConfig, model: ModelSpec, tr: TrainingConfig) -
     if par.microbatch_group and (batch // per_step) % par.microbatch_group:
         return (f"parallelism.microbatch_group: {par.microbatch_group} does not divide the "
                 f"{batch // per_step} micro-batches per step; valid: a divisor of them, >= pp")
+    return None
+
+
+def _split_width_problem(par: ParallelismConfig, m: ModelSpec) -> str | None:
+    """The widths tensor parallelism splits beyond heads and the dense MLP: each routed expert's
+    over etp, the shared experts' and the Mamba-2 heads and groups over tp (Megatron-Core splits
+    them so: MoE parallel folding, SharedExpertMLP, MambaMixer)."""
+    if m.moe is not None:
+        if m.expert_ffn % par.etp:
+            return (f"parallelism.etp: {par.etp} does not divide the experts' width "
+                    f"{m.expert_ffn} (model.moe.ffn_hidden); valid: a divisor of it")
+        shared = m.moe.shared_experts * m.shared_ffn
+        if shared % par.tp:
+            return (f"parallelism.tp: {par.tp} does not divide the shared experts' width "
+                    f"{shared} (model.moe.shared_ffn_hidden x shared_experts)")
+    mb = m.mamba
+    if mb is not None and "M" in (m.layer_pattern or "") and (mb.heads % par.tp or mb.groups % par.tp):
+        return (f"parallelism.tp: {par.tp} does not divide model.mamba.heads = {mb.heads} and "
+                f"groups = {mb.groups}; valid: a divisor of both")
     return None
 
 

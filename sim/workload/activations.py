@@ -80,19 +80,13 @@ def _sizes(scn: Scenario, kind: LayerKind | None = None) -> dict[str, tuple[floa
     mixer's tensors take the same places (``_mixer_sizes``), a missing block's are 0."""
     m = scn.model
     kind = kind or m.layer_kinds()[-1]
-    h = m.hidden
-    seq = scn.training.seq_len
-    out = {"decoder_layer_input": (2.0 * h, "sp")}
+    out = {"decoder_layer_input": (2.0 * m.hidden, "sp")}
     if kind.mixer:
         out.update(_mixer_sizes(scn, kind))
     else:
         out.update({n: (0.0, "tp") for n in ("attn_norm_out", "query_proj", "key_proj",
                                              "value_proj", "context", "context_copy", "scores")})
         out["out_proj"] = (0.0, "sp")
-    if kind.mixer == "attention" and kind.window is not None:
-        seq = min(kind.window, seq)
-    if "scores" in out and out["scores"][0]:
-        out["scores"] = (2.0 * m.heads * seq, "tp")
     out.update(_mlp_sizes(scn, kind))
     return out
 
@@ -104,8 +98,9 @@ def _mixer_sizes(scn: Scenario, kind: LayerKind) -> dict[str, tuple[float, str]]
     output and the per-chunk fp32 states as ``context``."""
     m = scn.model
     h, a, g, d = m.hidden, m.heads, m.kv_heads, m.head_dim
+    keys = scn.training.seq_len if kind.window is None else min(kind.window, scn.training.seq_len)
     base = {"attn_norm_out": (2.0 * h, "sp"), "out_proj": (2.0 * h, "sp"),
-            "context_copy": (2.0 * a * d, "tp"), "scores": (1.0, "tp")}
+            "context_copy": (2.0 * a * d, "tp"), "scores": (2.0 * a * keys, "tp")}
     if kind.mixer == "mamba":
         mb = m.mamba
         assert mb is not None

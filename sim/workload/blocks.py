@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..compute.kernels import AttentionShape, attention_bytes, attention_flops
+from ..compute.kernels import AttentionShape
 from ..models import LayerKind, ModelSpec
-from .ops import BYTES, Comm, Item, Op, gemm, mem
+from .ops import BYTES, Comm, Item, attention, gemm, mem
 
 __all__ = ["BlockContext", "mixer_block", "mlp_block", "attention_shape"]
 
@@ -41,8 +41,8 @@ __all__ = ["BlockContext", "mixer_block", "mlp_block", "attention_shape"]
 class BlockContext:
     """What every block of a rank needs: the model, tokens per micro-batch on the rank (``tok``,
     all of the micro-batch's local sequence), the tensor-parallel size, sequence parallelism,
-    the expert layout (``ep``, ``etp``), the sequence (``seq_len`` whole, ``local_seq`` this
-    rank's, ``cp``) and the MoE token dispatcher."""
+    the expert layout (``ep``, ``etp``), the sequence (``local_seq`` this rank's share of it,
+    ``cp``) and the MoE token dispatcher."""
 
     m: ModelSpec
     tok: int
@@ -53,14 +53,7 @@ class BlockContext:
     etp: int
     cp: int
     local_seq: int
-    seq_len: int
     dispatcher: str = "alltoall"
-
-
-def _attention(name: str, shape: AttentionShape, passname: str) -> Op:
-    bwd = passname == "bwd"
-    return Op(name, "attention", attention_flops(shape, bwd), attention_bytes(shape, bwd),
-              cls=passname, attn=shape)
 
 
 def attention_shape(c: BlockContext, kind: LayerKind) -> AttentionShape:
@@ -132,7 +125,7 @@ def _attention_core(c: BlockContext, kind: LayerKind) -> list[Item]:
                         mla.kv_lora_rank))
         out.append(mem("rope", 2 * tok * (a + 1) * mla.qk_rope_head_dim // t * BYTES, "rope"))
         v_width = a * mla.v_head_dim
-    out.append(_attention("attention", shape, "fwd"))
+    out.append(attention("attention", shape, "fwd"))
     out.append(gemm("attn-out", tok, h, v_width // t))
     return out
 

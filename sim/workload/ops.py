@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compute.kernels import AttentionShape
+from ..compute.kernels import AttentionShape, attention_bytes, attention_flops
 
-__all__ = ["BYTES", "Op", "Comm", "Item", "gemm", "mem"]
+__all__ = ["BYTES", "Op", "Comm", "Item", "gemm", "mem", "attention"]
 
 BYTES = 2          # bf16 activations and weights
 
@@ -56,3 +56,10 @@ def gemm(name: str, m: int, n: int, k: int, cls: str = "linear", batch: int = 1)
 
 def mem(name: str, nbytes: float, cls: str) -> Op:
     return Op(name, "memory", 0.0, float(nbytes), cls=cls)
+
+
+def attention(name: str, shape: AttentionShape, passname: str) -> Op:
+    """One fused attention pass (``fwd``, ``bwd`` or ``recompute``) over *shape*."""
+    bwd = passname == "bwd"
+    return Op(name, "attention", attention_flops(shape, bwd), attention_bytes(shape, bwd),
+              cls=passname, attn=shape)

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..compute.kernels import attention_bytes, attention_flops
 from ..config import Scenario
 from ..models import LayerKind, ModelSpec
 from .blocks import BlockContext, attention_shape, mixer_block, mlp_block
-from .ops import BYTES, Comm, Item, Op, gemm, mem
+from .ops import BYTES, Comm, Item, Op, attention, gemm, mem
 
 __all__ = ["Op", "Comm", "LayerWork", "Workload", "build_workload", "model_flops_per_token",
            "FLOPS_CONVENTION"]
@@ -133,20 +132,6 @@ def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     return 6 * m.non_embedding_params(active_only=True) + mixers + mtp
 
 
-def _gemm(name: str, m: int, n: int, k: int, cls: str = "linear", batch: int = 1) -> Op:
-    return gemm(name, m, n, k, cls, batch)
-
-
-def _mem(name: str, nbytes: float, cls: str) -> Op:
-    return mem(name, nbytes, cls)
-
-
-def _attention(name: str, shape, passname: str) -> Op:  # type: ignore[no-untyped-def]
-    bwd = passname == "bwd"
-    return Op(name, "attention", attention_flops(shape, bwd), attention_bytes(shape, bwd),
-              cls=passname, attn=shape)
-
-
 # Backward bytes of a memory-bound op per forward byte: RMSNorm reads x and dy and writes dx
 # (3 tensors against 2); SwiGLU reads u, v, dy and writes du, dv (5 against 3), GeLU reads x, dy
 # and writes dx (3 against 2); RoPE rotates the gradient as it rotated the input; a residual add's
@@ -185,7 +170,7 @@ def _policy_recompute(fwd: list[Item], scn: Scenario) -> tuple[Item, ...]:
         elif it.kind == "attention":
             if "context" not in kept:
                 assert it.attn is not None
-                out.append(_attention("attention-recompute", it.attn, "recompute"))
+                out.append(attention("attention-recompute", it.attn, "recompute"))
         elif it.kind == "memory" and not fused:
             out.append(it)
         feeding = []
@@ -199,14 +184,14 @@ def _backward(fwd: list[Item], mlp: str) -> list[Item]:
         if isinstance(item, Op):
             if item.kind == "gemm":
                 mm, nn, kk = item.shape
-                bwd.append(_gemm(item.name + "-dgrad", mm, kk, nn, item.cls, item.batch))
-                bwd.append(_gemm(item.name + "-wgrad", kk, nn, mm, item.cls, item.batch))
+                bwd.append(gemm(item.name + "-dgrad", mm, kk, nn, item.cls, item.batch))
+                bwd.append(gemm(item.name + "-wgrad", kk, nn, mm, item.cls, item.batch))
             elif item.kind == "attention":
                 assert item.attn is not None
-                bwd.append(_attention("attention-bwd", item.attn, "bwd"))
+                bwd.append(attention("attention-bwd", item.attn, "bwd"))
             else:
                 factor = _BWD_BYTES.get(item.cls, 5 / 3 if mlp == "swiglu" else 1.5)
-                bwd.append(_mem(item.name + "-bwd", factor * item.bytes, item.cls + "-bwd"))
+                bwd.append(mem(item.name + "-bwd", factor * item.bytes, item.cls + "-bwd"))
         else:
             # The backward of an all-gather is a reduce-scatter and vice versa; without sequence
             # parallelism the all-reduce after a row-parallel GEMM becomes one before the
@@ -222,14 +207,14 @@ def _stage_ends(m: ModelSpec, tok: int, t: int) -> tuple[tuple[Item, ...], tuple
     on the first stage (a gather: memory bound), the output head and the loss on the last."""
     h, V = m.hidden, m.vocab
     act = tok * h * BYTES
-    first_f: tuple[Item, ...] = (_mem("embedding", act * 2, "embedding"),)
-    first_b: tuple[Item, ...] = (_mem("embedding-bwd", act * 2, "embedding-bwd"),)
-    head = _gemm("lm-head", tok, V // t, h, "head")
-    loss = _mem("cross-entropy", tok * V // t * 4 * 3, "cross-entropy")   # fp32 logits: write, read, grad
-    last_f: tuple[Item, ...] = (_mem("final-norm", 2 * act, "norm"), head, loss)
-    last_b: tuple[Item, ...] = (_gemm("lm-head-dgrad", tok, h, V // t, "head"),
-                                _gemm("lm-head-wgrad", h, V // t, tok, "head"),
-                                _mem("final-norm-bwd", 3 * act, "norm-bwd"))
+    first_f: tuple[Item, ...] = (mem("embedding", act * 2, "embedding"),)
+    first_b: tuple[Item, ...] = (mem("embedding-bwd", act * 2, "embedding-bwd"),)
+    head = gemm("lm-head", tok, V // t, h, "head")
+    loss = mem("cross-entropy", tok * V // t * 4 * 3, "cross-entropy")   # fp32 logits: write, read, grad
+    last_f: tuple[Item, ...] = (mem("final-norm", 2 * act, "norm"), head, loss)
+    last_b: tuple[Item, ...] = (gemm("lm-head-dgrad", tok, h, V // t, "head"),
+                                gemm("lm-head-wgrad", h, V // t, tok, "head"),
+                                mem("final-norm-bwd", 3 * act, "norm-bwd"))
     return first_f, first_b, last_f, last_b
 
 
@@ -251,7 +236,7 @@ def _layer_work(scn: Scenario, c: BlockContext, kind: LayerKind) -> LayerWork:
     elif tr.recompute == "selective" and attn is not None:
         # Korthikanti et al.: recompute the attention core only. A flash kernel's backward already
         # does (the compute model charges 0 for it); an unfused one runs its forward again.
-        recompute = (_attention("attention-recompute", attn, "recompute"),)
+        recompute = (attention("attention-recompute", attn, "recompute"),)
     else:
         recompute = ()
     expert = 0
@@ -296,7 +281,7 @@ def build_workload(scn: Scenario) -> Workload:
     sp = par.sequence_parallel and t > 1
     act = tok * h * BYTES                                  # one [b, s, h] activation
     sw = scn.software
-    c = BlockContext(m, tok, b, t, sp, par.ep, par.etp, par.cp, s, S,
+    c = BlockContext(m, tok, b, t, sp, par.ep, par.etp, par.cp, s,
                      dispatcher=sw.moe_dispatcher)
     distinct: dict[LayerKind, int] = {}
     layer_kinds = []
