@@ -87,8 +87,11 @@ class Section:
         return v
 
     def text_list(self, key: str, default: tuple[str, ...], choices: tuple[str, ...]) -> tuple[str, ...]:
-        """A non-empty list of distinct names from *choices* (in *choices*' order)."""
+        """A non-empty list of distinct names from *choices* (in *choices*' order); a string
+        of comma-separated names is that list (``--set key=a,b``)."""
         v = self.raw.get(key, list(default))
+        if isinstance(v, str):
+            v = [x.strip() for x in v.split(",")]
         if (not isinstance(v, list) or not v or any(not isinstance(x, str) or x not in choices for x in v)
                 or len(set(v)) != len(v)):
             raise ConfigError(f"{self.at(key)}: expected a non-empty list of distinct names from "

@@ -1,5 +1,6 @@
 """Training-memory keys of the ``training`` section: per-tensor remat policies (MaxText's names),
-optimizer-state precision and vocabulary tiling, parsed into plain frozen values.
+Megatron-Core's recompute modules, optimizer-state precision and vocabulary tiling, parsed into
+plain frozen values.
 
 ``training.remat_policy`` takes MaxText's vocabulary (AI-Hypercomputer/maxtext
 src/MaxText/configs/base.yml @003b41698f6e, ``remat_policy`` and the ``custom`` tensor list; the
@@ -20,8 +21,13 @@ from collections.abc import Mapping
 from ..errors import ConfigError
 from .fields import show
 
-__all__ = ["LOCATIONS", "REMAT_PRESETS", "REMAT_TENSORS", "OPTIMIZER_STATES", "RematPolicy",
-           "parse_remat_policy"]
+__all__ = ["LOCATIONS", "REMAT_PRESETS", "REMAT_TENSORS", "OPTIMIZER_STATES", "RECOMPUTE_MODULES",
+           "RematPolicy", "parse_remat_policy"]
+
+# ``training.recompute_modules``: Megatron-Core's ``recompute_modules`` names (what each covers:
+# sim/workload/recompute.py).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act",
+                     "shared_experts")
 
 LOCATIONS = ("device", "offload", "remat")
 # Tensors one layer can keep, in MaxText's names (the fused aliases expand to their parts).

@@ -24,7 +24,7 @@ from .model_section import check_model_sequence, read_model
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan
 from .paths import scenario_dir
-from .remat import OPTIMIZER_STATES, parse_remat_policy
+from .remat import OPTIMIZER_STATES, RECOMPUTE_MODULES, parse_remat_policy
 from .schema import (
     CLUSTER_KEYS,
     SECTION_KEYS,
@@ -246,6 +246,12 @@ def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
         vocab_tiling=s.integer("vocab_tiling", 1),
     )
     check_chip(t.precision, cluster.chip, s.at("precision"))
+    if s.has("recompute_modules"):
+        if t.recompute != "selective":
+            raise ConfigError(f"{s.at('recompute_modules')}: names what a selective recompute "
+                              f"recomputes, but training.recompute is {t.recompute!r}; valid: "
+                              "training.recompute: selective")
+        t = replace(t, recompute_modules=s.text_list("recompute_modules", (), RECOMPUTE_MODULES))
     if s.has("remat_policy"):           # the per-tensor policy decides; `recompute` then does not
         name, policy = parse_remat_policy(s.raw["remat_policy"], s.at("remat_policy"))
         t = replace(t, remat_policy_name=name, remat_policy=policy)

@@ -43,6 +43,7 @@ from .training_rules import (
     _PRESET_MODELS,
     _RECIPE_FACTS,
     _RECOMPUTE_IN_NOTES,
+    _RECOMPUTE_MODULES,
     _RECOMPUTE_RULES,
     _REMAT_POLICY,
     _UNKNOWN_PRECISION,
@@ -206,6 +207,8 @@ class _RowMapper(RowReader):
             out: dict[str, Any] = {"remat_policy": m.group(1)}
         else:
             out = {"recompute": self._recompute(text)}
+            if (mods := re.fullmatch(_RECOMPUTE_MODULES, text)) and out["recompute"] == "selective":
+                out["recompute_modules"] = [x.strip() for x in mods.group(1).split(",")]
         for col, pattern, keys, why in _RECIPE_FACTS:
             if re.search(pattern, self.cell(col), re.IGNORECASE):
                 out.update(keys)
@@ -256,11 +259,16 @@ class _RowMapper(RowReader):
             cluster["slices"] = slices
         raw: dict[str, Any] = {"name": self.cell("id"), "cluster": cluster,
                                "model": model, "training": training, "parallelism": par}
-        software: dict[str, str] = {}
+        software: dict[str, str | bool] = {}
         if (fw := self.framework()) is not None:
             software["framework"] = fw
         if re.search(_DEEPEP_NOTES, self.notes) and _is_moe(model):
             software["moe_dispatcher"] = "deepep"
+        if _is_moe(model):                     # the recipe's own choices (overrides.csv)
+            if dispatcher := self.row.get("moe_dispatcher", ""):
+                software["moe_dispatcher"] = dispatcher
+            if overlap := self.row.get("ep_overlap", ""):
+                software["ep_overlap"] = overlap == "true"
         if software:
             raw["software"] = software
         return topo, raw

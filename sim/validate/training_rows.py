@@ -2,7 +2,8 @@
 
 ``runs.csv`` has one row per published run (model, hardware, layout, measured step time /
 tokens/s / TFLOP/s / MFU, notes, calibration/test ``split``); ``overrides.csv``
-(``id,field,value,reason``) replaces a cell of a row, or forces its topology, and says why.
+(``id,field,value,reason``) replaces a cell of a row, forces its topology, or states the MoE
+software its recipe ran (``moe_dispatcher``, ``ep_overlap``), and says why.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..software import MOE_DISPATCHERS
 from .data import RUNS_FILE, SPLITS, integer, read_csv
 from .training_rules import TOPOLOGY_CHIPS
 
@@ -30,6 +32,8 @@ OVERRIDABLE_FIELDS = frozenset({
     "topology", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
     "global_batch_seqs", "micro_batch", "chips", "tp", "pp", "dp", "cp", "ep", "zero_or_fsdp",
     "recompute", "precision",
+    # software the source's recipe ran, where the framework profile's default is not it
+    "moe_dispatcher", "ep_overlap",
 })
 
 
@@ -112,6 +116,10 @@ def load_overrides(path: Path, ids: Mapping[str, int]) -> dict[str, list[tuple[s
                               f"{sorted(OVERRIDABLE_FIELDS)} (measured values never are)")
         if field == "topology" and value not in TOPOLOGY_CHIPS:
             raise ConfigError(f"{where}: topology {value!r}; valid: {sorted(TOPOLOGY_CHIPS)}")
+        if field == "ep_overlap" and value not in ("true", "false"):
+            raise ConfigError(f"{where}: ep_overlap {value!r}; valid: true, false")
+        if field == "moe_dispatcher" and value not in MOE_DISPATCHERS:
+            raise ConfigError(f"{where}: moe_dispatcher {value!r}; valid: {', '.join(MOE_DISPATCHERS)}")
         if not value:
             raise ConfigError(f"{where}: value: must not be empty")
         if not reason:

@@ -133,6 +133,8 @@ _RECOMPUTE_RULES: tuple[tuple[str, str | None], ...] = (
     (r"^none\b", "none"),
 )
 _RECOMPUTE_IN_NOTES = r"remat|recomput|activation checkpoint"
+# "selective (moe, layernorm)": Megatron-Core's recompute_modules (training.recompute_modules)
+_RECOMPUTE_MODULES = r"selective \(([a-z_, ]+)\)"
 _REMAT_POLICY = r"^remat_policy=(\w+)$"
 _OFFLOAD_POLICY = r"offload"           # MaxText policy names that move activations to the host
 

@@ -36,6 +36,9 @@ What each stack keeps (recompute ``none`` / ``selective``), by the facts of its 
   input, wq, wv, w1 (and w2 for SwiGLU, the 7th mm) outputs and the attention output.
 - ``selective_recompute: minimal_flash``: MaxText's ``minimal_flash`` recipe (every projection
   output, the attention output and the layer input; the elementwise work is recomputed).
+- ``training.recompute_modules`` (Megatron-Core's modules, ``sim.workload.recompute``): the base
+  set less what the named modules save (a checkpointed module keeps its input only); the
+  permuted copies of an MoE layer's input (``moe_permuted``) go with the ``moe`` module.
 - ``full`` (every stack): the layer input only.
 - A ``training.remat_policy`` (any stack): the layer input plus each named tensor where the policy
   puts it (``device``: HBM; ``offload``: pinned host memory; ``remat``: recomputed).
@@ -49,21 +52,23 @@ the out-projection saves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..config import Scenario
 from ..config.remat import REMAT_PRESETS
 from ..models import LayerKind
+from .recompute import dropped_tensors
 
 __all__ = ["LayerActivations", "layer_activation_bytes", "stage_activation_bytes", "kept_tensors"]
 
 # Linear-layer inputs a quantizing stack keeps as its quantized copy instead of BF16, and the one
 # that another op also reads in BF16 (the attention output: the attention backward's ``O``).
-_QUANTIZED_INPUTS = ("attn_norm_out", "mlp_norm_out", "mlp_act")
+_QUANTIZED_INPUTS = ("attn_norm_out", "mlp_norm_out", "moe_permuted", "mlp_act")
 _ALSO_QUANTIZED = ("context",)
 
 _BASE = ("decoder_layer_input", "attn_norm_out", "query_proj", "key_proj", "value_proj", "context",
-         "mlp_norm_in", "mlp_norm_out", "mlpwi_0", "mlpwi_1", "mlp_act")
+         "mlp_norm_in", "mlp_norm_out", "moe_permuted", "mlpwi_0", "mlpwi_1", "mlp_act")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,43 +130,60 @@ def _mixer_sizes(scn: Scenario, kind: LayerKind) -> dict[str, tuple[float, str]]
 
 def _mlp_sizes(scn: Scenario, kind: LayerKind) -> dict[str, tuple[float, str]]:
     """The MLP's tensors: a dense MLP's (module docstring); an MoE layer's experts' for the copies
-    its rank computes (top_k x the busiest rank's share), with shared experts' beside them and the
-    permuted input copies in ``mlp_norm_out``."""
+    its rank computes (top_k x the busiest rank's share), with shared experts' beside them, and the
+    permuted input copies (``moe_permuted``)."""
     m = scn.model
     h = m.hidden
     if not kind.mlp:
-        return {n: (0.0, "sp" if n in ("mlp_norm_in", "mlp_norm_out", "mlpwo") else "tp")
-                for n in ("mlp_norm_in", "mlp_norm_out", "mlpwi_0", "mlpwi_1", "mlp_act",
-                          "silu_out", "mlpwo")}
+        return {n: (0.0, "sp" if n in ("mlp_norm_in", "mlp_norm_out", "moe_permuted", "mlpwo") else "tp")
+                for n in ("mlp_norm_in", "mlp_norm_out", "moe_permuted", "mlpwi_0", "mlpwi_1",
+                          "mlp_act", "silu_out", "mlpwo")}
     swiglu = m.mlp == "swiglu"
-    norm_out = 2.0 * h
+    permuted = 0.0
     if kind.mlp == "moe":
         moe = m.moe
         assert moe is not None
-        par = scn.parallelism
-        share = moe.busiest_share(scn.training.micro_batch * par.local_seq_len * moe.top_k
-                                  / (par.tp if par.sequence_parallel else 1), par.ep)
-        f = moe.top_k * share * m.expert_ffn + moe.shared_experts * m.shared_ffn
-        norm_out += 2.0 * h * moe.top_k * share
+        f = _routed_width(scn) + moe.shared_experts * m.shared_ffn
+        permuted = 2.0 * h * _routed_width(scn) / m.expert_ffn
     else:
         f = m.ffn_hidden
-    return {"mlp_norm_in": (2.0 * h, "sp"), "mlp_norm_out": (norm_out, "sp"),
+    return {"mlp_norm_in": (2.0 * h, "sp"), "mlp_norm_out": (2.0 * h, "sp"),
+            "moe_permuted": (permuted, "sp"),
             "mlpwi_0": (2.0 * f, "tp"), "mlpwi_1": (2.0 * f if swiglu else 0.0, "tp"),
             "mlp_act": (2.0 * f, "tp"), "silu_out": (2.0 * f if swiglu else 0.0, "tp"),
             "mlpwo": (2.0 * h, "sp")}
+
+
+def _routed_width(scn: Scenario) -> float:
+    """The routed experts' hidden width per token on the busiest rank: top_k x its share x the
+    expert width (0 for a dense model)."""
+    m = scn.model
+    moe = m.moe
+    if moe is None:
+        return 0.0
+    par = scn.parallelism
+    share = moe.busiest_share(scn.training.micro_batch * par.local_seq_len * moe.top_k
+                              / (par.tp if par.sequence_parallel else 1), par.ep)
+    return moe.top_k * share * m.expert_ffn
 
 
 def kept_tensors(scn: Scenario) -> dict[str, str]:
     """Tensor name -> ``device`` or ``offload`` for every tensor a layer of *scn* keeps."""
     tr = scn.training
     if tr.remat_policy:
-        return {t: loc for t, loc in tr.remat_policy if loc != "remat"}
+        kept = {t: loc for t, loc in tr.remat_policy if loc != "remat"}
+        if "mlp_norm_out" in kept:      # MaxText's name covers the permuted copies as well
+            kept["moe_permuted"] = kept["mlp_norm_out"]
+        return kept
     sw = scn.software
-    selective = sw.selective_recompute if tr.recompute == "selective" else None
+    # recompute_modules name what Megatron-Core recomputes instead of the stack's selective set
+    selective = (sw.selective_recompute if tr.recompute == "selective" and not tr.recompute_modules
+                 else None)
     if tr.recompute == "full":
         names: tuple[str, ...] = ("decoder_layer_input",)
     elif selective == "minimal_flash":
         names = ("decoder_layer_input",) + REMAT_PRESETS["minimal_flash"][0]
+        names += ("moe_permuted",) if "mlp_norm_out" in names else ()
     elif selective == "op-sac":
         names = ("decoder_layer_input", "query_proj", "value_proj", "context", "mlpwi_0")
         if scn.model.mlp == "swiglu":
@@ -183,6 +205,22 @@ def _quantized_scale(scn: Scenario) -> tuple[float, float]:
     return recipe.element_B / 2.0, recipe.element_B / 2.0
 
 
+def _module_share(scn: Scenario, kind: LayerKind) -> Callable[[str], float]:
+    """Tensor name -> the share of it a layer of *kind* keeps under ``training.recompute_modules``
+    (``sim.workload.recompute.dropped_tensors``): 1 for all without them; an MoE layer's MLP
+    tensors split between its routed and shared experts by their widths."""
+    modules = scn.training.recompute_modules
+    if not modules or scn.training.remat_policy:
+        return lambda name: 1.0
+    dropped = dropped_tensors(kind, modules)
+    m = scn.model
+    routed = _routed_width(scn) if kind.mlp == "moe" else 0.0
+    shared = m.moe.shared_experts * m.shared_ffn if kind.mlp == "moe" and m.moe else 0.0
+    experts = routed / (routed + shared) if routed + shared else 0.0
+    part = {"all": 1.0, "experts": experts, "shared": 1.0 - experts}
+    return lambda name: 1.0 - part[dropped[name]] if name in dropped else 1.0
+
+
 def layer_activation_bytes(scn: Scenario, kind: LayerKind | None = None) -> LayerActivations:
     """Bytes one layer of *kind* (None: the model's last layer's) keeps per micro-batch on one
     chip (module docstring), split into HBM and host memory."""
@@ -190,13 +228,15 @@ def layer_activation_bytes(scn: Scenario, kind: LayerKind | None = None) -> Laye
     t = par.tp
     tokens = scn.training.micro_batch * par.local_seq_len
     sp = par.sequence_parallel and t > 1
+    kind = kind or scn.model.layer_kinds()[-1]
     sizes = _sizes(scn, kind)
     scale, extra = _quantized_scale(scn)
+    kept = _module_share(scn, kind)
     out = {"device": 0.0, "offload": 0.0}
     for name, loc in kept_tensors(scn).items():
         per_token, split = sizes[name]
         factor = scale if name in _QUANTIZED_INPUTS else 1.0 + extra if name in _ALSO_QUANTIZED else 1.0
-        out[loc] += factor * tokens * per_token / (t if split == "tp" or sp else 1)
+        out[loc] += kept(name) * factor * tokens * per_token / (t if split == "tp" or sp else 1)
     return LayerActivations(out["device"], out["offload"])
 
 

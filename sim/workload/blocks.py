@@ -213,8 +213,8 @@ def _routed(c: BlockContext) -> list[Item]:
         received = math.ceil(copies * busiest) * c.etp
         a2a = math.ceil(copies * busiest) * h * BYTES
         if c.dispatcher == "deepep":
-            # DeepEP sends a token once per node it reaches (node-limited routing), in FP8
-            # on dispatch; counted as the all-to-all's bytes scaled by that share.
+            # DeepEP sends a token once per node it reaches (node-limited routing); counted as
+            # the all-to-all's bytes scaled by that share.
             a2a = math.ceil(a2a * _deepep_share(c))
         out.append(mem("permute", 2 * copies * h * BYTES, _permute_cls(c, "moe-permute")))
         if c.ep > 1:
@@ -235,8 +235,8 @@ def _routed(c: BlockContext) -> list[Item]:
         out.append(Comm("etp-rs", "reducescatter", "etp", received * h * BYTES))
     if c.ep > 1:
         combine = math.ceil(copies * busiest) * h * BYTES
-        if c.dispatcher == "deepep":          # reduced within the node first, sent in BF16
-            combine = math.ceil(combine * _deepep_share(c) * BYTES / (1 + 4 / 128))
+        if c.dispatcher == "deepep":          # reduced within the node first
+            combine = math.ceil(combine * _deepep_share(c))
         out.append(Comm("ep-combine", "alltoall", "ep", combine))
     out.append(mem("unpermute", 2 * copies * h * BYTES, _permute_cls(c, "moe-unpermute")))
     return out
@@ -249,10 +249,15 @@ def _permute_cls(c: BlockContext, cls: str) -> str:
 
 
 def _deepep_share(c: BlockContext) -> float:
-    """DeepEP's dispatch bytes per all-to-all byte: each token reaches at most min(top_k, nodes
-    of the group) nodes instead of top_k ranks, and is sent in FP8 (1 byte + a scale per 128
-    elements) rather than BF16 (DeepSeek-V3 report, sections 3.2.2 and 3.3.1)."""
+    """DeepEP's bytes per all-to-all byte: each token reaches at most min(top_k, nodes of the
+    group) nodes instead of top_k ranks (DeepSeek-V3 report, section 3.2.2). The hidden states
+    go in BF16: Megatron-Core hands them to DeepEP's dispatch as they are
+    (megatron/core/transformer/moe/fused_a2a.py ``FusedDispatch``) and its HybridEP path refuses
+    FP8 dispatch ("HybridEP dispatcher does not support fp8 dispatch now", same file); a
+    quantized wire format is opt-in, for the ncclep backend only (transformer_config.py
+    ``moe_dispatch_fwd_dtype``, default 'bf16'; Megatron-LM d98e8a6, 2026-08-22). DeepSeek's own
+    FP8 dispatch (report, section 3.3.1) is no stack here."""
     moe = c.m.moe
     assert moe is not None
     nodes = max(1, c.ep // 8)
-    return min(moe.top_k, nodes) / moe.top_k * (1 + 4 / 128) / BYTES
+    return min(moe.top_k, nodes) / moe.top_k

@@ -20,6 +20,7 @@ from ..config import Scenario
 from ..models import LayerKind, ModelSpec
 from .blocks import BlockContext, attention_shape, mixer_block, mlp_block
 from .ops import BYTES, Comm, Item, Op, attention, gemm, mem
+from .recompute import module_recompute
 
 __all__ = ["Op", "Comm", "LayerWork", "Workload", "build_workload", "model_flops_per_token",
            "FLOPS_CONVENTION"]
@@ -231,6 +232,8 @@ def _layer_work(scn: Scenario, c: BlockContext, kind: LayerKind) -> LayerWork:
     # torchtitan docs/performance.md, step within 3% of the selective-layer runs).
     if tr.remat_policy:
         recompute = _policy_recompute(fwd, scn)
+    elif tr.recompute_modules:
+        recompute = module_recompute(fwd, kind, tr.recompute_modules)
     elif tr.recompute == "full":
         recompute = tuple(fwd)
     elif tr.recompute == "selective" and attn is not None:
