@@ -348,3 +348,15 @@ STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
 # all-gather one block per channel, at most 32 channels (NCCL_MAX_NCHANNELS / NCCL_MAX_P2P_NCHANNELS
 # default MAXCHANNELS = 32, NCCL environment-variable docs).
 EP_COMM_SMS = {"deepep": 24, "alltoall": 32, "allgather": 32}
+
+# GPU idle per dropless MoE layer forward and micro-batch in a PyTorch stack: the dispatcher
+# copies the token counts to the host and synchronizes (Megatron-Core token_dispatcher.py: the
+# all-to-all dispatcher before its all-to-all, the all-gather one with .cpu(), DeepEP with
+# .item(), HybridEP sizing its buffers; TE GroupedLinear's m_splits.tolist()), so the queue drains
+# and the GPU waits while the host prepares the dispatch and refills it. Measured, not fitted: a
+# rank-0 Nsight Systems profile of Qwen3-30B-A3B on 16 H100 (BF16, EP16, MBS 1, GBS 1024: 64
+# micro-batches x 48 MoE layers a step, HybridEP, no EP overlap) has a GPU-active union of
+# 22.821 s in a 24.7138 s step (Megatron-Bridge skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md
+# l.60-90 @067f987); the rest, 1.893 s, is this idle, 0.62 ms a layer. EP overlap's other
+# micro-batch fills it (the same profile with overlap on has no idle: 21.221 s active in 20.992 s).
+MOE_SYNC_IDLE_S = (24.7138 - 22.821) / (64 * 48)

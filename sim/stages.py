@@ -125,6 +125,8 @@ def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: Collecti
     bwd = _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage)
     if cm.profile.ep_comm_overlap and scn.parallelism.microbatches > 1:
         fwd, bwd = _ep_overlap(fwd, bwd, _comm_sm_share(cm))
+    elif _syncs_on_token_counts(scn, layer, cm):
+        fwd += (Segment("compute", cal.MOE_SYNC_IDLE_S),)
     if scn.training.offloads:           # activation offload: the exposed host-link time
         fwd += _offload_segment(scn, fwd)
         bwd += _offload_segment(scn, bwd)
@@ -140,6 +142,16 @@ def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: Collecti
         fwd += (Segment("cp", cp_f, "cp", ring_load and ring_load.with_seconds(cp_f)),)
         bwd += (Segment("cp", cp_b, "cp", ring_load and ring_load.with_seconds(cp_b)),)
     return fwd, bwd
+
+
+def _syncs_on_token_counts(scn: Scenario, layer: LayerWork, cm: ComputeModel) -> bool:
+    """Whether a layer's forward waits for the host: a dropless MoE layer (its per-expert token
+    counts known only at run time) on a stack that launches kernels eagerly from the host, which
+    copies the counts back and synchronizes before the dispatch (``cal.MOE_SYNC_IDLE_S``). A
+    token-dropping capacity fixes the shapes; XLA compiles them static."""
+    moe = scn.model.moe
+    return (layer.expert_params > 0 and moe is not None and moe.capacity_factor is None
+            and cm.gpu and not cm.profile.runs_on_tpu)
 
 
 def _comm_sm_share(cm: ComputeModel) -> float:
@@ -216,7 +228,9 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     chunk_layers = tuple(par.stage_chunk_layers(stage))
     layers = sum(chunk_layers)                        # this stage's real layers
     params = wl.stage_params(stage) + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
-    opt_params = params / (shard if par.zero >= 1 else 1)
+    experts = wl.stage_expert_params(stage)        # sharded over their EDP ranks (memory.py)
+    opt_params = ((params - experts) / shard + experts / par.expert_shard_ranks if par.zero >= 1
+                  else params)
     tr = scn.training
     optimizer = cm.optimizer_s(optimizer_step_bytes_per_param(tr.optimizer_state, tr.master_weights)
                                * opt_params)

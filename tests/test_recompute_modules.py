@@ -1,8 +1,11 @@
-"""training.recompute_modules: Megatron-Core's selective recomputation by module (what the
-backward runs again, what memory that frees, the refusals), and the validation rows that state
-their recipe's MoE software."""
+"""What a recipe runs beyond the layout: training.recompute_modules (Megatron-Core's selective
+recomputation by module: what the backward runs again, what memory that frees, the refusals),
+training.logits_dtype, routed experts' state sharded over their expert-data-parallel ranks, and
+the validation rows that state their recipe's MoE software."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,8 @@ from sim.validate.training_rows import load_overrides
 from sim.workload.memory import memory_per_chip
 from sim.workload.ops import Comm, Op
 from sim.workload.transformer import build_workload
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def scn(model: str, modules: list[str] | str | None, chips: int = 16, **par: int):
@@ -105,3 +110,82 @@ def test_overrides_state_moe_software_only_with_valid_values(tmp_path) -> None:
         path.write_text(f"id,field,value,reason\nr1,{field},{value},why\n")
         with pytest.raises(ConfigError, match=field):
             load_overrides(path, ids)
+
+
+def test_bf16_logits_halve_the_logits_and_the_loss_traffic() -> None:
+    def build(dtype: str):
+        raw = {"cluster": {"topology": "dgx-h100", "chips": 8}, "model": "llama3-8b",
+               "training": {"seq_len": 4096, "global_batch": 8, "logits_dtype": dtype}}
+        return build_workload(scenario_from_dict(raw, "t.yaml"))
+    f32, b16 = build("fp32"), build("bf16")
+    assert memory_per_chip(b16).logits_B == pytest.approx(memory_per_chip(f32).logits_B / 2)
+    loss = {wl: next(o for o in wl.last_forward if o.name == "cross-entropy") for wl in (f32, b16)}
+    assert loss[b16].bytes == pytest.approx(loss[f32].bytes / 2)
+    raw = {"cluster": {"topology": "dgx-h100", "chips": 8}, "model": "llama3-8b",
+           "training": {"logits_dtype": "fp16"}}
+    with pytest.raises(ConfigError, match="training.logits_dtype: got 'fp16'; valid: fp32, bf16"):
+        scenario_from_dict(raw, "t.yaml")
+
+
+def test_expert_state_is_sharded_over_its_expert_data_parallel_ranks() -> None:
+    # EP 16 on 16 GPUs: each rank holds its own experts, which no other rank shares (EDP 1), so
+    # ZeRO-1 shards only the dense parameters' optimizer state
+    wl = build_workload(scn("qwen3-30b-a3b", None, ep=16))
+    experts = wl.stage_expert_params(0)
+    params = wl.stage_params(0) + 2 * wl.embed_params
+    mem = memory_per_chip(wl)
+    assert mem.optimizer_B == pytest.approx(12.0 * ((params - experts) / 16 + experts))
+    # EP 8: two ranks hold each expert and split its state
+    wl8 = build_workload(scn("qwen3-30b-a3b", None, ep=8))
+    e8 = wl8.stage_expert_params(0)
+    p8 = wl8.stage_params(0) + 2 * wl8.embed_params
+    assert memory_per_chip(wl8).optimizer_B == pytest.approx(12.0 * ((p8 - e8) / 16 + e8 / 2))
+
+
+def test_automodel_rows_run_their_recipes_loss_and_gate() -> None:
+    from sim.validate.training_map import map_runs
+    rows = [r for r in map_runs(REPO / "validation" / "training") if r.id.startswith("automodel-")
+            and r.supported]
+    assert rows
+    for r in rows:
+        assert r.scenario["training"]["logits_dtype"] == "bf16"
+        assert r.scenario["model"]["moe"] == {"load_imbalance": 1.0}
+
+
+def test_moe_sync_idle_is_the_profiled_runs_idle_time() -> None:
+    """sim.calibration.MOE_SYNC_IDLE_S re-derived from the validation row it was measured on: the
+    step less the profile's GPU-active union, over its MoE layer forwards."""
+    import csv
+    import re
+
+    from sim import calibration as cal
+    with (REPO / "validation" / "training" / "runs.csv").open(newline="") as fh:
+        row = next(r for r in csv.DictReader(fh)
+                   if r["id"] == "mbridge-skill-H100-Qwen3_30B_a3B-hybridep-noovl-16")
+    active = float(re.search(r"GPU-active union ([\d.]+) s", row["notes"]).group(1))
+    microbatches = int(row["global_batch_seqs"]) // (int(row["dp"]) * int(row["micro_batch"]))
+    layers = int(row["layers"])
+    assert cal.MOE_SYNC_IDLE_S == pytest.approx((float(row["step_time_s"]) - active)
+                                                / (microbatches * layers))
+
+
+def test_a_dropless_moe_forward_waits_for_the_host_unless_overlap_fills_it() -> None:
+    from sim import calibration as cal
+    from sim.collectives import CollectiveModel
+    from sim.stages import plan_stages
+    from sim.topology import build_topology
+
+    def waits(model: object = "qwen3-30b-a3b", batch: int = 16, **software: object) -> int:
+        raw = {"cluster": {"topology": "dgx-h100", "chips": 16}, "model": model,
+               "training": {"seq_len": 4096, "global_batch": batch, "recompute": "none"},
+               "parallelism": {"ep": 16}, "software": software}
+        s = scenario_from_dict(raw, "t.yaml")
+        plan = plan_stages(build_workload(s), CollectiveModel(build_topology(s.cluster)),
+                           traffic=False)[0]
+        return sum(1 for x in plan.layer_fwd if x.kind == "compute"
+                   and x.seconds == pytest.approx(cal.MOE_SYNC_IDLE_S))
+    assert waits(ep_overlap=False) == 1
+    assert waits(batch=64, ep_overlap=True) == 0          # the other micro-batch fills it
+    assert waits(batch=16, ep_overlap=True) == 1          # one micro-batch: nothing to fill it
+    dropping = {"preset": "qwen3-30b-a3b", "moe": {"capacity_factor": 1.25}}
+    assert waits(dropping, ep_overlap=False) == 0         # static shapes: no host round trip

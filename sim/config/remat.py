@@ -1,5 +1,6 @@
 """Training-memory keys of the ``training`` section: per-tensor remat policies (MaxText's names),
-Megatron-Core's recompute modules, optimizer-state precision and vocabulary tiling, parsed into
+Megatron-Core's recompute modules, optimizer-state precision, the logits' precision and vocabulary
+tiling, parsed into
 plain frozen values.
 
 ``training.remat_policy`` takes MaxText's vocabulary (AI-Hypercomputer/maxtext
@@ -22,7 +23,13 @@ from ..errors import ConfigError
 from .fields import show
 
 __all__ = ["LOCATIONS", "REMAT_PRESETS", "REMAT_TENSORS", "OPTIMIZER_STATES", "RECOMPUTE_MODULES",
+           "LOGIT_BYTES",
            "RematPolicy", "parse_remat_policy"]
+
+# ``training.logits_dtype``: the bytes of a logit the loss reads and its backward writes: fp32
+# where the loss upcasts them (Megatron's vocab-parallel cross entropy, PyTorch's default), bf16
+# where it does not (NeMo AutoModel's MaskedCrossEntropy with fp32_upcast: false).
+LOGIT_BYTES = {"fp32": 4, "bf16": 2}
 
 # ``training.recompute_modules``: Megatron-Core's ``recompute_modules`` names (what each covers:
 # sim/workload/recompute.py).

@@ -24,7 +24,7 @@ from .model_section import check_model_sequence, read_model
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan
 from .paths import scenario_dir
-from .remat import OPTIMIZER_STATES, RECOMPUTE_MODULES, parse_remat_policy
+from .remat import LOGIT_BYTES, OPTIMIZER_STATES, RECOMPUTE_MODULES, parse_remat_policy
 from .schema import (
     CLUSTER_KEYS,
     SECTION_KEYS,
@@ -244,6 +244,7 @@ def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
         optimizer_state=s.text("optimizer_state", "fp32", OPTIMIZER_STATES),
         master_weights=s.flag("master_weights", True),
         vocab_tiling=s.integer("vocab_tiling", 1),
+        logits_dtype=s.text("logits_dtype", "fp32", tuple(LOGIT_BYTES)),
     )
     check_chip(t.precision, cluster.chip, s.at("precision"))
     if s.has("recompute_modules"):

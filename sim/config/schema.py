@@ -60,6 +60,7 @@ class TrainingConfig:
     optimizer_state: str = "fp32"         # Adam moments: fp32 | bf16 (2 x 4 or 2 x 2 bytes/param)
     master_weights: bool = True           # an fp32 copy of the weights in the optimizer state
     vocab_tiling: int = 1                 # logits computed in this many chunks (MaxText num_vocab_tiling)
+    logits_dtype: str = "fp32"            # the logits the loss keeps: fp32 | bf16 (remat.LOGIT_BYTES)
     # Megatron-Core's selective recomputation by module (sim/workload/recompute.py), with
     # recompute "selective": () = the stack's own selective set
     recompute_modules: tuple[str, ...] = ()
@@ -210,6 +211,12 @@ class ParallelismConfig:
         context-parallel ranks."""
         return self.shard_dp * self.cp
 
+    @property
+    def expert_shard_ranks(self) -> int:
+        """Ranks that split one copy of a routed expert's sharded state: its expert-data-parallel
+        ranks (``edp``), within the shard group under hybrid sharding."""
+        return max(1, self.edp * self.shard_dp // self.dp)
+
 
 @dataclass(frozen=True, slots=True)
 class StragglersConfig:
@@ -276,7 +283,7 @@ TOP_KEYS = frozenset({"name", "cluster", "model", "training", "parallelism", "st
 # Keys of each scenario section (for the readers in scenario.py and for --set / --over).
 SECTION_KEYS: dict[str, frozenset[str]] = {
     "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "recompute",
-                           "recompute_modules",
+                           "recompute_modules", "logits_dtype",
                            "tokens", "remat_policy", "optimizer_state", "master_weights",
                            "vocab_tiling"}),
     "parallelism": frozenset({"tp", "pp", "cp", "ep", "etp", "zero", "zero_group", "schedule",

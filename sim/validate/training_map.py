@@ -31,6 +31,7 @@ from .training_rows import RowReader, read_rows
 from .training_rules import (
     _BALANCED_ROUTING_NOTES,
     _DEEPEP_NOTES,
+    _EXACT_ROUTING_NOTES,
     _FABRIC_NOTES,
     _GPT_DEFAULT_VOCAB,
     _GPT_STYLE,
@@ -175,6 +176,12 @@ class _RowMapper(RowReader):
             if got != want:
                 raise _Unsupported(f"{col} {got} differs from preset {preset}'s {want}")
         self.assumptions.append(f"architecture: preset {preset} (sim/models.py)")
+        if re.search(_EXACT_ROUTING_NOTES, self.notes):
+            # AutoModel's FakeBalancedGate (noise 0): "perfectly balanced assignment"
+            # (nemo_automodel/components/moe/layers.py @15da268)
+            self.assumptions.append("routing balanced exactly by the benchmark's fake gate: "
+                                    "every expert-parallel rank gets the mean")
+            return {"preset": preset, "moe": {"load_imbalance": 1.0}}
         if re.search(_BALANCED_ROUTING_NOTES, self.notes):
             self.assumptions.append("routing force-balanced by the benchmark: the busiest "
                                     "expert-parallel rank's share is the statistical one")

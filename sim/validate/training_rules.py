@@ -145,6 +145,9 @@ _RECIPE_FACTS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
      "Nemotron-340B recipe (NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/nemotron/"
      "nemotron_340b.yaml @3be81fc): optim mcore_distributed_optim with dtype: bf16, Adam moments "
      "in bf16 (fp32 master weights kept)"),
+    ("notes", r"NeMo AutoModel = PyTorch FSDP2", {"logits_dtype": "bf16"},
+     "NeMo AutoModel benchmark recipes (examples/llm_benchmark/*/*.yaml @15da268): loss_fn "
+     "MaskedCrossEntropy with fp32_upcast: false, the logits kept in bf16"),
 )
 
 # zero_or_fsdp column -> ZeRO stage. Checked in order; blank -> 1 (Megatron's distributed optimizer,
@@ -208,7 +211,8 @@ _UNSUPPORTED_MODEL_FEATURES: tuple[tuple[str, str], ...] = (
 )
 # Benchmarks that route tokens uniformly at random (Megatron --moe-router-force-load-balancing,
 # NeMo AutoModel fake_balanced_gate): the busiest rank's share is the statistical one only.
-_BALANCED_ROUTING_NOTES = r"force-balance|[Ff]ake balanced gate"
+_BALANCED_ROUTING_NOTES = r"force-balance"      # Megatron: random logits, balanced on average
+_EXACT_ROUTING_NOTES = r"[Ff]ake balanced gate"   # AutoModel: a round-robin assignment
 _DEEPEP_NOTES = r"DeepEP"
 # head_dim facts for model families whose head_dim is not hidden / heads (model.head_dim).
 _HEAD_DIM_FACTS: tuple[tuple[str, int, str], ...] = (

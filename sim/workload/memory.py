@@ -6,13 +6,18 @@ of gradients per parameter, plus the optimizer state: 4 bytes of fp32 master wei
 (``training.master_weights``, default true) and two Adam moments of 4 bytes each
 (``training.optimizer_state: fp32``) or 2 (``bf16``: e.g. NeMo's ``optim.dtype: bf16``,
 Megatron's precision-aware optimizer); the default is ZeRO's 12. ZeRO-1 shards the optimizer
-state, ZeRO-2 also the gradients, ZeRO-3 / FSDP also the weights, over the data-parallel ranks.
+state, ZeRO-2 also the gradients, ZeRO-3 / FSDP also the weights, over the data-parallel ranks;
+a routed expert's over the expert-data-parallel ranks that hold it (Megatron-Core's distributed
+optimizer shards expert parameters over the expert data-parallel group:
+megatron/core/optimizer/__init__.py, the expert parameters' optimizer built on the
+intra_expt_dp_group, Megatron-LM d98e8a6).
 Activations per layer and micro-batch depend on the software stack and the recompute policy
 (sim/workload/activations.py); tensors a remat policy offloads live in host memory (checked
 against the catalogue's host memory per chip), not HBM. How many micro-batches' activations a
 stage holds at once is its schedule's own peak (``schedules.stage_activation_peak_B``: 1F1B stage
 s holds pp - s, interleaving Megatron's warm-up depth, each chunk with its real layers).
-The output head's fp32 logits (4 b s V / t bytes) are divided by ``training.vocab_tiling``
+The output head's logits (4 b s V / t bytes in fp32, 2 under ``training.logits_dtype: bf16``) are
+divided by ``training.vocab_tiling``
 (MaxText ``num_vocab_tiling``: the loss computed in that many chunks of the logits).
 Under a low-precision recipe a stack that keeps quantized copies (Transformer Engine) also holds
 the quantized weights of its linear layers for the step (``weights_quantized``: the recipe's
@@ -27,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import Scenario
+from ..config.remat import LOGIT_BYTES
 from ..errors import InfeasibleError
 from ..units import GiB
 from .activations import stage_activation_bytes
@@ -114,14 +120,24 @@ def _stage_memory(wl: Workload, stage: int) -> MemoryBreakdown:
     embeds = 2 if pp == 1 else (stage == 0) + (stage == pp - 1)
     params = layer_params + wl.embed_params * embeds
     quantized = _quantized_params(wl, layer_params)
-    weights = 2.0 * (params - quantized) / (shard if par.zero >= 3 else 1)
-    grads = 2.0 * params / (shard if par.zero >= 2 else 1)
+    # Routed experts' state is sharded over the expert-data-parallel ranks that hold the same
+    # experts (expert_shard_ranks), the rest over the shard group.
+    experts = layers * wl.layer.expert_params if uniform else wl.stage_expert_params(stage)
+    eshard = par.expert_shard_ranks
+
+    def sharded(n: float, level: int) -> float:
+        if par.zero < level:
+            return n
+        return (n - experts) / shard + experts / eshard
+
+    weights = 2.0 * sharded(params - quantized, 3)
+    grads = 2.0 * sharded(params, 2)
     per_param = optimizer_bytes_per_param(tr.optimizer_state, tr.master_weights)
-    optim = per_param * params / (shard if par.zero >= 1 else 1)
+    optim = per_param * sharded(params, 1)
     b, s = tr.micro_batch, par.local_seq_len
     per_layer = stage_activation_bytes(scn, wl.stage_layers(stage))
     layer_act = per_layer.device_B
-    head = 4.0 * b * s * m.vocab / t / tr.vocab_tiling   # the output head's fp32 logits
+    head = LOGIT_BYTES[tr.logits_dtype] * b * s * m.vocab / t / tr.vocab_tiling   # the head's logits
     # The schedule's own peak per stage, each in-flight chunk with its real layers, the last stage
     # with its logits (pp == 1: counted apart below): sim/workload/schedules.py.
     acts = stage_activation_peak_B(par, layer_act, head if pp > 1 else 0.0)

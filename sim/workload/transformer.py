@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import Scenario
+from ..config.remat import LOGIT_BYTES
 from ..models import LayerKind, ModelSpec
 from .blocks import BlockContext, attention_shape, mixer_block, mlp_block
 from .ops import BYTES, Comm, Item, Op, attention, gemm, mem
@@ -202,16 +203,17 @@ def _backward(fwd: list[Item], mlp: str) -> list[Item]:
     return bwd
 
 
-def _stage_ends(m: ModelSpec, tok: int, t: int) -> tuple[tuple[Item, ...], tuple[Item, ...],
-                                                          tuple[Item, ...], tuple[Item, ...]]:
+def _stage_ends(m: ModelSpec, tok: int, t: int, logit_B: int = 4
+                ) -> tuple[tuple[Item, ...], tuple[Item, ...], tuple[Item, ...], tuple[Item, ...]]:
     """(first stage's forward, its backward, last stage's forward, its backward): the embedding
-    on the first stage (a gather: memory bound), the output head and the loss on the last."""
+    on the first stage (a gather: memory bound), the output head and the loss on the last, over
+    logits of *logit_B* bytes (``training.logits_dtype``)."""
     h, V = m.hidden, m.vocab
     act = tok * h * BYTES
     first_f: tuple[Item, ...] = (mem("embedding", act * 2, "embedding"),)
     first_b: tuple[Item, ...] = (mem("embedding-bwd", act * 2, "embedding-bwd"),)
     head = gemm("lm-head", tok, V // t, h, "head")
-    loss = mem("cross-entropy", tok * V // t * 4 * 3, "cross-entropy")   # fp32 logits: write, read, grad
+    loss = mem("cross-entropy", tok * V // t * logit_B * 3, "cross-entropy")   # logits: write, read, grad
     last_f: tuple[Item, ...] = (mem("final-norm", 2 * act, "norm"), head, loss)
     last_b: tuple[Item, ...] = (gemm("lm-head-dgrad", tok, h, V // t, "head"),
                                 gemm("lm-head-wgrad", h, V // t, tok, "head"),
@@ -256,14 +258,14 @@ def _layer_work(scn: Scenario, c: BlockContext, kind: LayerKind) -> LayerWork:
                      expert_params=expert, kind=kind.label)
 
 
-def _mtp_ends(m: ModelSpec, tok: int, t: int) -> tuple[list[Item], list[Item]]:
+def _mtp_ends(m: ModelSpec, tok: int, t: int, logit_B: int = 4) -> tuple[list[Item], list[Item]]:
     """A multi-token-prediction module's work beyond its layer: the two norms and the 2h -> h
     projection before it, its own output head and loss after it (DeepSeek-V3 section 2.2)."""
     h, V = m.hidden, m.vocab
     act = tok * h * BYTES
     fwd: list[Item] = [mem("mtp-norms", 4 * act, "norm"), gemm("mtp-proj", tok, h, 2 * h),
                        gemm("mtp-head", tok, V // t, h, "head"),
-                       mem("mtp-loss", tok * V // t * 4 * 3, "cross-entropy")]
+                       mem("mtp-loss", tok * V // t * logit_B * 3, "cross-entropy")]
     return fwd, _backward(fwd, m.mlp)
 
 
@@ -295,9 +297,10 @@ def build_workload(scn: Scenario) -> Workload:
         mtp_kind = distinct.setdefault(m.mtp_kind(), len(distinct))
     kinds = tuple(_layer_work(scn, c, k) for k in distinct)
 
-    first_f, first_b, last_f, last_b = _stage_ends(m, tok, t)
+    logit_B = LOGIT_BYTES[scn.training.logits_dtype]
+    first_f, first_b, last_f, last_b = _stage_ends(m, tok, t, logit_B)
     if m.mtp_layers:
-        mf, mb = _mtp_ends(m, tok, t)
+        mf, mb = _mtp_ends(m, tok, t, logit_B)
         last_f += tuple(mf) * m.mtp_layers
         last_b += tuple(mb) * m.mtp_layers
     V = m.vocab
