@@ -59,6 +59,7 @@ class Recipe:
     element_B: float
     copies_hopper: int
     copies_blackwell: int
+    per_tensor: bool = False     # one scale per tensor (its amax over the whole tensor first)
 
     def copies(self, chip: Chip) -> int:
         """Quantized copies of one operand on *chip* (Hopper needs a transposed one for fp8)."""
@@ -74,7 +75,7 @@ class Recipe:
 
 
 RECIPES: dict[str, Recipe] = {
-    "fp8": Recipe("fp8", element_B=1.0, copies_hopper=2, copies_blackwell=1),
+    "fp8": Recipe("fp8", element_B=1.0, copies_hopper=2, copies_blackwell=1, per_tensor=True),
     "mxfp8": Recipe("mxfp8", element_B=1.0 + 1.0 / 32, copies_hopper=2, copies_blackwell=2),
     "nvfp4": Recipe("nvfp4", element_B=0.5 + 1.0 / 16, copies_hopper=2, copies_blackwell=2),
 }

@@ -189,3 +189,19 @@ def test_a_dropless_moe_forward_waits_for_the_host_unless_overlap_fills_it() -> 
     assert waits(batch=16, ep_overlap=True) == 1          # one micro-batch: nothing to fill it
     dropping = {"preset": "qwen3-30b-a3b", "moe": {"capacity_factor": 1.25}}
     assert waits(dropping, ep_overlap=False) == 0         # static shapes: no host round trip
+
+
+def test_per_tensor_fp8_experts_pay_an_amax_pass_each() -> None:
+    from sim.stages import compute_model
+    from sim.workload.ops import gemm
+    raw = {"cluster": {"topology": "dgx-h100", "chips": 16}, "model": "qwen3-30b-a3b",
+           "training": {"seq_len": 4096, "global_batch": 64, "precision": "fp8"},
+           "parallelism": {"ep": 16}}
+    s = scenario_from_dict(raw, "t.yaml")
+    cm = compute_model(s)
+    one, eight = gemm("x", 4096, 1536, 2048), gemm("x", 512, 1536, 2048, batch=8)
+    q_one = cm.op_time_s(one) - cm.gemm_s(4096, 1536, 2048, "fp8") / cm.stack_efficiency
+    q_eight = (cm.op_time_s(eight)
+               - cm.gemm_s(512, 1536, 2048, "fp8", batch=8, grouped=True) / cm.stack_efficiency)
+    # the same rows quantized: a dense input 4 bytes an element, a grouped one 6 (its amax read)
+    assert q_eight == pytest.approx(q_one * 6 / 4, rel=1e-6)

@@ -274,8 +274,15 @@ class ComputeModel:
         low = self.gemm_s(m, n, k, batch=op.batch, dtype=recipe.name, grouped=grouped)
         quantized = self._quantized_elements(op)
         if quantized:               # a fused quantize kernel, whatever the stack's elementwise mode
-            low += memory_time_s(recipe.quantize_B(self.chip) * quantized, self.hbm_Bps,
-                                 cal.MEMORY_FRACTION["quantize"])
+            per_element = recipe.quantize_B(self.chip)
+            if grouped and recipe.per_tensor:
+                # Per-tensor current scaling of each expert's rows apart: TE quantizes a grouped
+                # input one split at a time (no multi-tensor kernel but for delayed scaling:
+                # transformer_engine/pytorch/csrc/extensions/cast.cpp, split quantize), each an
+                # amax pass over the BF16 rows before the cast (csrc/quantizer.cpp, current
+                # scaling), which no producing kernel fused for the split (TE d0067d0).
+                per_element += 2.0
+            low += memory_time_s(per_element * quantized, self.hbm_Bps, cal.MEMORY_FRACTION["quantize"])
         return low
 
     def _quantized_elements(self, op: Op) -> float:
