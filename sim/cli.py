@@ -172,6 +172,9 @@ def _add_plan(sub: Any) -> None:
     pl.add_argument("--precision", choices=PRECISIONS, default="bf16")
     pl.add_argument("--framework", help="software.framework (default: the chip's)")
     pl.add_argument("--max-chips", type=_positive_int, default=16384, help="largest cluster tried")
+    pl.add_argument("--recovery", choices=("restart", "hot_spare", "replica", "in_memory_checkpoint"),
+                    default="restart", help="failures.recovery the time to train assumes (default "
+                    "restart); every strategy a layout can use is compared in the report")
     pl.add_argument("--plot", metavar="FILE", help="GPU vs TPU time and cost: .png, .svg or .pdf")
     pl.add_argument("--json", action="store_true", help="one JSON object, one entry per topology")
     pl.set_defaults(func=commands.cmd_plan)

@@ -113,7 +113,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     req = PlanRequest(model=args.model, tokens=parse_tokens(args.tokens, "--tokens"), days=args.days,
                       topologies=topologies, prices=prices, seq_len=args.seq_len,
                       batch_tokens=batch_tokens(args.batch_tokens), precision=args.precision,
-                      max_chips=args.max_chips, framework=args.framework)
+                      max_chips=args.max_chips, framework=args.framework, recovery=args.recovery)
     plans = plan(req, progress=progress)
     entries = report.plan_json(plans, req)
     if plot is not None:

@@ -45,6 +45,7 @@ class PlanRequest:
     precision: str = "bf16"
     max_chips: int = 16384
     framework: str | None = None
+    recovery: str = "restart"              # the strategy the time to train assumes
 
     @property
     def global_batch(self) -> int:
@@ -65,6 +66,7 @@ class Candidate:
     chip_hours: float = math.inf
     cost_usd: float | None = math.inf     # None: the topology has no price
     energy_MWh: float | None = None
+    goodput_by_recovery: dict[str, float] = field(default_factory=dict)  # those the layout can use
 
 
 @dataclass
@@ -165,10 +167,8 @@ def plan(req: PlanRequest,
          ) -> list[TopologyPlan]:
     """Search every topology of *req* (see the module docstring)."""
     from .collectives import CollectiveModel
-    from .config import FailuresConfig
     from .cost import energy_MWh, time_to_train
     from .engine import fast_step
-    from .faults import simulate_failures
     from .job import schedule_of
     from .run import run
     from .stages import plan_stages
@@ -226,19 +226,41 @@ def plan(req: PlanRequest,
             # Confirm with the simpy engine (the screening path equals it without stragglers).
             scn = scenario_from_dict(_scenario(req, topology, chips, best.layout, global_batch), "plan")
             step = run(scn, topo=topo, net=net).step
-            fails = simulate_failures(FailuresConfig(horizon_days=req.days), chip, chips, 0,
-                                      runs=GOODPUT_RUNS, ocs_spares=spec.ocs_spares)
-            goodput = fails.goodput()[0]
+            by_recovery = _goodput_by_recovery(req, scn, step.step_time_s, topology)
+            goodput = by_recovery[req.recovery]
             train = time_to_train(req.tokens, step.tokens_per_s, goodput)
             chip_hours = chips * train.seconds / 3600
             tp_plan.best[chips] = Candidate(chips, best.layout, step.step_time_s, step.tokens_per_s,
                                             step.mfu, best.memory_GiB, goodput, train.days,
                                             chip_hours, None if price is None else chip_hours * price,
-                                            energy_MWh(chip, chip_hours))
+                                            energy_MWh(chip, chip_hours), by_recovery)
             met = [_spend(c) for c in tp_plan.meeting()]
             if len(met) >= 3 and met[-1] > met[-2] > met[-3]:
                 break            # cost rose twice in a row past the deadline: larger costs more
         out.append(tp_plan)
+    return out
+
+
+def _goodput_by_recovery(req: PlanRequest, scn: Any, step_s: float, topology: str) -> dict[str, float]:
+    """Goodput over the deadline under every recovery strategy the layout can use (replica
+    recovery needs replicas that each hold the whole state); the requested one must be among
+    them."""
+    from .config import FailuresConfig
+    from .goodput import scenario_failures
+    from .recovery import RECOVERIES
+
+    out = {}
+    for strategy in RECOVERIES:
+        try:
+            fails = scenario_failures(scn, step_s, 0, FailuresConfig(horizon_days=req.days,
+                                                                     recovery=strategy),
+                                      runs=GOODPUT_RUNS)
+        except ConfigError:            # a strategy this layout cannot use
+            continue
+        out[strategy] = fails.goodput()[0]
+    if req.recovery not in out:
+        raise ConfigError(f"--recovery: {req.recovery} cannot run on {topology}'s layouts "
+                          f"({scn.cluster.chips} chips); valid there: {', '.join(out)}")
     return out
 
 

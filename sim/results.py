@@ -12,7 +12,7 @@ if TYPE_CHECKING:                       # type names only
     from .config import Scenario
     from .cost import CostRecord, TimeToTrain
     from .engine import Interval
-    from .faults import FailureRecord
+    from .goodput import FailureRecord
 
 __all__ = ["StepResult", "StragglerAttribution", "StragglerRecord", "SharedJobRecord", "StepDistribution", "RunResult"]
 

@@ -2,7 +2,7 @@
 
 A scenario is resolved once into its job (``sim.job``), its step played (``sim.training``), then
 what else the scenario asks for is answered from that step: the step-time distribution over
-``steps`` draws, failures and goodput (``sim.faults``), the time to train the token budgets and
+``steps`` draws, failures and goodput (``sim.goodput``), the time to train the token budgets and
 the cost (``sim.cost``). ``clustersim run`` and ``sweep``, ``plan``'s confirmation and the
 training suite's predictor all call it; ``sim.report`` turns its record into tables and JSON.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from .collectives import CollectiveModel
 from .config import Scenario
 from .cost import cost_summary, time_to_train
-from .faults import failure_report
+from .goodput import failure_report
 from .job import resolve_job
 from .progress import progress
 from .results import RunResult, StepDistribution
@@ -54,7 +54,7 @@ def run(scenario: Scenario, seed: int | None = None, *, steps: int = 1, trace: b
     step = played.result
     failures = failures_time = None
     if scenario.failures is not None:
-        failures = failure_report(scenario, step.tokens_per_s, step_seed)
+        failures = failure_report(scenario, step.tokens_per_s, step_seed, step.step_time_s)
         if scenario.failures.tokens is not None:
             failures_time = time_to_train(scenario.failures.tokens, step.tokens_per_s, failures.goodput)
     cost = cost_summary(scenario, step.tokens_per_s, failures.goodput if failures else None)

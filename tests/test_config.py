@@ -195,7 +195,7 @@ def test_value_ranges() -> None:
     bad(r"stragglers.slow_fraction: must be <= 1, got 1.5", stragglers={"slow_fraction": 1.5})
     bad(r"failures.checkpoint_write_s: must be >= 0.0, got -5", failures={"checkpoint_write_s": -5})
     bad(r"failures.checkpoint_interval_min: 0.5 min is not longer than checkpoint_write_s = 60",
-        failures={"checkpoint_interval_min": 0.5})
+        failures={"checkpoint_interval_min": 0.5, "checkpoint_write_s": 60})
     bad(r"training.precision: got 'fp4'; valid: bf16, fp8", training={"precision": "fp4"})
     bad(r"training.precision: fp8 is not supported on A100-SXM-80GB",
         cluster={"topology": "dgx-a100", "chips": 8}, training={"precision": "fp8"})

@@ -47,18 +47,19 @@ def test_import_rules() -> None:
 # package of sim/, or a dotted sub-module that sits in another layer than its package (the
 # longest entry that prefixes a module's name is its layer).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "models", "progress"),        # leaves: no sim imports
+    ("errors", "units", "models", "progress", "reliability"),  # leaves: no sim imports
     ("hardware",),                                     # chip catalogue
     ("software", "topology_spec", "compute"),          # stack profiles; topology specs; kernel formulas
     #                                                    and fits (compute.kernels, compute.tables)
     ("calibration", "precision"),                      # fitted constants; training precisions
     ("config",),                                       # YAML -> typed scenario
     ("topology",),                                     # spec + size -> graph
-    ("workload", "traces"),                            # scenario -> per-rank ops; measured trace ->
+    ("workload", "traces", "recovery"),                # scenario -> per-rank ops; measured trace ->
     #                                                    per-worker program, replay, what-if
     ("compute.model",),                                # workload's ops -> seconds on a chip
     ("network",),                                      # routing, links, fluid sharing
     ("collectives", "engine", "stragglers", "faults", "cost"),
+    ("goodput",),                                      # a scenario's failures: units, rates, recovery
     ("results",),                                      # run records
     ("stages",),                                       # workload + network -> per-stage plans
     ("job",),                                          # a scenario resolved once for its step

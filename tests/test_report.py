@@ -10,7 +10,7 @@ import pytest
 from sim.collectives import CollectiveResult
 from sim.config import load_scenario
 from sim.cost import CostRecord, TimeToTrain
-from sim.faults import FailureRecord
+from sim.goodput import FailureRecord
 from sim.report import collective_csv, dump_json, step_json, step_text, sweep_text
 from sim.results import RunResult, StepResult
 

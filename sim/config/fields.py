@@ -147,6 +147,9 @@ _MAX_NUMBER: dict[str, float] = {
     "checkpoint_interval_min": 525_600.0, "checkpoint_write_s": 86_400.0,
     "checkpoint_load_s": 86_400.0, "detect_s": 86_400.0, "restart_s": 86_400.0,
     "swap_s": 86_400.0,              # a day for any one recovery step
+    "repair_h": 8_760.0, "sdc_detect_h": 8_760.0,   # a year
+    "fleet_factor": 1_000.0, "storage_GBps": 1e7, "fleet_age_days": 36_500.0,
+    "step_s": 86_400.0,
     "planned_per_day": 1_000.0, "rate_scale": 10_000.0, "tokens": 1e18,
     "usd_per_chip_hour": 10_000.0, "oversubscription": 1_000.0,
     "core_oversubscription": 1_000.0, "capacity_factor": 1_000.0,

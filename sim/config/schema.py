@@ -229,17 +229,30 @@ class StragglersConfig:
 
 @dataclass(frozen=True, slots=True)
 class FailuresConfig:
+    """``failures:``: the horizon and budget, the recovery strategy, and what to override of the
+    defaults that follow the job (None: ``sim.recovery`` / ``sim.reliability`` decide)."""
+
     horizon_days: float = 30.0
     checkpoint_interval_min: float | None = None   # None: "auto" (Young/Daly)
-    checkpoint_write_s: float = 60.0
-    checkpoint_load_s: float = 120.0
-    detect_s: float = 300.0
-    restart_s: float = 600.0
-    swap_s: float | None = None          # None: 600 s GPU node swap, 10 s TPU OCS cube swap
+    recovery: str = "restart"            # restart | hot_spare | replica | in_memory_checkpoint
+    checkpoint_write_s: float | None = None
+    checkpoint_load_s: float | None = None
+    detect_s: float | None = None
+    restart_s: float | None = None
+    swap_s: float | None = None
+    storage_GBps: float | None = None    # aggregate checkpoint storage bandwidth (GB = 1e9 B)
+    spares: int | None = None            # spare swap units (hosts, racks, cubes); None: see recovery
+    repair_h: float = 8.0                # a failed unit back in the spare pool
+    fleet_factor: float | None = None    # None: "auto", drawn per history from the chip's fleets
+    sdc_detect_h: float = 2.0            # silent data corruption found this long after it starts
+    repeat_probability: float = 0.0      # a failed unit fails again after the restart
+    weibull_shape: float = 1.0           # 1: exponential lifetimes
+    fleet_age_days: float = 365.0        # the fleet's age at the job's start (Weibull hazard)
     planned_per_day: float = 0.0         # planned interruptions (Llama 3: 47 in 54 days = 0.87)
-    rate_scale: float = 1.0              # multiplies the catalogue failure rates
+    rate_scale: float = 1.0              # multiplies the failure rates
     tokens: float | None = None          # token budget: report the time to train it
     monte_carlo_runs: int = 100
+    step_s: float | None = None          # the step the recovery sees (None: the simulated one)
 
 
 @dataclass(frozen=True, slots=True)

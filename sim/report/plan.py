@@ -20,7 +20,7 @@ def candidate_json(c: Candidate) -> dict[str, Any]:
            "chip_hours": c.chip_hours, "layout": c.layout,
            "step_time_s": c.step_time_s, "tokens_per_s": c.tokens_per_s, "mfu": c.mfu,
            "memory_per_chip_GiB": c.memory_GiB, "goodput": c.goodput,
-           "energy_MWh": c.energy_MWh}
+           "energy_MWh": c.energy_MWh, "goodput_by_recovery": c.goodput_by_recovery}
     if c.cost_usd is None:
         del out["cost_usd"]
     return out
@@ -76,7 +76,8 @@ def plan_text(plans: Sequence[TopologyPlan], req: PlanRequest, plot_file: str | 
     out = plan_json(plans, req)
     asked = req.global_batch
     lines = [f"plan: {req.model}, {req.tokens:.3g} tokens in {req.days:g} days "
-             f"(sequence {req.seq_len}, {req.batch_tokens:,.0f} tokens per step, {req.precision})", ""]
+             f"(sequence {req.seq_len}, {req.batch_tokens:,.0f} tokens per step, {req.precision}; "
+             f"recovery {req.recovery})", ""]
     for name, e in out.items():
         price = (f"${e['usd_per_chip_hour']:.2f}/chip-hour: {e['price_source']}"
                  if "usd_per_chip_hour" in e else e["price_source"])
@@ -95,6 +96,9 @@ def plan_text(plans: Sequence[TopologyPlan], req: PlanRequest, plot_file: str | 
                          + f"zero={lay['zero']} micro_batch={lay['micro_batch']} recompute={lay['recompute']}"
                          + (f" global_batch={lay['global_batch']} (the nearest the data-parallel width "
                             "divides)" if lay.get("global_batch", asked) != asked else ""))
+            if c["goodput_by_recovery"]:
+                lines.append("            goodput by recovery: " + ", ".join(
+                    f"{k.replace('_', ' ')} {100 * v:.1f}%" for k, v in c["goodput_by_recovery"].items()))
         if not e["meets_deadline"]:
             if "chips" in e:
                 lines.append(f"  no cluster up to the largest tried meets {req.days:g} days; closest: "

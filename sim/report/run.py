@@ -10,7 +10,7 @@ from .text import top
 if TYPE_CHECKING:                 # type names only: importing the views stays as light as json
     from ..config import Scenario
     from ..cost import CostRecord, TimeToTrain
-    from ..faults import FailureRecord
+    from ..goodput import FailureRecord
     from ..results import RunResult, SharedJobRecord, StragglerRecord
 
 __all__ = ["step_json", "step_text"]
@@ -86,6 +86,11 @@ def _failures_json(f: FailureRecord, train: TimeToTrain | None) -> dict[str, Any
         "checkpoint_interval_min": f.checkpoint_interval_min,
         "hardware_swap_s": f.hardware_swap_s,
         "effective_tokens_per_s": f.effective_tokens_per_s,
+        "recovery": f.recovery,
+        "mtbf_interval_h": list(f.mtbf_interval_h),
+        "recovery_s_per_interruption": f.recovery_per_interruption_s,
+        "recovery_s": f.recovery_s,
+        "lost_hours": f.lost_hours,
     }
     if train is not None:
         out.update(token_budget=train.token_budget, time_to_train_days=train.days)
@@ -179,10 +184,13 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
         lo, hi = f.goodput_interval
         lines += [
             f"  failures         {f.interruptions:.0f} unexpected interruptions in "
-            f"{f.horizon_days:g} days (MTBF {f.mtbf_h:.2f} h), checkpoint every "
+            f"{f.horizon_days:g} days (MTBF {f.mtbf_h:.2f} h, fleets "
+            f"{f.mtbf_interval_h[0]:.2f}-{f.mtbf_interval_h[1]:.2f} h), checkpoint every "
             f"{f.checkpoint_interval_min:.1f} min",
-            f"  goodput          {100 * f.goodput:.1f} % (5-95%: {100 * lo:.1f}-{100 * hi:.1f}), "
-            f"effective {f.effective_tokens_per_s:,.0f} tokens/s",
+            f"  goodput          {100 * f.goodput:.1f} % (5-95%: {100 * lo:.1f}-{100 * hi:.1f}, "
+            f"fleets and chance), effective {f.effective_tokens_per_s:,.0f} tokens/s",
+            f"  recovery         {f.recovery}: {f.recovery_per_interruption_s / 60:.1f} min an "
+            f"interruption ({_parts(f.recovery_s)}); most time lost to {f.dominant.replace('_', ' ')}",
         ]
         if r.failures_time_to_train is not None:
             lines.append(f"  time to train    {r.failures_time_to_train.days:.1f} days for "
@@ -190,6 +198,10 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
     if trace_file:
         lines.append(f"  trace            {trace_file} (open in ui.perfetto.dev)")
     return "\n".join(lines)
+
+
+def _parts(parts: dict[str, float]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in parts.items() if v > 0)
 
 
 def _cost_text(r: RunResult) -> str:
