@@ -298,7 +298,7 @@ def _failures(s: Section) -> FailuresConfig:
         restart_s=opt("restart_s"),
         swap_s=opt("swap_s"),
         storage_GBps=opt("storage_GBps", strict_min=True),
-        spares=s.integer("spares", 0) if s.has("spares") else None,
+        spares=s.integer("spares", 0, minimum=0) if s.has("spares") else None,
         repair_h=s.number("repair_h", 8.0),
         fleet_factor=fleet,
         sdc_detect_h=s.number("sdc_detect_h", 2.0),
