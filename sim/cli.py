@@ -132,6 +132,12 @@ def _add_collective(sub: Any) -> None:
                            "default: a current one")
     coll.add_argument("--dtype", default="float", help="element type (default float)")
     coll.add_argument("--csv", action="store_true", help="CSV with nccl-tests' columns")
+    coll.add_argument("--gpus-per-node", type=_positive_int, metavar="N",
+                      help="GPUs used on each node (nccl-tests with 1, 2 or 4 GPUs on 8-GPU nodes), "
+                           "each with its own NICs; the same as --nvl-domain N")
+    coll.add_argument("--compare", metavar="LOG",
+                      help="an nccl-tests output (its *_perf stdout as printed) to set the "
+                           "prediction against, size by size, with the error per regime")
     coll.set_defaults(func=commands.cmd_collective)
 
 

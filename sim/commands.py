@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from . import report
 from .config import PLOT_SUFFIXES, check_output_path
@@ -39,6 +40,49 @@ def cmd_topo_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_log(args: argparse.Namespace, model: Any, group: list[int] | None, ranks: int) -> int:
+    """``collective --compare LOG``: the prediction at every size of an nccl-tests output, the
+    error per size and the median per regime (the collectives suite's regimes)."""
+    from pathlib import Path
+
+    from .collectives import busbw_factor
+    from .validate.collectives import BW_MIN_BYTES, LAT_MAX_BYTES
+    from .validate.nccl_log import read_nccl_tests_log
+    from .validate.stats import median
+
+    log = read_nccl_tests_log(Path(args.compare))
+    if log.ranks is not None and log.ranks != ranks:
+        raise ConfigError(f"--compare: {args.compare} lists {log.ranks} ranks but the prediction "
+                          f"is for {ranks} (--chips / --group)")
+    factor = busbw_factor(args.op, ranks)
+    lines = [f"{args.op} on {ranks} x {model.topo.spec.chip.name} ({model.topo.name}) vs "
+             f"{args.compare}" + (f" (NCCL {log.nccl_version})" if log.nccl_version else ""),
+             f"{'size_bytes':>14} {'regime':>9} {'meas_us':>11} {'pred_us':>11} {'meas_busbw':>11} "
+             f"{'pred_busbw':>11} {'err_pct':>8}"]
+    errs: dict[str, list[float]] = {"latency": [], "ramp": [], "bandwidth": []}
+    for r in log.rows:
+        if r.size_bytes == 0:
+            continue
+        try:
+            pred = model.time(args.op, r.size_bytes, group, args.algo).time_s
+        except ConfigError as e:
+            raise ConfigError(f"--{e}") from None
+        regime = ("bandwidth" if r.size_bytes >= BW_MIN_BYTES else
+                  "latency" if r.size_bytes <= LAT_MAX_BYTES else "ramp")
+        pred_bw = r.size_bytes / pred * factor / 1e9
+        meas_s = r.time_us * 1e-6
+        err = (abs(pred_bw - r.busbw_GBps) / r.busbw_GBps if regime == "bandwidth" and r.busbw_GBps
+               else abs(pred - meas_s) / meas_s) * 100
+        errs[regime].append(err)
+        lines.append(f"{r.size_bytes:>14} {regime:>9} {r.time_us:>11.2f} {pred * 1e6:>11.2f} "
+                     f"{r.busbw_GBps:>11.2f} {pred_bw:>11.2f} {err:>8.1f}")
+    for regime, xs in errs.items():
+        if xs:
+            lines.append(f"{regime}: median |error| {median(xs):.1f}% over {len(xs)} sizes")
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_collective(args: argparse.Namespace) -> int:
     from .collectives import DTYPE_BYTES, OPS, CollectiveModel
     from .config import load_cluster
@@ -52,10 +96,13 @@ def cmd_collective(args: argparse.Namespace) -> int:
         raise ConfigError(f"--min-bytes {args.min_bytes} is larger than --max-bytes {args.max_bytes}")
     if args.factor < 2:
         raise ConfigError(f"--factor: must be >= 2, got {args.factor}")
+    if args.gpus_per_node is not None and args.nvl_domain not in (None, args.gpus_per_node):
+        raise ConfigError(f"--gpus-per-node {args.gpus_per_node} contradicts --nvl-domain "
+                          f"{args.nvl_domain}; give one")
     cluster = load_cluster(args.topology, args.chips, args.slice_, args.twisted, args.oversubscription,
                            sharp=True if args.sharp else None, where="collective",
                            slices=args.slices, background_load=args.background_load,
-                           nvl_domain=args.nvl_domain)
+                           nvl_domain=args.gpus_per_node or args.nvl_domain)
     topo = build_topology(cluster)
     if args.group is not None and args.group < 2:
         raise ConfigError(f"--group: a collective needs at least 2 ranks, got {args.group}")
@@ -63,6 +110,8 @@ def cmd_collective(args: argparse.Namespace) -> int:
         raise ConfigError(f"--group: {args.group} ranks but the topology has {topo.chips} chips")
     group = list(range(args.group)) if args.group else None
     model = CollectiveModel(topo, nccl_version=args.nccl_version)
+    if args.compare is not None:
+        return _compare_log(args, model, group, len(group) if group else topo.chips)
     tsize = DTYPE_BYTES[args.dtype]
     results = []
     size = args.min_bytes

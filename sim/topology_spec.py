@@ -151,14 +151,18 @@ class GpuClusterSpec:
 
     def with_domain(self, gpus: int, where: str) -> "GpuClusterSpec":
         """The spec a job sees when it uses *gpus* GPUs of each NVLink domain (whole hosts, with
-        their NICs): e.g. 64 of an NVL72 rack's 72. The fabric is the file's; only the GPUs (and
-        their NICs) in the job are in the graph."""
+        their NICs): e.g. 64 of an NVL72 rack's 72, or 4 of a DGX node's 8 with their 4 NICs. The
+        fabric is the file's; only the GPUs (and their NICs) in the job are in the graph."""
         full = self.rack_gpus or self.gpus_per_node
         host = self.host_gpus
-        if gpus > full or gpus % host or (self.nics_per_node * gpus) % full:
+        # A node that is one host may run part of its GPUs (nccl-tests with 1, 2 or 4 GPUs a
+        # node), each with its own NICs; a domain of several hosts takes whole hosts.
+        unit = 1 if host == full else host
+        if gpus < 1 or gpus > full or gpus % unit or (self.nics_per_node * gpus) % full:
             raise ConfigError(
-                f"{where}: {gpus} GPUs per NVLink domain of {self.name!r}; valid: a multiple of "
-                f"{host} (whole hosts) up to {full}")
+                f"{where}: {gpus} GPUs per NVLink domain of {self.name!r}; valid: "
+                + (f"a multiple of {host} (whole hosts) up to {full}" if unit > 1 else
+                   f"up to {full}, each with whole NICs ({self.nics_per_node} NICs a node)"))
         return replace(self, gpus_per_node=gpus, nics_per_node=self.nics_per_node * gpus // full,
                        max_gpus=self.max_gpus * gpus // full, default_chips=gpus,
                        gpus_per_host=0 if host == gpus else host, rack_gpus=full)

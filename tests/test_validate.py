@@ -492,7 +492,7 @@ def test_real_classification_follows_the_rules() -> None:
         if s["status"] == "supported":
             if topo == "gb200-nvl72":
                 assert "GB200" in r["hardware"] and "NVL72" in intra, f
-            elif topo in ("hgx-h100-4gpu", "polaris"):                 # 4-GPU NVLink meshes
+            elif topo in ("hgx-h100-4gpu", "polaris", "perlmutter"):   # 4-GPU NVLink meshes
                 assert r["gpus_per_node"] == "4" and "no NVSwitch" in intra, f
                 assert load_topology_spec(topo).chip.family in r["hardware"], f
             else:

@@ -207,15 +207,18 @@ def _score_run(data_dir: Path, meta: _RunMeta, predict: Predictor) -> RunResult:
     # the other suites need not load
     from ..collectives import busbw_factor
 
-    measured = _load_measured(data_dir / meta.file)
-    factor = busbw_factor(meta.op, meta.gpus)
     error: str | None = None
+    points: tuple[PointResult, ...] = ()
     try:
-        points = tuple(_score_point(meta, m, predict, factor) for m in measured)
-    except ConfigError:
-        raise                                   # bad data or input: to be fixed, not scored around
-    except SimError as e:
-        points, error = (), f"{type(e).__name__}: {e}"
+        measured = _load_measured(data_dir / meta.file, meta.gpus)
+    except ConfigError as e:                   # one bad run file: listed as unreadable
+        measured, error = [], f"unreadable: {e}"
+    factor = busbw_factor(meta.op, meta.gpus)
+    if error is None:
+        try:
+            points = tuple(_score_point(meta, m, predict, factor) for m in measured)
+        except SimError as e:                  # the model refuses the run (or a size of it)
+            points, error = (), f"{type(e).__name__}: {e}"
     def errs(regime: str) -> list[float]:
         return [p.abs_err_pct for p in points if p.regime == regime and p.abs_err_pct is not None]
 
@@ -238,9 +241,11 @@ def _summarize(split: str, system: str, runs: Iterable[RunResult]) -> Summary:
 def validate_collectives(data_dir: Path, predict: Predictor) -> CollectivesReport:
     """Score *predict* against every supported run in *data_dir* (a ``collectives/`` folder).
 
-    Reads ``runs.csv``, ``systems.csv`` and each supported run's table. Anomalous runs and runs the
-    predictor refused (it raised a ``SimError``) are shown but kept out of the aggregates.
-    Raises ``ConfigError`` for missing or malformed data files.
+    Reads ``runs.csv``, ``systems.csv`` and each supported run's table. Anomalous runs, runs the
+    predictor refused (it raised a ``SimError``: a limit of the model, a size it cannot run) and
+    run tables that cannot be read (their one-line error) are shown but kept out of the
+    aggregates; the rest is scored. Raises ``ConfigError`` for a missing or malformed
+    ``runs.csv`` / ``systems.csv``.
     """
     data_dir = Path(data_dir)
     metas = _load_runs(data_dir)

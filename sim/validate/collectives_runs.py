@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ..units import us_to_s
 from .collectives_systems import FABRIC_FAMILY, TOPOLOGIES, gpu_name, host_gpus
 from .data import RUNS_FILE, SPLITS, number, read_csv, required_integer
+from .nccl_log import looks_like_nccl_log, read_nccl_tests_log
 
 __all__ = ["HARNESSES", "OPS", "CaseSpec", "Predictor", "gpus_per_thread", "harness_of",
            "is_anomalous", "nccl_version"]
@@ -215,10 +216,12 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
                 raise ConfigError(f"{sys_where}: topology: expected one of {sorted(TOPOLOGIES)} "
                                   f"for a supported run, got {topology!r}")
             per_host = host_gpus(topology)
-            if per_node != per_host or gpus != nodes * per_node:
-                raise ConfigError(f"{sys_where}: supported runs on {topology} need whole nodes of "
+            if gpus != nodes * per_node or per_node > per_host:
+                raise ConfigError(f"{sys_where}: supported runs on {topology} need nodes of at most "
                                   f"{per_host} GPUs; "
                                   f"{where} has gpus={gpus}, nodes={nodes}, gpus_per_node={per_node}")
+            if per_node < per_host and nvl_domain is None:
+                nvl_domain = per_node          # part of each node: its GPUs with their NICs
             if gpu_name(topology) not in row["hardware"]:
                 raise ConfigError(f"{sys_where}: topology {topology} does not match hardware "
                                   f"{row['hardware']!r} ({where})")
@@ -238,8 +241,17 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
     return metas
 
 
-def _load_measured(path: Path) -> list[_Measured]:
-    """The non-zero-size rows of one run's nccl-tests table."""
+def _load_measured(path: Path, ranks: int | None = None) -> list[_Measured]:
+    """The non-zero-size rows of one run's nccl-tests table: this project's CSV columns, or the
+    output as nccl-tests prints it (``sim.validate.nccl_log``), whose listed ranks must be
+    *ranks* (runs.csv's gpus)."""
+    if looks_like_nccl_log(path):
+        log = read_nccl_tests_log(path)
+        if ranks is not None and log.ranks is not None and log.ranks != ranks:
+            raise ConfigError(f"{path}: the log lists {log.ranks} ranks but runs.csv says gpus = "
+                              f"{ranks}")
+        return [_Measured(size_bytes=r.size_bytes, dtype=r.dtype, time_s=us_to_s(r.time_us),
+                          busbw_GBps=r.busbw_GBps) for r in log.rows if r.size_bytes > 0]
     header, rows = read_csv(path)
     if header != RUN_COLUMNS:
         raise ConfigError(f"{path}: columns must be exactly {list(RUN_COLUMNS)}, got {list(header)}")

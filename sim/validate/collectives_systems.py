@@ -1,6 +1,6 @@
 """Which systems the collectives suite models, and the families its report groups them in.
 
-A supported run (``systems.csv``) names a bundled GPU topology of ``TOPOLOGIES``; its GPU, hosts
+A supported run (``systems.csv``) names any bundled GPU topology (``TOPOLOGIES``); its GPU, hosts
 and fabric are read from that topology's spec (``family_of``), not from a list of names, so a new
 topology lands in its family.
 """
@@ -16,11 +16,14 @@ from ..topology_spec import GpuClusterSpec
 __all__ = ["FABRIC_FAMILY", "SYSTEM_FAMILIES", "TOPOLOGIES", "family_of", "family_of_spec", "gpu_name",
            "host_gpus"]
 
-TOPOLOGIES = frozenset({"dgx-a100", "dgx-h100", "dgx-h200"}
-                       | {"dgx-b200", "gb200-nvl72", "hgx-h100-4gpu"}   # scale-up domains (issue 16)
-                       | {"aws-p5", "aws-p4de", "gcp-a3-mega", "gcp-a3-high", "gcp-a3-ultra",
-                          "oci-h200-roce", "oci-a100-roce", "polaris", "gcp-a4", "gcp-a4-roce",
-                          "aws-p6-b200"})                                 # scale-out fabrics (issue 16)
+def _bundled_gpu_topologies() -> frozenset[str]:
+    """Every bundled topology but the TPU pods (named ``tpu*``); ``_spec`` checks the kind."""
+    from ..config.topology_specs import bundled_topologies
+
+    return frozenset(n for n in bundled_topologies() if not n.startswith("tpu"))
+
+
+TOPOLOGIES = _bundled_gpu_topologies()
 
 # System families the report summarises separately, in this order (``family_of``).
 SYSTEM_FAMILIES = ("DGX/HGX IB", "NVL72", "EFA", "GCP", "RoCE", "mesh+dragonfly")
@@ -55,7 +58,9 @@ def host_gpus(topology: str) -> int:
 FABRIC_FAMILY = types.MappingProxyType({"aws-p5": "EFA", "aws-p4de": "EFA", "gcp-a3-mega": "GCP",
                                          "gcp-a3-high": "GCP", "gcp-a3-ultra": "GCP",
                                          "oci-h200-roce": "RoCE", "oci-a100-roce": "RoCE",
-                                         "polaris": "Slingshot", "gcp-a4": "GCP", "gcp-a4-roce": "GCP",
+                                         "polaris": "Slingshot", "perlmutter": "Slingshot",
+                                         "slingshot-dragonfly": "Slingshot",
+                                         "gcp-a4": "GCP", "gcp-a4-roce": "GCP",
                                          "aws-p6-b200": "EFA"})
 
 

@@ -81,13 +81,18 @@ def fit_net_latency(data_dir: Path, transport_of: Callable[[str], str | None],
     return fitted
 
 
+_POINT_TO_POINT = ("alltoall", "sendrecv")
+
+
 def fit_link_efficiency(data_dir: Path, kind: str, topologies: set[str],
                         predictor_for: Callable[[float], Predictor]) -> float:
     """Fit of ``sim.calibration.LINK_EFFICIENCY[kind]`` for a scale-out transport on the
     calibration split.
 
     Over the bandwidth-regime points (>= 64 MiB) of the supported, non-anomalous calibration runs
-    on *topologies* (those whose links are of *kind*): the efficiency at which the median signed
+    on *topologies* (those whose links are of *kind*) of the collectives that stream over rings
+    and trees (not all-to-all or send/recv, whose point-to-point paths and per-peer costs are a
+    mechanism of their own, not the link's rate): the efficiency at which the median signed
     error of the predicted bus bandwidth is zero, by bisection on [0.2, 1] (predicted bandwidth
     grows with it; the NICs are not every point's bottleneck, so it is a fit, not a ratio).
     *predictor_for(x)* builds a predictor whose ``LINK_EFFICIENCY[kind]`` is x. Rounded to 0.005.
@@ -96,7 +101,7 @@ def fit_link_efficiency(data_dir: Path, kind: str, topologies: set[str],
 
     pts = [(meta, m, busbw_factor(meta.op, meta.gpus)) for meta in _load_runs(data_dir)
            if meta.split == "calibration" and meta.supported and not meta.anomalous
-           and meta.topology in topologies
+           and meta.topology in topologies and meta.op not in _POINT_TO_POINT
            for m in _load_measured(data_dir / meta.file) if m.size_bytes >= BW_MIN_BYTES]
     if not pts:
         raise ConfigError(f"{data_dir}: no calibration points to fit the {kind} efficiency on")
