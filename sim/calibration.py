@@ -61,9 +61,22 @@ LINK_EFFICIENCY: dict[str, float] = {
 # topology files give none (``sim.collectives.platform``): fitted on the calibration split's latency points
 # (sim.validate.fit_net_latency; tests/test_validation_budgets.py re-derives it). TCPXO: the A3
 # Mega 2-node all-reduce's 14 points of 8 B-64 KiB (the only TCPXO calibration run). Slingshot:
-# NCCL over aws-ofi-nccl on libfabric CXI (ALCF Polaris), the latency points of Polaris's four
-# calibration runs (2 to 540 nodes).
-NET_LATENCY_US: dict[str, float] = {"tcpxo": 54.5, "slingshot": 11.5}
+# NCCL over aws-ofi-nccl on libfabric CXI (ALCF Polaris, NERSC Perlmutter), the latency points of
+# their calibration all-reduces and all-gathers (2 to 540 nodes); the all-to-alls are left out,
+# their per-peer cost being NET_PEER_US's.
+NET_LATENCY_US: dict[str, float] = {"tcpxo": 54.5, "slingshot": 13.0}
+# The net plugin's cost per remote peer of an all-to-all (us), beyond one step's latency: NCCL
+# runs an all-to-all as a send and a receive to every peer (grouped ncclSend / ncclRecv), and a
+# GPU's network proxy posts each remote peer's messages one after another, so the fixed cost grows
+# with the peers across nodes. (at least NET_PEER_SMALL_B bytes a peer, under it), fitted on the
+# calibration split's Slingshot all-to-alls (ALCF Polaris at 2 and 8 nodes, NCCL 2.18 and 2.21;
+# latency-regime points) by ``sim.validate.fit_net_peer_us``: the median over the points of the
+# measured time beyond the model's, per remote peer (tests/test_validation_budgets.py re-derives
+# it). The same runs put the switch between 128 and 256 bytes a peer at both scales (aws-ofi-nccl
+# over libfabric CXI, software receive matching: FI_CXI_RX_MATCH_MODE=software in their env).
+# Transports without a fitted value (InfiniBand verbs, EFA, RoCE) have none: no calibration run.
+NET_PEER_US: dict[str, tuple[float, float]] = {"slingshot": (9.5, 20.5)}
+NET_PEER_SMALL_B = 256
 
 # Time a GPU's network proxy spends on each channel's step of an LL128 call across nodes (us).
 # NCCL sends a step to the network only when the whole step is written and fenced and the GPU's

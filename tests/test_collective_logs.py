@@ -1,5 +1,6 @@
 """Users' own nccl-tests logs (read as printed, ``collective --compare``), a suite that never aborts
-on one run, every bundled GPU topology in systems.csv, and partial nodes (issue 30)."""
+on one run, every bundled GPU topology in systems.csv, partial nodes, and all-to-all's cost per
+remote peer (issue 30)."""
 
 from __future__ import annotations
 
@@ -138,3 +139,23 @@ def test_partial_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["collective", "--topology", "polaris", "--chips", "4", "--gpus-per-node", "1",
                  "--op", "allreduce"]) == 2
     assert "each with whole NICs" in capsys.readouterr().err
+
+
+def test_all_to_all_pays_its_plugin_per_remote_peer() -> None:
+    from sim.calibration import NET_PEER_US
+    from sim.collectives import CollectiveModel
+    from sim.config import load_cluster
+    from sim.topology import build_topology
+
+    def fixed_us(topology: str, chips: int, size: int) -> float:
+        m = CollectiveModel(build_topology(load_cluster(topology, chips)), nccl_version=(2, 21))
+        return m.time("alltoall", size).latency_s * 1e6
+    large, small = NET_PEER_US["slingshot"]
+    # Polaris: 4 GPUs a node; 8 ranks have 4 peers on the other node, 32 ranks 28
+    assert fixed_us("polaris", 32, 32 * 4096) - fixed_us("polaris", 8, 8 * 4096) == pytest.approx(
+        24 * large, rel=0.05)
+    assert fixed_us("polaris", 8, 8 * 64) - fixed_us("polaris", 8, 8 * 4096) == pytest.approx(
+        4 * (small - large), rel=0.05)
+    # no fitted cost for InfiniBand verbs: one step's latency, whatever the peers
+    assert fixed_us("dgx-h100", 64, 64 * 4096) == pytest.approx(fixed_us("dgx-h100", 16, 16 * 4096),
+                                                                 rel=0.05)

@@ -141,3 +141,13 @@ def test_a_single_timed_torch_call_adds_its_host_overhead() -> None:
         nccl = predict(CaseSpec(size_bytes=size, **base))
         torch = predict(CaseSpec(size_bytes=size, harness="torch-single-call", **base))
         assert torch - nccl == pytest.approx(TORCH_CALL_OVERHEAD_S, rel=1e-6)
+
+
+def test_slingshot_peer_cost_is_the_calibration_fit() -> None:
+    """``NET_PEER_US["slingshot"]`` re-derived from the calibration split's Polaris all-to-alls."""
+    from sim.calibration import NET_PEER_US
+    from sim.validate import fit_net_peer_us
+
+    fitted = fit_net_peer_us(DATA / "collectives", "slingshot", {"polaris"},
+                             lambda table: CasePredictor(peer_us=table))
+    assert NET_PEER_US["slingshot"] == pytest.approx(fitted, abs=1e-9)

@@ -68,7 +68,8 @@ class CollectiveModel:
     def __init__(self, topo: Topology, efficiency: dict[str, float] | None = None,
                  nccl_version: tuple[int, int] | None = None,
                  net_latency_us: dict[str, float] | None = None,
-                 proxy_step_us: float | None = None) -> None:
+                 proxy_step_us: float | None = None,
+                 peer_us: dict[str, tuple[float, float]] | None = None) -> None:
         self.topo = topo
         self.links = LinkTable(topo, LINK_EFFICIENCY if efficiency is None else efficiency)
         self.router = make_router(topo, self.links)
@@ -79,7 +80,7 @@ class CollectiveModel:
         # what the tuner may offer here (nccl.offered); *nccl_version* (major, minor) where the
         # release changes it, None for a current NCCL; *net_latency_us* replaces
         # sim.calibration.NET_LATENCY_US (for its fit)
-        self.hw = platform(topo, nccl_version, net_latency_us, proxy_step_us)
+        self.hw = platform(topo, nccl_version, net_latency_us, proxy_step_us, peer_us)
         ici = self.links.latency_s[self.links.kind == "ici"]
         self._ici_hop_s = float(ici.max()) if len(ici) else 1e-6
         self._wire: Wires | None = None

@@ -283,6 +283,11 @@ class Algorithm:
         NCCL's proxies are not modelled for it."""
         return None
 
+    def peer_cost_s(self, call: Call, peer_us: tuple[float, float] | None) -> float:
+        """What the call's remote peers cost beyond its latency (send/recv-based algorithms
+        only); 0 here."""
+        return 0.0
+
     def proxy_wait_s(self, call: Call, step_s: float, net_channels: int | None = None,
                      nics: int = NET_RAILS) -> float:
         """What an LL128 call across nodes waits on its GPUs' network proxies beyond NCCL's latency

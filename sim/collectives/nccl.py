@@ -157,4 +157,5 @@ def call_time_s(algo: str, call: Call, hw: Platform, line_s: float, wires: Wires
     lat = a.latency_s(call, wires, net_us=hw.net_us, exposed_net=hw.since(2, 23),
                       net_channels=hw.net_channels)
     wait = a.proxy_wait_s(call, hw.proxy_step_s, hw.net_channels, hw.net_nics)
+    wait += a.peer_cost_s(call, hw.peer_us)
     return lat + wait, transfer, lat + tuned

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..calibration import NET_LATENCY_US, PROXY_STEP_US
+from ..calibration import NET_LATENCY_US, NET_PEER_US, PROXY_STEP_US
 from ..topology import GpuFabric, Topology
 from ..topology_spec import NCCL_PROTOCOLS, GpuClusterSpec
 from .stages import NET_GRAPH_CHANNELS, NET_RAILS
@@ -38,6 +38,9 @@ class Platform:
     # ``fabric.net_channels`` or NCCL's default) and the NICs a node's channels run on
     net_channels: int = NET_GRAPH_CHANNELS
     net_nics: int = NET_RAILS
+    # The net plugin's cost per remote peer of an all-to-all, (large, small) messages, us
+    # (sim.calibration.NET_PEER_US); None: none fitted for the transport
+    peer_us: tuple[float, float] | None = None
 
     def since(self, major: int, minor: int) -> bool:
         """Whether the NCCL release has what (major, minor) introduced (unknown: yes)."""
@@ -51,13 +54,14 @@ class Platform:
 
 def platform(topo: Topology, nccl_version: tuple[int, int] | None = None,
              net_latency_us: dict[str, float] | None = None,
-             proxy_step_us: float | None = None) -> Platform:
+             proxy_step_us: float | None = None,
+             peer_us: dict[str, tuple[float, float]] | None = None) -> Platform:
     """The platform of *topo*: its chip and, on GPU clusters, the fabric's in-network reduction
     and the transport's network latency (the topology file's ``net_latency_us``, else the value
     fitted for the transport in ``sim.calibration.NET_LATENCY_US`` or the *net_latency_us* table
     that replaces it, else NCCL's table); *nccl_version* (major, minor) where the release matters
     (PAT: 2.23), None for a current one; *proxy_step_us* replaces
-    ``sim.calibration.PROXY_STEP_US`` (for its fit)."""
+    ``sim.calibration.PROXY_STEP_US`` and *peer_us* ``NET_PEER_US`` (for their fits)."""
     table = NET_LATENCY_US if net_latency_us is None else net_latency_us
     step_us = PROXY_STEP_US if proxy_step_us is None else proxy_step_us
     fab = topo.fabric
@@ -67,7 +71,10 @@ def platform(topo: Topology, nccl_version: tuple[int, int] | None = None,
     tuner_plugin = None
     spec = topo.spec
     net_channels, net_nics = NET_GRAPH_CHANNELS, NET_RAILS
+    peer_table = NET_PEER_US if peer_us is None else peer_us
+    peer: tuple[float, float] | None = None
     if isinstance(spec, GpuClusterSpec):
+        peer = peer_table.get(spec.transport)
         net_protocols = spec.net_protocols
         tuner_plugin = spec.tuner_plugin
         if spec.net_latency_s is not None:
@@ -79,4 +86,4 @@ def platform(topo: Topology, nccl_version: tuple[int, int] | None = None,
         net_nics = min(spec.rails, NET_RAILS)
     return Platform(topo.name, topo.spec.chip.name, topo.spec.chip.arch, topo.is_tpu, nvls, sharp,
                     nccl_version, net_us, net_protocols, tuner_plugin, step_us * 1e-6,
-                    net_channels, net_nics)
+                    net_channels, net_nics, peer)

@@ -2,11 +2,13 @@
 
 NCCL's tuning model has no entry for them: a call costs one ring Simple step's latency (NCCL's
 ``src/graph/tuning.cc`` @ 5067397c2676d5aed50042fc39e5c8ee96eb0027, the ring's rows) and moves its
-bytes at the links' rate.
+bytes at the links' rate; an all-to-all across nodes also pays its net plugin's cost per remote
+peer where one is fitted (``Pairwise.peer_cost_s``).
 """
 
 from __future__ import annotations
 
+from ..calibration import NET_PEER_SMALL_B
 from ..errors import ConfigError
 from ..topology import Topology
 from .algorithm import REFERENCE_WIRES, Algorithm, Call, Wires
@@ -50,6 +52,16 @@ class _SendRecv(Algorithm):
 class Pairwise(_SendRecv):
     name = "pairwise"
     ops = frozenset({"alltoall"})
+
+    def peer_cost_s(self, call: Call, peer_us: tuple[float, float] | None) -> float:
+        """Each remote peer's messages posted by the GPU's network proxy one after another
+        (``sim.calibration.NET_PEER_US``: (large, small) us a peer; a small message is under
+        ``NET_PEER_SMALL_B`` bytes a peer): the ranks on other nodes times that."""
+        if peer_us is None or call.nodes < 2:
+            return 0.0
+        remote = call.ranks - call.ranks // call.nodes
+        large, small = peer_us
+        return remote * (small if call.size / call.ranks < NET_PEER_SMALL_B else large) * 1e-6
 
     def stages(self, op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
         return pairwise(op, gi, size)

@@ -56,7 +56,8 @@ def fit_net_latency(data_dir: Path, transport_of: Callable[[str], str | None],
     For each transport (``transport_of(topology)``; None for topologies that need no fit: their
     file gives the latency or NCCL's InfiniBand table holds) with latency-regime points (<= 64 KiB,
     a measured time) in supported, non-anomalous calibration runs: the per-step network latency,
-    in us, at which the median signed error of the predicted times is zero, by bisection on
+    in us, of the ring- and tree-based collectives (all-to-all's per-peer cost is
+    ``fit_net_peer_us``'s), at which the median signed error of the predicted times is zero, by bisection on
     [0, 1000] us (predicted times grow with it). *predictor_for(table)* builds a predictor whose
     ``NET_LATENCY_US`` is *table*. Rounded to 0.1 us.
     """
@@ -67,7 +68,7 @@ def fit_net_latency(data_dir: Path, transport_of: Callable[[str], str | None],
         if meta.split != "calibration" or not meta.supported or meta.anomalous:
             continue
         transport = transport_of(meta.topology)
-        if transport is None:
+        if transport is None or meta.op in _POINT_TO_POINT:    # their peers: fit_net_peer_us
             continue
         for m in _load_measured(data_dir / meta.file):
             if m.size_bytes <= LAT_MAX_BYTES and m.time_s is not None:
@@ -254,3 +255,36 @@ def fit_stack_efficiency(data_dir: Path,
             if v:
                 table[k] *= float(sorted(v)[len(v) // 2])   # the upper middle ratio
     return {k: round(v, 3) for k, v in sorted(table.items())}
+
+
+def fit_net_peer_us(data_dir: Path, kind: str, topologies: set[str],
+                    predictor_for: Callable[[dict[str, tuple[float, float]]], Predictor]
+                    ) -> tuple[float, float]:
+    """Fit of ``sim.calibration.NET_PEER_US[kind]``: over the latency-regime points (<= 64 KiB)
+    of the supported, non-anomalous calibration all-to-alls on *topologies*, the median of the
+    measured time beyond the model's without a peer cost, per remote peer, for messages of at
+    least ``NET_PEER_SMALL_B`` bytes a peer and for smaller ones; each rounded to 0.5 us.
+    *predictor_for(table)* builds a predictor with that ``NET_PEER_US``."""
+    from ..calibration import NET_PEER_SMALL_B
+    from ..collectives import busbw_factor
+
+    predict = predictor_for({})
+    large: list[float] = []
+    small: list[float] = []
+    for meta in _load_runs(data_dir):
+        if not (meta.split == "calibration" and meta.supported and not meta.anomalous
+                and meta.topology in topologies and meta.op == "alltoall" and meta.nodes > 1):
+            continue
+        remote = meta.gpus - meta.gpus // meta.nodes
+        factor = busbw_factor(meta.op, meta.gpus)
+        for m in _load_measured(data_dir / meta.file):
+            if m.size_bytes > LAT_MAX_BYTES or m.time_s is None:
+                continue
+            point = _score_point(meta, m, predict, factor)
+            per_us = (m.time_s - point.predicted_time_s) / remote * 1e6
+            (small if m.size_bytes / meta.gpus < NET_PEER_SMALL_B else large).append(per_us)
+    if not large or not small:
+        raise ConfigError(f"{data_dir}: no calibration all-to-all points to fit the {kind} peer cost on")
+    big, little = median(large), median(small)
+    assert big is not None and little is not None
+    return round(big * 2) / 2, round(little * 2) / 2

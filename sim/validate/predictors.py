@@ -30,7 +30,7 @@ class CasePredictor:
     Keeps one ``CollectiveModel`` per (topology, size, SHARP, NCCL release) so a run's sizes share
     the per-byte costs. *efficiency* overrides ``sim.calibration.LINK_EFFICIENCY`` and
     *net_latency_us* ``sim.calibration.NET_LATENCY_US``, *proxy_step_us*
-    ``sim.calibration.PROXY_STEP_US`` and *torch_call_s*
+    ``sim.calibration.PROXY_STEP_US``, *peer_us* ``NET_PEER_US`` and *torch_call_s*
     ``sim.calibration.TORCH_CALL_OVERHEAD_S`` (for their fits).
 
     What the harness adds to the collective's own time: nccl-tests times a stream of iterations,
@@ -42,12 +42,14 @@ class CasePredictor:
     def __init__(self, efficiency: dict[str, float] | None = None,
                  net_latency_us: dict[str, float] | None = None,
                  torch_call_s: float | None = None,
-                 proxy_step_us: float | None = None) -> None:
+                 proxy_step_us: float | None = None,
+                 peer_us: dict[str, tuple[float, float]] | None = None) -> None:
         self._models: dict[tuple[str, int, bool, tuple[int, int] | None, int | None],
                            CollectiveModel] = {}
         self._efficiency = efficiency
         self._net_latency_us = net_latency_us
         self._proxy_step_us = proxy_step_us
+        self._peer_us = peer_us
         self._torch_call_s = TORCH_CALL_OVERHEAD_S if torch_call_s is None else torch_call_s
 
     def model(self, topology: str, chips: int, sharp: bool,
@@ -58,7 +60,8 @@ class CasePredictor:
             cluster = load_cluster(topology, chips, sharp=sharp, where="validate",
                                    nvl_domain=nvl_domain)
             self._models[key] = CollectiveModel(build_topology(cluster), self._efficiency, nccl_version,
-                                                self._net_latency_us, self._proxy_step_us)
+                                                self._net_latency_us, self._proxy_step_us,
+                                                self._peer_us)
         return self._models[key]
 
     def __call__(self, case: CaseSpec) -> float:
