@@ -80,7 +80,8 @@ def _training(data_dir: Path, budgets: Budgets) -> _Outcome:
 def _failures(data_dir: Path, budgets: Budgets) -> _Outcome:
     cases = validate_failures(data_dir)
     return _Outcome(check_failure_budgets(cases, budgets["failures"]),
-                    lambda: failures_report_to_json(cases), lambda: format_failures(cases),
+                    lambda: failures_report_to_json(cases),
+                    lambda: format_failures(cases, budgets["failures"]["relative_err_max_pct"]),
                     "budgeted cases", [])
 
 
