@@ -41,12 +41,14 @@ def cmd_topo_show(args: argparse.Namespace) -> int:
 
 
 def _compare_log(args: argparse.Namespace, model: Any, group: list[int] | None, ranks: int) -> int:
-    """``collective --compare LOG``: the prediction at every size of an nccl-tests output, the
-    error per size and the median per regime (the collectives suite's regimes)."""
+    """``collective --compare LOG``: the prediction at every size of an nccl-tests output, scored
+    as the collectives suite scores a run (``validate.collectives.score_time``), and the median
+    error per regime."""
     from pathlib import Path
 
     from .collectives import busbw_factor
-    from .validate.collectives import BW_MIN_BYTES, LAT_MAX_BYTES
+    from .validate.collectives import score_time
+    from .validate.collectives_runs import measured_of
     from .validate.nccl_log import read_nccl_tests_log
     from .validate.stats import median
 
@@ -60,22 +62,17 @@ def _compare_log(args: argparse.Namespace, model: Any, group: list[int] | None, 
              f"{'size_bytes':>14} {'regime':>9} {'meas_us':>11} {'pred_us':>11} {'meas_busbw':>11} "
              f"{'pred_busbw':>11} {'err_pct':>8}"]
     errs: dict[str, list[float]] = {"latency": [], "ramp": [], "bandwidth": []}
-    for r in log.rows:
-        if r.size_bytes == 0:
-            continue
+    for m in measured_of(log):
         try:
-            pred = model.time(args.op, r.size_bytes, group, args.algo).time_s
+            pred = model.time(args.op, m.size_bytes, group, args.algo).time_s
         except ConfigError as e:
             raise ConfigError(f"--{e}") from None
-        regime = ("bandwidth" if r.size_bytes >= BW_MIN_BYTES else
-                  "latency" if r.size_bytes <= LAT_MAX_BYTES else "ramp")
-        pred_bw = r.size_bytes / pred * factor / 1e9
-        meas_s = r.time_us * 1e-6
-        err = (abs(pred_bw - r.busbw_GBps) / r.busbw_GBps if regime == "bandwidth" and r.busbw_GBps
-               else abs(pred - meas_s) / meas_s) * 100
-        errs[regime].append(err)
-        lines.append(f"{r.size_bytes:>14} {regime:>9} {r.time_us:>11.2f} {pred * 1e6:>11.2f} "
-                     f"{r.busbw_GBps:>11.2f} {pred_bw:>11.2f} {err:>8.1f}")
+        p = score_time(m, pred, factor, args.compare)
+        assert p.measured_time_s is not None and p.abs_err_pct is not None
+        errs[p.regime].append(p.abs_err_pct)
+        lines.append(f"{m.size_bytes:>14} {p.regime:>9} {p.measured_time_s * 1e6:>11.2f} "
+                     f"{pred * 1e6:>11.2f} {m.busbw_GBps:>11.2f} {p.predicted_busbw_GBps:>11.2f} "
+                     f"{p.abs_err_pct:>8.1f}")
     for regime, xs in errs.items():
         if xs:
             lines.append(f"{regime}: median |error| {median(xs):.1f}% over {len(xs)} sizes")

@@ -56,7 +56,7 @@ from .stats import median, p90
 __all__ = ["BW_MIN_BYTES", "HARNESSES", "LAT_MAX_BYTES", "OPS", "SYSTEM_FAMILIES", "TOPOLOGIES",
            "CaseSpec", "CollectivesReport", "PointResult", "Predictor", "RegimeStats", "RunResult",
            "Summary", "UnsupportedRun", "family_of", "family_of_spec", "gpus_per_thread", "harness_of",
-           "is_anomalous", "nccl_version", "validate_collectives"]
+           "is_anomalous", "nccl_version", "score_time", "validate_collectives"]
 
 BW_MIN_BYTES = 64 * MiB                # bandwidth regime: size_bytes >= this
 LAT_MAX_BYTES = 64 * KiB               # latency regime: size_bytes <= this
@@ -177,6 +177,14 @@ def _score_point(meta: _RunMeta, m: _Measured, predict: Predictor, factor: float
     pred_s = float(raw)
     if not (math.isfinite(pred_s) and pred_s > 0):
         raise ValueError(f"predictor returned {raw!r} for {case}; expected a finite time > 0 s")
+    return score_time(m, pred_s, factor, meta.file)
+
+
+def score_time(m: _Measured, pred_s: float, factor: float, where: str) -> PointResult:
+    """A predicted time *pred_s* against one measured size: its regime (``BW_MIN_BYTES``,
+    ``LAT_MAX_BYTES``) and its error there (busbw in the bandwidth regime, time below it; a
+    time derived from busbw where the table gives none); *factor* is nccl-tests' busbw / algbw,
+    *where* names the data in an error."""
     pred_busbw_GBps = m.size_bytes / pred_s * factor / GB
     meas_s = m.time_s
     if meas_s is None and m.busbw_GBps > 0:
@@ -186,7 +194,7 @@ def _score_point(meta: _RunMeta, m: _Measured, predict: Predictor, factor: float
     if m.size_bytes >= BW_MIN_BYTES:
         regime = "bandwidth"
         if m.busbw_GBps <= 0:
-            raise ConfigError(f"{meta.file}: size {m.size_bytes}: busbw_GBps is 0 in the bandwidth regime")
+            raise ConfigError(f"{where}: size {m.size_bytes}: busbw_GBps is 0 in the bandwidth regime")
         err = abs(pred_busbw_GBps - m.busbw_GBps) / m.busbw_GBps * 100
     elif m.size_bytes <= LAT_MAX_BYTES:
         regime = "latency"

@@ -21,9 +21,9 @@ from ..errors import ConfigError
 from ..units import us_to_s
 from .collectives_systems import FABRIC_FAMILY, TOPOLOGIES, gpu_name, host_gpus
 from .data import RUNS_FILE, SPLITS, number, read_csv, required_integer
-from .nccl_log import looks_like_nccl_log, read_nccl_tests_log
+from .nccl_log import NcclLog, looks_like_nccl_log, read_nccl_tests_log
 
-__all__ = ["HARNESSES", "OPS", "CaseSpec", "Predictor", "gpus_per_thread", "harness_of",
+__all__ = ["HARNESSES", "OPS", "CaseSpec", "Predictor", "gpus_per_thread", "harness_of", "measured_of",
            "is_anomalous", "nccl_version"]
 
 # The ops of nccl-tests runs: sim.collectives.OPS, listed in the order the data's errors name them.
@@ -241,6 +241,12 @@ def _load_runs(data_dir: Path) -> list[_RunMeta]:
     return metas
 
 
+def measured_of(log: NcclLog) -> list[_Measured]:
+    """The non-zero sizes of a printed nccl-tests log as the suite scores them."""
+    return [_Measured(size_bytes=r.size_bytes, dtype=r.dtype, time_s=us_to_s(r.time_us),
+                      busbw_GBps=r.busbw_GBps) for r in log.rows if r.size_bytes > 0]
+
+
 def _load_measured(path: Path, ranks: int | None = None) -> list[_Measured]:
     """The non-zero-size rows of one run's nccl-tests table: this project's CSV columns, or the
     output as nccl-tests prints it (``sim.validate.nccl_log``), whose listed ranks must be
@@ -250,8 +256,7 @@ def _load_measured(path: Path, ranks: int | None = None) -> list[_Measured]:
         if ranks is not None and log.ranks is not None and log.ranks != ranks:
             raise ConfigError(f"{path}: the log lists {log.ranks} ranks but runs.csv says gpus = "
                               f"{ranks}")
-        return [_Measured(size_bytes=r.size_bytes, dtype=r.dtype, time_s=us_to_s(r.time_us),
-                          busbw_GBps=r.busbw_GBps) for r in log.rows if r.size_bytes > 0]
+        return measured_of(log)
     header, rows = read_csv(path)
     if header != RUN_COLUMNS:
         raise ConfigError(f"{path}: columns must be exactly {list(RUN_COLUMNS)}, got {list(header)}")
