@@ -164,8 +164,7 @@ def simulate_histories(causes: tuple[Cause, ...], rates_per_h: tuple[float, ...]
     """Monte Carlo of *runs* histories (seeds seed .. seed+runs-1); *fleet*: a fixed factor, or
     the (median, sigma) of its log-normal."""
     base = float(sum(rates_per_h)) / HOUR_S
-    if base <= 0:
-        raise ConfigError("failures: the failure rate is zero; nothing to simulate")
+    assert base > 0, "sim.goodput refuses a zero failure rate"
     H = horizon_days * DAY_S
     median, sigma = (fleet, 0.0) if isinstance(fleet, (int, float)) else fleet
     z = 1.6448536269514722
@@ -204,7 +203,7 @@ class _Pool:
     repair_s: float
     cold_s: float | None
     repairs: list[float] = field(default_factory=list)
-    size: int = 0              # the pool's own units: a repaired one refills it up to this
+    size: int = field(init=False)   # the pool's own units: a repaired one refills it up to this
 
     def __post_init__(self) -> None:
         self.size = self.ready or 0
