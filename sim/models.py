@@ -29,6 +29,10 @@ __all__ = ["MoE", "MLA", "Attention", "Mamba", "LayerKind", "ModelSpec", "PRESET
 HYBRID_CHARS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 
 
+# How a router spreads a token's top-k experts over the expert ranks (sim.workload.routing).
+ROUTINGS = ("learned", "round_robin")
+
+
 @dataclass(frozen=True, slots=True)
 class MoE:
     """Routed experts (``experts``, ``top_k`` of them per token, each ``ffn_hidden`` wide: None =
@@ -37,7 +41,10 @@ class MoE:
     layer every ``every``-th layer (the others dense). ``capacity_factor``: None = dropless;
     else each expert takes at most that multiple of its mean share (token drop, padded to it).
     ``load_imbalance``: the busiest expert-parallel rank's tokens over the mean (None: the
-    measured default of ``sim.calibration``)."""
+    measured default of ``sim.calibration``). ``routing``: how a token's experts spread over the
+    ranks (``sim.workload.routing.ROUTINGS``: ``learned``, or AutoModel's ``round_robin`` fake
+    gate); ``router_groups`` / ``router_group_topk``: group-limited routing, each token's experts
+    within that many of the contiguous expert groups (DeepSeek-V3: 8 / 4; 1 / 1: none)."""
 
     experts: int
     top_k: int
@@ -48,6 +55,9 @@ class MoE:
     first_dense_layers: int = 0
     every: int = 1
     load_imbalance: float | None = None
+    routing: str = "learned"
+    router_groups: int = 1
+    router_group_topk: int = 1
 
     def busiest_share(self, copies_per_rank: float, ep: int) -> float:
         """The busiest expert-parallel rank's routed token copies over the mean: token drop pads
@@ -284,10 +294,15 @@ class ModelSpec:
 # moonshotai/Kimi-K2-Instruct: hidden_size, intermediate_size (dense), moe_intermediate_size,
 # n_routed_experts, n_shared_experts, num_experts_per_tok, first_k_dense_replace, q_lora_rank,
 # kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, vocab_size,
-# num_nextn_predict_layers); DeepSeek-V3 technical report (arXiv 2412.19437) section 4.2.
+# num_nextn_predict_layers, n_group and topk_group: 8 / 4 for DeepSeek-V3, 1 / 1 for Kimi K2);
+# DeepSeek-V3 technical report (arXiv 2412.19437) section 4.2.
 # gpt-oss-120b: openai/gpt-oss-120b config.json (num_local_experts 128, experts_per_token 4,
 # intermediate_size 2880, head_dim 64, sliding_window 128, layer_types alternating sliding and
 # full attention from layer 0) and the gpt-oss model card (attention sinks).
+# gpt-oss-20b: openai/gpt-oss-20b config.json (num_hidden_layers 24, num_local_experts 32,
+# num_experts_per_tok 4, hidden_size and intermediate_size 2880, 64 heads / 8 kv heads of head_dim
+# 64, sliding_window 128, layer_types alternating sliding and full attention from layer 0,
+# vocab_size 201088); the model card (arXiv 2508.10925, Table 1: 20.9B parameters).
 # Llama 4 Maverick: meta-llama/Llama-4-Maverick-17B-128E config.json text_config
 # (intermediate_size 8192 per expert and the shared expert, intermediate_size_mlp 16384 dense,
 # interleave_moe_layer_step 2, num_experts_per_tok 1, attention_chunk_size 8192, no_rope_layers:
@@ -318,7 +333,8 @@ PRESETS: dict[str, ModelSpec] = {
                   vocab=151936, moe=MoE(experts=128, top_k=8), head_dim_=128),
         ModelSpec("deepseek-v3", layers=61, hidden=7168, ffn_hidden=18432, heads=128, kv_heads=128,
                   vocab=129280, moe=MoE(experts=256, top_k=8, ffn_hidden=2048, shared_experts=1,
-                                        first_dense_layers=3),
+                                        first_dense_layers=3, router_groups=8,
+                                        router_group_topk=4),
                   attention=Attention(mla=MLA(1536, 512, 128, 64, 128)), mtp_layers=1),
         ModelSpec("kimi-k2", layers=61, hidden=7168, ffn_hidden=18432, heads=64, kv_heads=64,
                   vocab=163840, moe=MoE(experts=384, top_k=8, ffn_hidden=2048, shared_experts=1,
@@ -326,6 +342,9 @@ PRESETS: dict[str, ModelSpec] = {
                   attention=Attention(mla=MLA(1536, 512, 128, 64, 128))),
         ModelSpec("gpt-oss-120b", layers=36, hidden=2880, ffn_hidden=2880, heads=64, kv_heads=8,
                   vocab=201088, moe=MoE(experts=128, top_k=4), head_dim_=64,
+                  attention=Attention(window=128, global_every=2, sinks=True)),
+        ModelSpec("gpt-oss-20b", layers=24, hidden=2880, ffn_hidden=2880, heads=64, kv_heads=8,
+                  vocab=201088, moe=MoE(experts=32, top_k=4), head_dim_=64,
                   attention=Attention(window=128, global_every=2, sinks=True)),
         ModelSpec("llama4-maverick", layers=48, hidden=5120, ffn_hidden=16384, heads=40, kv_heads=8,
                   vocab=202048, moe=MoE(experts=128, top_k=1, ffn_hidden=8192, shared_experts=1,

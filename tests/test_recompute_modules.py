@@ -149,7 +149,7 @@ def test_automodel_rows_run_their_recipes_loss_and_gate() -> None:
     assert rows
     for r in rows:
         assert r.scenario["training"]["logits_dtype"] == "bf16"
-        assert r.scenario["model"]["moe"] == {"load_imbalance": 1.0}
+        assert r.scenario["model"]["moe"] == {"load_imbalance": 1.0, "routing": "round_robin"}
 
 
 def test_moe_sync_idle_is_the_profiled_runs_idle_time() -> None:

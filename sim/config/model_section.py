@@ -10,7 +10,8 @@ Keys (DESIGN.md schema; the nested sections are optional)::
       head_dim: 128                # where the attention width is not hidden
       mlp: swiglu                  # swiglu | gelu | relu2
       moe: {experts: 256, top_k: 8, ffn_hidden: 2048, shared_experts: 1, shared_ffn_hidden: 2048,
-            first_dense_layers: 3, every: 1, capacity_factor: null, load_imbalance: null}
+            first_dense_layers: 3, every: 1, capacity_factor: null, load_imbalance: null,
+            routing: learned, router_groups: 8, router_group_topk: 4}
       attention: {mla: {q_lora_rank: 1536, kv_lora_rank: 512, qk_nope_head_dim: 128,
                         qk_rope_head_dim: 64, v_head_dim: 128},
                   window: 128, window_type: sliding, global_every: 2, sinks: true}
@@ -25,7 +26,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ..errors import ConfigError
-from ..models import HYBRID_CHARS, MLA, PRESETS, Attention, Mamba, ModelSpec, MoE
+from ..models import HYBRID_CHARS, MLA, PRESETS, ROUTINGS, Attention, Mamba, ModelSpec, MoE
 from .fields import Section
 
 __all__ = ["MODEL_KEYS", "read_model", "check_model_sequence"]
@@ -63,10 +64,21 @@ def _moe(s: Section, base: MoE | None) -> MoE | None:
                                      minimum=0),
         every=m.integer("every", b.every if b else 1),
         load_imbalance=None if imb is None else m.number("load_imbalance", minimum=1.0),
+        routing=m.text("routing", b.routing if b else "learned", choices=ROUTINGS),
+        router_groups=m.integer("router_groups", b.router_groups if b else 1),
+        router_group_topk=m.integer("router_group_topk", b.router_group_topk if b else 1),
     )
     if moe.top_k > moe.experts:
         raise ConfigError(f"model.moe.top_k: {moe.top_k} exceeds experts = {moe.experts}; "
                           f"valid: 1 .. {moe.experts}")
+    g, gk = moe.router_groups, moe.router_group_topk
+    if moe.experts % g:
+        raise ConfigError(f"{m.at('router_groups')}: {g} does not divide experts = "
+                          f"{moe.experts}; valid: a divisor of {moe.experts} (1: no groups)")
+    if gk > g or gk * (moe.experts // g) < moe.top_k:
+        raise ConfigError(f"{m.at('router_group_topk')}: {gk} of {g} groups of "
+                          f"{moe.experts // g} experts cannot hold top_k = {moe.top_k}; valid: "
+                          f"{-(-moe.top_k * g // moe.experts)} .. {g}")
     return moe
 
 

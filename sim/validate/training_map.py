@@ -179,9 +179,11 @@ class _RowMapper(RowReader):
         if re.search(_EXACT_ROUTING_NOTES, self.notes):
             # AutoModel's FakeBalancedGate (noise 0): "perfectly balanced assignment"
             # (nemo_automodel/components/moe/layers.py @15da268)
+            # token i's experts (i x k + j) mod E: k consecutive experts (sim.workload.routing)
             self.assumptions.append("routing balanced exactly by the benchmark's fake gate: "
-                                    "every expert-parallel rank gets the mean")
-            return {"preset": preset, "moe": {"load_imbalance": 1.0}}
+                                    "every expert-parallel rank gets the mean, each token k "
+                                    "consecutive experts (routing: round_robin)")
+            return {"preset": preset, "moe": {"load_imbalance": 1.0, "routing": "round_robin"}}
         if re.search(_BALANCED_ROUTING_NOTES, self.notes):
             self.assumptions.append("routing force-balanced by the benchmark: the busiest "
                                     "expert-parallel rank's share is the statistical one")

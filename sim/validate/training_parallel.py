@@ -166,9 +166,28 @@ def _schedule(r: RowReader, layers: int, pp: int) -> dict[str, Any]:
 
 
 def _uneven_stages(r: RowReader, layers: int, pp: int, vs: int) -> dict[str, Any]:
-    """Layers that do not split over pp x vs chunks: the embedding and the loss count as a
-    layer each (Megatron-Bridge recipes: account_for_embedding/loss_in_pipeline_split), so the
-    end stages hold one layer fewer."""
+    """Layers that do not split over pp x vs chunks, laid out as the run's framework lays them.
+
+    NeMo AutoModel (torch.distributed.pipelining) gives each of its pp x vs model parts
+    layers // parts layers and the first layers % parts parts one more, in model order, with the
+    embedding on the first part and the norm and head on the last
+    (``generate_hf_model_fqn_per_model_part`` in
+    nemo_automodel/components/distributed/pipelining/functional.py, NVIDIA-NeMo/Automodel
+    @36044ad3); part i runs on pipeline rank i mod pp (``stage_ids_this_rank``, "loop" style),
+    the order of ``stage_layers``. Megatron-Bridge recipes instead count the embedding and the
+    loss as a layer each (account_for_embedding/loss_in_pipeline_split), so the end stages hold
+    one layer fewer."""
+    if "Automodel" in r.cell("source_url"):
+        parts = pp * vs
+        if layers < parts:
+            raise _Unsupported(f"{layers} layers on pp {pp} x {vs} virtual stages: fewer "
+                               "layers than model parts")
+        base, extra = divmod(layers, parts)
+        split = [base + 1] * extra + [base] * (parts - extra)
+        r.assumptions.append(f"{layers} layers on pp {pp} x {vs} virtual stages as AutoModel "
+                             f"splits them: the first {extra} parts {base + 1} layers, the "
+                             f"other {parts - extra} {base}")
+        return {"stage_layers": split}
     if (layers + 2) % (pp * vs):
         raise _Unsupported(f"uneven interleaved stages: {layers} (+ 2 for embedding and loss) "
                            f"layers do not split over pp {pp} x {vs} virtual stages")

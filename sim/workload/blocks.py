@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from ..compute.kernels import AttentionShape
 from ..models import LayerKind, ModelSpec
 from .ops import BYTES, Comm, Item, attention, gemm, mem
+from .routing import destinations
 
 __all__ = ["BlockContext", "mixer_block", "mlp_block", "attention_shape"]
 
@@ -54,6 +55,7 @@ class BlockContext:
     cp: int
     local_seq: int
     dispatcher: str = "alltoall"
+    domain_ranks: int = 8        # the expert-parallel group's ranks in one NVLink domain
 
 
 def attention_shape(c: BlockContext, kind: LayerKind) -> AttentionShape:
@@ -213,8 +215,7 @@ def _routed(c: BlockContext) -> list[Item]:
         received = math.ceil(copies * busiest) * c.etp
         a2a = math.ceil(copies * busiest) * h * BYTES
         if c.dispatcher == "deepep":
-            # DeepEP sends a token once per node it reaches (node-limited routing); counted as
-            # the all-to-all's bytes scaled by that share.
+            # DeepEP sends a token once per rank (in the domain) or domain (across) it reaches.
             a2a = math.ceil(a2a * _deepep_share(c))
         out.append(mem("permute", 2 * copies * h * BYTES, _permute_cls(c, "moe-permute")))
         if c.ep > 1:
@@ -249,15 +250,24 @@ def _permute_cls(c: BlockContext, cls: str) -> str:
 
 
 def _deepep_share(c: BlockContext) -> float:
-    """DeepEP's bytes per all-to-all byte: each token reaches at most min(top_k, nodes of the
-    group) nodes instead of top_k ranks (DeepSeek-V3 report, section 3.2.2). The hidden states
-    go in BF16: Megatron-Core hands them to DeepEP's dispatch as they are
-    (megatron/core/transformer/moe/fused_a2a.py ``FusedDispatch``) and its HybridEP path refuses
-    FP8 dispatch ("HybridEP dispatcher does not support fp8 dispatch now", same file); a
-    quantized wire format is opt-in, for the ncclep backend only (transformer_config.py
-    ``moe_dispatch_fwd_dtype``, default 'bf16'; Megatron-LM d98e8a6, 2026-08-22). DeepSeek's own
-    FP8 dispatch (report, section 3.3.1) is no stack here."""
+    """DeepEP's bytes per all-to-all byte. It sends a token once to each other rank its experts
+    sit on within the NVLink domain, and once to each other domain over the network, where the
+    domain forwards it (``sim.workload.routing``: where the top-k land under the model's
+    routing); the all-to-all here spreads its bytes evenly over the group's other ranks, so the
+    share is set to put the sends of the path that bounds it on that path: within one domain the
+    other ranks' sends over the (ep - 1) / ep of the bytes that leave the rank, across domains
+    the other domains' sends over the (ep - domain) / ep that leave the domain (the NVLink
+    forwarding, some 9x faster, runs beside it). The hidden states go in BF16: Megatron-Core hands
+    them to DeepEP's dispatch as they are (megatron/core/transformer/moe/fused_a2a.py
+    ``FusedDispatch``) and its HybridEP path refuses FP8 dispatch ("HybridEP dispatcher does
+    not support fp8 dispatch now", same file); a quantized wire format is opt-in, for the ncclep
+    backend only (transformer_config.py ``moe_dispatch_fwd_dtype``, default 'bf16'; Megatron-LM
+    d98e8a6, 2026-08-22). DeepSeek's own FP8 dispatch (report, section 3.3.1) is no stack here."""
     moe = c.m.moe
     assert moe is not None
-    nodes = max(1, c.ep // 8)
-    return min(moe.top_k, nodes) / moe.top_k
+    ep, d = c.ep, max(1, min(c.domain_ranks, c.ep))
+    dest = destinations(moe.experts, moe.top_k, ep, d, moe.routing, moe.router_groups,
+                        moe.router_group_topk)
+    if ep <= d:
+        return dest.ranks * ep / (ep - 1) / moe.top_k
+    return dest.domains * ep / (ep - d) / moe.top_k

@@ -286,8 +286,9 @@ def build_workload(scn: Scenario) -> Workload:
     sp = par.sequence_parallel and t > 1
     act = tok * h * BYTES                                  # one [b, s, h] activation
     sw = scn.software
+    domain = getattr(scn.cluster.topology, "gpus_per_node", None) or par.ep * par.etp
     c = BlockContext(m, tok, b, t, sp, par.ep, par.etp, par.cp, s,
-                     dispatcher=sw.moe_dispatcher)
+                     dispatcher=sw.moe_dispatcher, domain_ranks=max(1, domain // par.etp))
     distinct: dict[LayerKind, int] = {}
     layer_kinds = []
     for kind in m.layer_kinds():
