@@ -174,7 +174,8 @@ def test_parallelism_must_divide_the_chips() -> None:
 
 
 def test_model_errors() -> None:
-    bad(r"model.preset: unknown model .llama9.; valid: deepseek-v3, gpt-oss-120b, gpt-oss-20b, gpt3-175b", model="llama9")
+    bad(r"model.preset: unknown model .llama9.; valid: deepseek-v3, gpt-oss-120b, gpt-oss-20b, "
+        r"gpt3-175b", model="llama9")
     bad(r"model: required", model=None)
     bad(r"model.hidden: required \(an integer\)", model={"layers": 2})
     bad(r"model.heads: 48 does not divide hidden = 4096; give model.head_dim",
