@@ -117,7 +117,7 @@ def cmd_collective(args: argparse.Namespace) -> int:
             results.append(model.time(args.op, max(tsize, size - size % tsize), group, args.algo))
             size *= args.factor
     except ConfigError as e:            # the model names its fields (algo ...); the user gave flags
-        if str(e).split(" ", 1)[0].rstrip(":") in ("op", "algo"):
+        if str(e).split(" ", 1)[0].rstrip(":") == "algo":
             raise ConfigError(f"--{e}") from None
         raise
     if args.csv:

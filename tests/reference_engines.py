@@ -114,6 +114,7 @@ def run_stages(env: simpy.Environment, net: FluidNetwork, stages: Sequence[Seque
 
 
 def _run_phase(env: simpy.Environment, net: FluidNetwork, phase: Any) -> ProcGen:
+    phase = phase.explicit()
     for _ in range(phase.steps):
         events = [net.send(int(s), int(d), float(b))
                   for s, d, b in zip(phase.src, phase.dst, phase.nbytes)]

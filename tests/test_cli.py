@@ -61,10 +61,11 @@ def test_errors_are_one_line_and_exit_2(argv, fragment) -> None:
 
 
 def test_collective_names_the_flag_of_a_model_error(capsys) -> None:
-    """The model says ``op alltoall: ...``; ``clustersim collective`` names the flag, ``--op``."""
-    assert main(["collective", "--topology", "dgx-h100", "--chips", "4096", "--op", "alltoall"]) == 2
-    assert ("clustersim: error: --op alltoall: groups of more than 2048 ranks are not modelled yet, "
-            "got 4096") in capsys.readouterr().err
+    """The model says ``algo hierarchical: ...``; ``clustersim collective`` names the flag."""
+    assert main(["collective", "--topology", "dgx-h100", "--chips", "16", "--op", "allgather",
+                 "--algo", "hierarchical"]) == 2
+    assert ("clustersim: error: --algo hierarchical: does not implement allgather here"
+            in capsys.readouterr().err)
 
 
 def test_collective_takes_the_nccl_release(capsys) -> None:

@@ -111,14 +111,17 @@ def test_the_suite_scores_printed_logs_and_lists_what_it_cannot(tmp_path: Path) 
         ("ranks.out", "allreduce", "8x H100 SXM", 8, 1, 8, "dgx-h100", log_text(ranks=16)),
         ("huge_a2a.out", "alltoall", "A100-SXM4-40GB", 2160, 540, 4, "polaris",
          HEADER.format(ranks="") + big),
+        ("too_big.out", "allreduce", "A100-SXM4-40GB", 16384, 4096, 4, "polaris",
+         HEADER.format(ranks="") + big),
     ])
     report = validate_collectives(root, CasePredictor())
     by = {r.file: r for r in report.runs}
     assert by["good.out"].error is None and len(by["good.out"].points) == 4
     assert by["cut.out"].error.startswith("unreadable:") and "a row cut short" in by["cut.out"].error
     assert "lists 16 ranks but runs.csv says gpus = 8" in by["ranks.out"].error
-    assert by["huge_a2a.out"].error is not None and by["huge_a2a.out"].points == ()
-    assert report.summary("test").runs == 1                 # the rest is scored
+    assert by["huge_a2a.out"].error is None and by["huge_a2a.out"].points    # no rank cap
+    assert by["too_big.out"].error is not None and by["too_big.out"].points == ()
+    assert report.summary("test").runs == 2                 # the rest is scored
 
 
 def test_every_bundled_gpu_topology_is_a_suite_topology() -> None:

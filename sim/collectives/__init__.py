@@ -87,6 +87,7 @@ class CollectiveModel:
         self._net: float | None = None
         # (op, algo, groups) -> (link ids, bytes per byte of size): ``sim.collectives.traffic``
         self.link_bytes_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._a2a_bytes: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}   # all-to-all groups
         self._island_of: dict[int, int] | None = None     # device -> node (slice), read once
         # PERF: a size sweep or a training step asks for the same groups call after call
         self._everyone: GroupInfo | None = None            # the group of all chips
@@ -305,8 +306,48 @@ class CollectiveModel:
         return FlowSet(len(self.links), np.concatenate(r2), np.concatenate(c2), np.concatenate(v2),
                        nbytes)
 
+    def phase_link_bytes(self, phase: Phase) -> tuple[np.ndarray, np.ndarray]:
+        """(links, bytes each carries) in one step of *phase*: its flows routed, plus its
+        all-to-all groups counted by the router (``Router.all_to_all_link_bytes``)."""
+        ids, b = np.zeros(0, np.int64), np.zeros(0)
+        if len(phase.nbytes) or phase.extra or phase.to_switch is not None:
+            fs = self.flowset(phase)
+            ids, b = fs.links, fs.link_bytes()
+        if not phase.uniform:
+            return ids, b
+        total = np.zeros(len(self.links))
+        total[ids] += b
+        for devs, per_pair in phase.uniform:
+            a2a_ids, a2a_bytes = self._a2a_per_pair(devs)
+            total[a2a_ids] += a2a_bytes * per_pair
+        keep = np.flatnonzero(total > 0)
+        return keep, total[keep]
+
+    def _a2a_per_pair(self, devs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(links, bytes) of one byte between every ordered pair of *devs*; cached."""
+        key = np.asarray(devs, np.int64).tobytes()
+        hit = self._a2a_bytes.get(key)
+        if hit is None:
+            dense = self.router.all_to_all_link_bytes(devs)
+            ids = np.flatnonzero(dense > 0)
+            hit = (ids, dense[ids])
+            if len(self._a2a_bytes) < 10_000:
+                self._a2a_bytes[key] = hit
+        return hit
+
     def phase_time_s(self, phase: Phase) -> float:
-        """Fast path: one step played to completion on the fluid model, times ``steps``."""
+        """Fast path: one step played to completion on the fluid model, times ``steps``.
+
+        A phase of all-to-all groups alone ends when its busiest link (relative to its capacity)
+        has carried its bytes: the flows of an all-to-all are alike, and under max-min sharing
+        that link stays full until its last flow ends; no flow crosses a link loaded more
+        (tests/test_all_to_all_scale.py plays the flows and finds the same time).
+        """
+        if phase.uniform and not (len(phase.nbytes) or phase.extra or phase.to_switch is not None):
+            ids, b = self.phase_link_bytes(phase)
+            return phase.steps * float(np.max(b / self.links.capacity_Bps[ids])) if len(ids) else 0.0
+        if phase.uniform:
+            phase = phase.explicit()
         if len(phase.nbytes) == 0 and not phase.extra and phase.to_switch is None:
             return 0.0
         makespan, _ = play_flows(self.flowset(phase), self.links.capacity_Bps)
@@ -333,7 +374,8 @@ def merge_phases(phases: list[Phase]) -> Phase:
                  np.concatenate([p.dst for p in phases]),
                  np.concatenate([p.nbytes for p in phases]),
                  tuple(x for p in phases for x in p.extra), head.hops_per_step,
-                 switch("to_switch"), switch("from_switch"))
+                 switch("to_switch"), switch("from_switch"),
+                 tuple(u for p in phases for u in p.uniform))
 
 
 def stages_for(model: CollectiveModel, op: str, size: float, group: Sequence[int] | None,

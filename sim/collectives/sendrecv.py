@@ -8,8 +8,9 @@ peer where one is fitted (``Pairwise.peer_cost_s``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..calibration import NET_PEER_SMALL_B
-from ..errors import ConfigError
 from ..topology import Topology
 from .algorithm import REFERENCE_WIRES, Algorithm, Call, Wires
 from .ring import RING
@@ -19,13 +20,11 @@ __all__ = ["P2P", "PAIRWISE", "P2p", "Pairwise", "p2p", "pairwise"]
 
 
 def pairwise(op: str, gi: GroupInfo, size: float) -> list[Stage]:
-    """All-to-all: every rank sends size/n to every other rank at once (NCCL's grouped send/recv)."""
-    n = gi.n
-    if n > 2048:
-        raise ConfigError(f"op alltoall: groups of more than 2048 ranks are not modelled yet, got {n}")
-    devs = gi.devices
-    pairs = [(a, b) for a in devs for b in devs if a != b]
-    return [(phase("pairwise", 1, pairs, size / n),)]
+    """All-to-all: every rank sends size/n to every other rank at once (NCCL's grouped send/recv),
+    kept as the group (``Phase.uniform``): its links' bytes are counted by the router's
+    ``all_to_all_link_bytes`` at any rank count."""
+    devs = np.asarray(gi.devices, np.int64)
+    return [(phase("pairwise", 1, [], 0.0, uniform=((devs, size / gi.n),)),)]
 
 
 def p2p(op: str, gi: GroupInfo, size: float) -> list[Stage]:

@@ -46,20 +46,39 @@ class Phase:
     # NVLink SHARP traffic: GPU -> its node's NVSwitch fabric and back, (devices, bytes each)
     to_switch: tuple[np.ndarray, float] | None = None
     from_switch: tuple[np.ndarray, float] | None = None
+    # All-to-all: (devices, bytes) for each group whose every device sends that many bytes to
+    # every other, kept as the group instead of its n (n - 1) flows (``explicit`` lists them)
+    uniform: tuple[tuple[np.ndarray, float], ...] = ()
+
+    def explicit(self) -> Phase:
+        """The phase with its all-to-all groups listed as flows (for small groups: n^2 of them)."""
+        if not self.uniform:
+            return self
+        src, dst, b = [self.src], [self.dst], [self.nbytes]
+        for devs, per_pair in self.uniform:
+            a, c = np.repeat(devs, len(devs)), np.tile(devs, len(devs))
+            keep = a != c
+            src.append(a[keep])
+            dst.append(c[keep])
+            b.append(np.full(int(keep.sum()), float(per_pair)))
+        return Phase(self.name, self.steps, np.concatenate(src), np.concatenate(dst),
+                     np.concatenate(b), self.extra, self.hops_per_step, self.to_switch,
+                     self.from_switch)
 
 
 Stage = tuple[Phase, ...]
 
 
 def phase(name: str, steps: int, pairs: list[tuple[int, int]], nbytes: float | Sequence[float],
-          extra: tuple[tuple[Hashable, Hashable, float], ...] = (), hops: int = 1) -> Phase:
+          extra: tuple[tuple[Hashable, Hashable, float], ...] = (), hops: int = 1,
+          uniform: tuple[tuple[np.ndarray, float], ...] = ()) -> Phase:
     """A phase of device-to-device flows: *pairs* (src, dst) moving *nbytes* each (one number for
-    all, or one per pair)."""
+    all, or one per pair), and the all-to-all groups of *uniform*."""
     src = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
     dst = np.fromiter((p[1] for p in pairs), dtype=np.int64, count=len(pairs))
     b = (np.full(len(pairs), float(nbytes)) if isinstance(nbytes, (int, float))  # noqa: UP038
          else np.asarray(nbytes, float))
-    return Phase(name, steps, src, dst, b, extra, hops)
+    return Phase(name, steps, src, dst, b, extra, hops, uniform=uniform)
 
 
 @dataclass(frozen=True)

@@ -77,10 +77,8 @@ def _link_bytes(net: CollectiveModel, op: str, algo: str,
     else:
         phases = [p for b in built for stage in b for p in stage]
     for phase in phases:
-        if len(phase.nbytes) == 0 and not phase.extra and phase.to_switch is None:
-            continue
-        fs = net.flowset(phase)
-        total[fs.links] += fs.link_bytes() * phase.steps
+        links, nbytes = net.phase_link_bytes(phase)
+        total[links] += nbytes * phase.steps
     ids = np.flatnonzero(total > 0)
     hit = (ids, total[ids] / _REF_BYTES)
     if len(net.link_bytes_cache) < 10_000:

@@ -81,6 +81,20 @@ class Router(abc.ABC):
         device: to it when *up*, from it otherwise."""
         raise TopologyError(f"{self.topo.name} has no NVSwitch fabric to route to")
 
+    def all_to_all_link_bytes(self, devs: np.ndarray) -> np.ndarray:
+        """Bytes on every link of the table when each device of *devs* sends one byte to each
+        other: the sum of the n (n - 1) routes. Here one source's routes at a time (no cap on n,
+        memory of one source's flows); a fabric kind that can count them by their shared hops
+        does it faster (``gpu.GpuRouter``)."""
+        total = np.zeros(len(self.links))
+        devs = np.asarray(devs, np.int64)
+        for a in devs:
+            dst = devs[devs != a]
+            rows, _, vals = self.routes_coo(np.full(len(dst), a), dst)
+            if len(rows):
+                total += np.bincount(rows, weights=vals, minlength=len(self.links))
+        return total
+
     # ------------------------------------------------------------------ what a fabric kind says
 
     def _bulk(self, src: np.ndarray, dst: np.ndarray, idx: np.ndarray, parts: list[Coo]) -> np.ndarray:

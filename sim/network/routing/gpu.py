@@ -25,6 +25,7 @@ from ...errors import TopologyError
 from ...topology import Topology, paused_gc
 from ...topology_spec import GpuClusterSpec
 from ..links import LinkTable
+from .all_to_all import AllToAll
 from .base import Coo, NoPolicy, Route, Router, add_rows
 
 __all__ = ["GpuRouter", "NodeHops"]
@@ -101,6 +102,14 @@ class GpuRouter(Router):
             parts.append((ids, np.full(len(ids), c), fr))
         return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
                 np.concatenate([p[2] for p in parts]))
+
+    def all_to_all_link_bytes(self, devs: np.ndarray) -> np.ndarray:
+        """One byte from every device of *devs* to every other, counted by the hops routes share
+        instead of route by route (``sim.network.routing.all_to_all``); an edited graph, whose
+        routes may leave the policy, takes every route (``Router.all_to_all_link_bytes``)."""
+        if self.topo.edited:
+            return super().all_to_all_link_bytes(devs)
+        return AllToAll(self, devs, self._gpn, [self._rail_of(x) for x in range(self._gpn)]).count()
 
     # ------------------------------------------------------------------ bulk
 
