@@ -120,11 +120,14 @@ class GpuClusterSpec:
     core_oversubscription: float = 1.0
     # Dragonfly (``layout: dragonfly``, HPE Slingshot): ``su_nodes`` nodes on each switch (all
     # their NICs), ``group_switches`` switches per group joined all-to-all by ``local_links``
-    # cables per pair, every pair of groups by ``global_links`` cables.
+    # cables per pair, every pair of groups by ``global_links`` cables; ``system_groups``: the
+    # groups of the whole machine (0: only the job's), whose others carry the job's non-minimal
+    # routes (sim.network.routing.dragonfly).
     layout: str = "fat-tree"
     group_switches: int = 0
     local_links: int = 0
     global_links: int = 0
+    system_groups: int = 0
 
     kind = "gpu_cluster"
 

@@ -278,6 +278,58 @@ def test_dragonfly_fields_only_on_a_dragonfly(tmp_path) -> None:
         load_topology_spec(str(f))
 
 
+def _small_machine(tmp_path, system_groups: int) -> Path:
+    f = tmp_path / f"machine-{system_groups}.yaml"
+    f.write_text(SMALL_DRAGONFLY.replace("global_links: 3,", f"global_ports: 2, "
+                                         f"system_groups: {system_groups},"))
+    return f
+
+
+def test_dragonfly_cables_from_the_port_budget_and_other_groups_carry_traffic(tmp_path) -> None:
+    """global_ports x group_switches over the other system_groups - 1 groups: 2 x 3 / 2 = 3
+    cables a pair on a 3-group machine. A job on 2 of 7 groups sends 5/6 of its inter-group
+    flow through the other 5 (one transit node each), 1/6 minimally; on a 2-group machine, all
+    minimally."""
+    spec = load_topology_spec(str(_small_machine(tmp_path, 3)))
+    assert spec.global_links == 3 and spec.system_groups == 3
+    job = 6 * 2 * 8                                           # 6 switches: 2 groups of 3
+    for groups, share in ((2, 0.0), (7, 5 / 6)):
+        t = build_topology(load_cluster(str(_small_machine(tmp_path, groups)), job))
+        m = CollectiveModel(t)
+        transit = [n for n, d in t.graph.nodes(data=True) if d["kind"] == "transit"]
+        assert len(transit) == groups - 2
+        assert m.router.nonminimal_share == pytest.approx(share)
+        ids, fr = m.router._switch_route("sw/0", "sw/4")
+        into = {m.links.id(u, v) for v in transit for u in t.graph[v]}
+        via = sum(f for i, f in zip(ids.tolist(), fr.tolist()) if i in into)
+        assert via == pytest.approx(share)                   # every transit path enters once
+        leaving = {m.links.id(u, v) for (u, v) in m.links.index if u == "sw/0"}
+        out = sum(f for i, f in zip(ids.tolist(), fr.tolist()) if i in leaving)
+        assert out == pytest.approx(1.0)                      # the whole flow leaves its switch
+    # the same 3 cables a pair, more groups to pass through: a two-group all-to-all runs faster
+    times = []
+    for groups in (2, 7):
+        f = tmp_path / f"fixed-{groups}.yaml"
+        f.write_text(SMALL_DRAGONFLY.replace("global_links: 3,",
+                                             f"global_links: 3, system_groups: {groups},"))
+        times.append(CollectiveModel(build_topology(load_cluster(str(f), job)))
+                     .time("alltoall", 2**28).time_s)
+    assert times[1] < 0.7 * times[0]
+
+
+def test_dragonfly_port_budget_errors(tmp_path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(SMALL_DRAGONFLY.replace("global_links: 3,", "global_links: 3, global_ports: 2,"))
+    with pytest.raises(Exception, match=r"fabric.global_ports: global_links is given too"):
+        load_topology_spec(str(f))
+    f.write_text(SMALL_DRAGONFLY.replace("global_links: 3,", "global_ports: 1, system_groups: 9,"))
+    with pytest.raises(Exception, match=r"fabric.global_ports: 1 a switch leave no cable"):
+        load_topology_spec(str(f))
+    with pytest.raises(Exception, match=r"cluster.chips: .* 3 groups of 3 but the machine has "
+                                        r"system_groups = 2"):
+        build_topology(load_cluster(str(_small_machine(tmp_path, 2)), 9 * 2 * 8))
+
+
 # --------------------------------------------------------------------------- plugin tuner
 
 def test_aws_plugin_tuner_regions_pick_by_size_and_ranks() -> None:

@@ -137,6 +137,7 @@ _MAX_INT: dict[str, int] = {
     "gpus": 1_024, "nvswitches": 1_024, "nics": 4_096, "su_nodes": 100_000,
     "leaf_down_ports": 10_000, "leaf_up_ports": 10_000, "two_tier_max_sus": 100_000,
     "pod_sus": 100_000, "group_switches": 10_000, "local_links": 1_000, "global_links": 1_000,
+    "system_groups": 100_000, "global_ports": 64,
     "max_gpus": 10_000_000, "cube": 1_024, "wrap_len": 100_000, "chips_per_host": 1_024,
     "default_chips": 10_000_000,
 }

@@ -31,7 +31,7 @@ _GPU_FABRIC_KEYS = frozenset({"ib_port_Gbps", "ib_latency_us", "su_nodes", "leaf
                               "net_latency_us", "net_simple_overhead_us", "net_protocols", "tuner_plugin", "pod_sus",
                               "net_channels",
                               "core_oversubscription", "layout", "group_switches",
-                              "local_links", "global_links"})
+                              "local_links", "global_links", "system_groups", "global_ports"})
 LAYOUTS = ("fat-tree", "dragonfly")
 # Scale-out transports: sim.topology_spec.TRANSPORTS. InfiniBand names its port fields ib_*; the
 # others port_Gbps / link_latency_us.
@@ -130,7 +130,8 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
     layout = fab.text("layout", "fat-tree", choices=LAYOUTS)
     df = layout == "dragonfly"
     if not df:
-        for key in ("group_switches", "local_links", "global_links"):
+        for key in ("group_switches", "local_links", "global_links", "system_groups",
+                    "global_ports"):
             if fab.has(key):
                 raise ConfigError(f"{fab.at(key)}: a field of a dragonfly (layout: dragonfly), "
                                   f"not of a {layout}")
@@ -159,7 +160,8 @@ def _gpu_spec(s: Section) -> GpuClusterSpec:
         layout=layout,
         group_switches=fab.integer("group_switches") if df else 0,
         local_links=fab.integer("local_links", 1) if df else 0,
-        global_links=fab.integer("global_links") if df else 0,
+        global_links=_global_links(fab) if df else 0,
+        system_groups=fab.integer("system_groups", 0, minimum=0) if df else 0,
     )
     if spec.nics_per_node <= 0 or (nics <= gpus and gpus % spec.nics_per_node):
         raise ConfigError(f"{node.at('nics')}: rail-optimized fabrics need the node's {gpus} GPUs "
@@ -229,3 +231,24 @@ def _tpu_spec(s: Section) -> TpuPodSpec:
         raise ConfigError(f"{s.at('multi_pod')}: chip {spec.chip.name} has no DCN bandwidth")
     spec.resolve_shape(spec.default_chips, None, s.at("default_chips"))
     return spec
+
+
+def _global_links(fab: Section) -> int:
+    """Cables between each pair of dragonfly groups: ``global_links`` as given, or the port
+    budget of a balanced dragonfly (Kim et al., ISCA 2008), each group's ``global_ports`` per
+    switch x ``group_switches`` spread evenly over the machine's ``system_groups`` - 1 others."""
+    if fab.has("global_links"):
+        if fab.has("global_ports"):
+            raise ConfigError(f"{fab.at('global_ports')}: global_links is given too; valid: "
+                              "either the cables per pair of groups or the ports they come from")
+        return fab.integer("global_links")
+    if not (fab.has("global_ports") and fab.has("system_groups")):
+        raise ConfigError(f"{fab.at('global_links')}: required (an integer), or global_ports and "
+                          "system_groups to derive it from")
+    ports, groups = fab.integer("global_ports"), fab.integer("system_groups")
+    links = ports * fab.integer("group_switches") // max(1, groups - 1)
+    if links < 1:
+        raise ConfigError(f"{fab.at('global_ports')}: {ports} a switch leave no cable between "
+                          f"each pair of {groups} groups; valid: at least "
+                          f"{-(-(groups - 1) // fab.integer('group_switches'))}")
+    return links

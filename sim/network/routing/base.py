@@ -113,7 +113,12 @@ class Router(abc.ABC):
 
     def _distances(self, dst: Hashable) -> dict[Hashable, int]:
         """Hops from every node to *dst* over the edges ECMP may take."""
-        return nx.single_source_shortest_path_length(self.g, dst)
+        return self._distances_in(self.g, dst)
+
+    @staticmethod
+    def _distances_in(graph: nx.Graph, dst: Hashable) -> dict[Hashable, int]:
+        """Hops from every node of *graph* to *dst*."""
+        return nx.single_source_shortest_path_length(graph, dst)
 
     # ------------------------------------------------------------------ shared
 
@@ -144,6 +149,8 @@ class Router(abc.ABC):
         while frontier:                       # BFS order = decreasing distance to dst
             u = frontier.popleft()
             order.append(u)
+            if u == dst:                      # (a node off the hops' graph is no "-1" past dst)
+                continue
             for v in self.g[u]:
                 if v not in seen and dist.get(v, -1) == dist[u] - 1 and self._allowed(u, v):
                     seen.add(v)
