@@ -60,6 +60,12 @@ class Chip:
     # (``node.pcie_GBps``): NVLink-C2C to the Grace CPU on Grace-based parts, that Grace's link
     # split evenly between the GPUs it serves. None: host copies cross the topology's PCIe.
     host_link_Bps: float | None = None
+    # TPU: the int8 matmul peak (OP/s; None: no int8 path) and the MXU's systolic array side: a
+    # matmul's contraction and output dimensions fill it in multiples of this (Google Cloud, "TPU
+    # architecture": "An MXU is composed of either 256 x 256 (TPU v6e) or 128 x 128 (TPU versions
+    # prior to v6e) multiply-accumulators in a systolic array"; GCP-v6e: "two 256x256 MXU").
+    int8_flops: float | None = None
+    mxu_dim: int | None = None
 
     @property
     def is_tpu(self) -> bool:
@@ -87,10 +93,10 @@ class Chip:
 
     def peak_flops(self, precision: str) -> float:
         """Dense tensor-core peak of *precision*'s GEMMs, FLOP/s: bf16; fp8 and mxfp8 (FP8
-        elements) at the FP8 peak; nvfp4 at the FP4 peak. Which precisions a chip runs at all is
-        ``sim.precision.precisions_of``."""
+        elements) at the FP8 peak; nvfp4 at the FP4 peak; int8 (TPUs) at the int8 peak. Which
+        precisions a chip runs at all is ``sim.precision.precisions_of``."""
         peaks = {"bf16": self.bf16_flops, "fp8": self.fp8_flops, "mxfp8": self.fp8_flops,
-                 "nvfp4": self.fp4_flops}
+                 "nvfp4": self.fp4_flops, "int8": self.int8_flops}
         if precision not in peaks:
             raise ConfigError(f"training.precision: got {precision!r}; valid: {', '.join(peaks)}")
         peak = peaks[precision]
@@ -278,6 +284,8 @@ _CHIPS = (
         usd_per_chip_hour=3.22,             # GPUHUNT us-central2 on-demand
         dcn_Bps=25 * GB / 4,                # SB-TPU (Feb 2025): ~2.5e10 B/s per host of 4 chips
         price_source="Google Cloud on-demand, us-central2 (gpuhunt)",
+        int8_flops=275 * TFLOPS,            # GCP-v4: 275 "bf16 or int8" (no int8 speed-up)
+        mxu_dim=128,
     ),
     Chip(
         name="TPU-v5e", vendor="google", family="TPU", arch="tpu-v5e",
@@ -293,6 +301,8 @@ _CHIPS = (
         dcn_Bps=Gbps_to_Bps(25),            # SB-TPU-site 3.125e9 B/s per chip (2 x 100 Gb/s per 8-chip host)
         price_source="Google Cloud on-demand, us-central1 (gpuhunt)",
         host_memory_bytes=384 * GB / 8,     # GCP v5e VM types: ct5lp-hightpu-8t, 384 GB for 8 chips
+        int8_flops=393 * TFLOPS,            # GCP-v5e: 393 TOPs int8 (SB-TPU 3.94e14)
+        mxu_dim=128,
     ),
     Chip(
         name="TPU-v5p", vendor="google", family="TPU", arch="tpu-v5p",
@@ -308,6 +318,8 @@ _CHIPS = (
         dcn_Bps=Gbps_to_Bps(50),            # GCP-v5p: 50 Gb/s per chip
         price_source="Google Cloud on-demand, us-east1/us-east5 (gpuhunt)",
         host_memory_bytes=448 * GB / 4,     # GCP v5p docs, VM properties: 448 GB RAM for 4 chips
+        int8_flops=918 * TFLOPS,            # SB-TPU 9.18e14 int8
+        mxu_dim=128,
     ),
     Chip(
         name="TPU-v6e", vendor="google", family="TPU", arch="tpu-v6e",
@@ -321,6 +333,9 @@ _CHIPS = (
         usd_per_chip_hour=2.70,             # GPUHUNT us-east1 on-demand
         dcn_Bps=Gbps_to_Bps(100),           # SB-TPU-site 12.5e9 B/s per chip
         price_source="Google Cloud on-demand, us-east1 (gpuhunt)",
+        host_memory_bytes=1536 * GiB / 8,   # GCP-v6e: 1536 GiB DRAM per host of 8 chips
+        int8_flops=1836 * TFLOPS,           # GCP-v6e: 1836 TOPs int8
+        mxu_dim=256,                        # GCP-v6e: two 256x256 MXUs per TensorCore
     ),
     # TPU7x "Ironwood". GCP-7x's specification table (read in the copy at
     # https://docs.cloud.google.com/tpu/docs/tpu7x?authuser=2, which FACTS.md's store had truncated)
@@ -339,6 +354,8 @@ _CHIPS = (
         usd_per_chip_hour=None,             # not in the catalogue's price sources
         dcn_Bps=Gbps_to_Bps(100),           # GCP-7x 100 Gb/s per chip; SB-TPU-site 12.5e9 B/s
         host_memory_bytes=960 * GB / 4,     # GCP-7x: 960 GB RAM per 4-chip VM
+        int8_flops=4614 * TFLOPS,           # SB-TPU-site int8 column 4.61e15 (= its FP8 peak)
+        mxu_dim=256,                        # assumed: v6e's (Google's MXU note predates TPU7x)
     ),
 )
 

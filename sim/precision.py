@@ -26,6 +26,12 @@ layers ... Fprop, Wgrad, Dgrad"):
   v5.1's NVFP4 configs set none, so every linear layer runs NVFP4 here. Blackwell only, at the
   FP4 peak.
 
+- ``int8``: TPU int8 matmuls as MaxText runs them (Qwix, or legacy AQT: ``quantization: int8``,
+  dynamic-range quantization of weights, activations and gradients alike: ``weight_qtype``,
+  ``act_qtype`` and ``bwd_qtype`` int8; MaxText docs/reference/core_concepts/quantization.md,
+  AI-Hypercomputer/maxtext @e591f30), at the chip's int8 peak; XLA fuses each scale's reduction
+  and the cast into one pass. TPUs only (the recipe MaxText names for v6e and earlier).
+
 Each recipe also says what the stack keeps: the quantized copy of each linear layer's input saved
 for the backward in place of the BF16 tensor (TE saves the quantized input its wgrad reads; torchao
 saves the high-precision input and quantizes again in the backward), and the quantized weight
@@ -43,7 +49,7 @@ from .software import FRAMEWORKS, SoftwareProfile
 __all__ = ["PRECISIONS", "Recipe", "RECIPES", "active_recipe",
            "check_chip", "check_stack", "precisions_of"]
 
-PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4", "int8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,7 @@ RECIPES: dict[str, Recipe] = {
     "fp8": Recipe("fp8", element_B=1.0, copies_hopper=2, copies_blackwell=1, per_tensor=True),
     "mxfp8": Recipe("mxfp8", element_B=1.0 + 1.0 / 32, copies_hopper=2, copies_blackwell=2),
     "nvfp4": Recipe("nvfp4", element_B=0.5 + 1.0 / 16, copies_hopper=2, copies_blackwell=2),
+    "int8": Recipe("int8", element_B=1.0, copies_hopper=1, copies_blackwell=1),
 }
 
 
@@ -96,8 +103,10 @@ def active_recipe(precision: str, chip: Chip, software: SoftwareProfile) -> Reci
 def precisions_of(chip: Chip) -> tuple[str, ...]:
     """The precisions *chip*'s tensor cores run: FP8 where it has an FP8 peak; the block-scaled
     formats on Blackwell only (Hopper has no block-scaled MMA: MXFP8 there is an emulation, not a
-    tensor-core path); NVFP4 where it also has an FP4 peak."""
+    tensor-core path); NVFP4 where it also has an FP4 peak; int8 on TPUs with an int8 peak."""
     out = ["bf16"]
+    if chip.is_tpu and chip.int8_flops is not None:
+        out.append("int8")
     if chip.fp8_flops is not None:
         out.append("fp8")
     if chip.arch == "blackwell" and chip.fp8_flops is not None:
@@ -115,7 +124,8 @@ def check_chip(precision: str, chip: Chip, where: str = "training.precision") ->
     valid = precisions_of(chip)
     if precision not in valid:
         why = ("block-scaled formats need Blackwell tensor cores" if precision in ("mxfp8", "nvfp4")
-               else "no FP8 tensor-core path")
+               else "int8 training is a TPU path (MaxText's int8 quantization)"
+               if precision == "int8" else "no FP8 tensor-core path")
         raise ConfigError(f"{where}: {precision} is not supported on {chip.name} ({why}); "
                           f"valid on {chip.name}: {', '.join(valid)}")
 

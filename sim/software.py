@@ -227,7 +227,7 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # tensor-parallel all-gathers and reduce-scatters hide behind the matmuls next to them.
     # Selective recomputation is its minimal_flash remat policy, the one its GPU configs run.
     SoftwareProfile(framework="maxtext", attention="auto", elementwise="fused",
-                    low_precision=("fp8",), quantized_saves=False,
+                    low_precision=("fp8", "int8"), quantized_saves=False,
                     tp_comm_overlap=True, param_gather_overlap=False,
                     optimizer="adamw_fused", host_kernel_s=0.0, runs_on_tpu=True,
                     eager_autograd=False, sdpa_output_copy=False,

@@ -28,7 +28,7 @@ def scn(precision="bf16", topology="dgx-b200", framework="megatron-te", chips=8,
 
 
 def test_the_issue_names_are_the_precisions() -> None:
-    assert PRECISIONS == ("bf16", "fp8", "mxfp8", "nvfp4")
+    assert PRECISIONS == ("bf16", "fp8", "mxfp8", "nvfp4", "int8")     # issues 27 and 31
 
 
 def test_each_chip_runs_what_its_tensor_cores_run() -> None:
@@ -36,6 +36,8 @@ def test_each_chip_runs_what_its_tensor_cores_run() -> None:
     assert precisions_of(get_chip("H100-SXM")) == ("bf16", "fp8")
     assert precisions_of(get_chip("B200")) == ("bf16", "fp8", "mxfp8", "nvfp4")
     assert precisions_of(get_chip("GB200")) == ("bf16", "fp8", "mxfp8", "nvfp4")
+    assert precisions_of(get_chip("TPU-v6e")) == ("bf16", "int8", "fp8")
+    assert precisions_of(get_chip("TPU-v4")) == ("bf16", "int8")
 
 
 @pytest.mark.parametrize("precision, topology, framework, match", [
@@ -45,7 +47,10 @@ def test_each_chip_runs_what_its_tensor_cores_run() -> None:
     ("nvfp4", "dgx-a100", "megatron-te",
      r"training\.precision: nvfp4 is not supported on A100-SXM-80GB .*; valid on A100-SXM-80GB: bf16$"),
     ("fp16", "dgx-b200", "megatron-te",
-     r"training\.precision: got 'fp16'; valid: bf16, fp8, mxfp8, nvfp4$"),
+     r"training\.precision: got 'fp16'; valid: bf16, fp8, mxfp8, nvfp4, int8$"),
+    ("int8", "dgx-h100", "megatron-te",
+     r"training\.precision: int8 is not supported on H100-SXM \(int8 training is a TPU path "
+     r"\(MaxText's int8 quantization\)\); valid on H100-SXM: bf16, fp8$"),
     ("nvfp4", "dgx-b200", "pytorch-fsdp",
      r"training\.precision: nvfp4 needs a framework with NVFP4 linear layers; pytorch-fsdp has "
      r"none; use bf16, or software\.framework: megatron-te$"),
@@ -136,3 +141,41 @@ def test_hopper_fp8_keeps_a_transposed_copy_blackwell_does_not() -> None:
 def test_every_format_a_stack_names_is_a_known_one() -> None:
     for p in FRAMEWORKS.values():
         assert set(p.low_precision) <= set(RECIPES)
+
+
+def _tpu(precision: str, chip: str) -> ComputeModel:
+    c = get_chip(chip)
+    return ComputeModel(c, precision, resolve_software("maxtext", None, c))
+
+
+def test_int8_runs_tpu_linear_gemms_at_the_int8_peak() -> None:
+    """v5e/v5p/v6e run int8 matmuls at twice their BF16 rate (GCP); v4 at the same rate, so an
+    int8 run there is a BF16 run; attention and the head stay BF16."""
+    for chip in ("TPU-v5e", "TPU-v6e"):
+        bf16, int8 = _tpu("bf16", chip), _tpu("int8", chip)
+        assert int8.recipe is not None and int8.recipe.name == "int8"
+        gemm = _linear("mlp-up", 65536, 8192, 8192)
+        ratio = int8.op_time_s(gemm) / bf16.op_time_s(gemm)
+        assert 0.5 < ratio < 0.65                    # half the matmul, plus the quantize pass
+        head = Op("lm-head", "gemm", 1.0, 0.0, (65536, 8192, 8192), "head")
+        assert int8.op_time_s(head) == pytest.approx(bf16.op_time_s(head))
+    assert _tpu("int8", "TPU-v4").recipe is None
+    s = scn("int8", "tpu-v6e", "maxtext", chips=16)
+    assert s.training.precision == "int8" and s.recipe is not None
+
+
+def test_a_v6e_mxu_is_half_filled_by_a_128_wide_head() -> None:
+    """v6e's 256 x 256 MXU (GCP): a matmul pads its contraction and output width to 256, so a
+    head dimension of 128 fills half of it; v5e's 128 x 128 MXU is full either way."""
+    from sim.compute.kernels import AttentionShape, mxu_fill
+    assert mxu_fill(128, 4096, 256) == 0.5
+    assert mxu_fill(300, 256, 256) == pytest.approx(300 / 512)
+    assert mxu_fill(128, 128, 128) == mxu_fill(77, 5, None) == 1.0
+
+    def per_flop(chip: str, d: int) -> float:
+        cm = _tpu("bf16", chip)
+        heads = 4096 // d
+        return cm.attention_s(AttentionShape(4, heads, heads, 8192, 8192, d, True), "fwd")
+    assert per_flop("TPU-v6e", 128) / per_flop("TPU-v6e", 256) == pytest.approx(2.0, rel=0.01)
+    assert per_flop("TPU-v5e", 128) / per_flop("TPU-v5e", 256) == pytest.approx(1.0, rel=0.01)
+

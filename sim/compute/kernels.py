@@ -44,7 +44,7 @@ GROUPED_GEMM_TILE: tuple[int, int] = (128, 256)
 GROUPED_GEMM_SMALL_TILE: tuple[int, int] = (64, 128)
 # Bytes per GEMM input element of each dtype the model runs (block scales not counted: one byte per
 # 32 elements for MXFP8, per 16 for NVFP4).
-GEMM_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
+GEMM_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5, "int8": 1.0}
 # A flash-attention thread block owns 128 query rows (FlashAttention-2/3 and cuDNN's sm90 kernels).
 ATTENTION_BLOCK_ROWS = 128
 
@@ -151,6 +151,15 @@ def gemm_curve_time_s(flops: float, nbytes: float, peak_flops: float, e_max: flo
         return nbytes / hbm_Bps
     eff = e_max * (1.0 - math.exp(-flops / (peak_flops * t_ramp_s)))
     return max(flops / (peak_flops * eff), nbytes / hbm_Bps)
+
+
+def mxu_fill(n: int, k: int, dim: int | None) -> float:
+    """The share of a TPU MXU (a *dim* x *dim* systolic array) a matmul's output width *n* and
+    contraction *k* fill: each is padded up to a multiple of *dim* (the rows stream through and
+    need no padding). 1 without a known array size."""
+    if not dim:
+        return 1.0
+    return (n / (math.ceil(n / dim) * dim)) * (k / (math.ceil(k / dim) * dim))
 
 
 def attention_flops(s: AttentionShape, backward: bool) -> float:

@@ -30,6 +30,7 @@ from .kernels import (
     gemm_time_s,
     grouped_gemm_time_s,
     memory_time_s,
+    mxu_fill,
 )
 
 __all__ = ["ComputeModel", "stack_key", "memory_class", "gemm_params_of", "flash_params_of"]
@@ -187,9 +188,12 @@ class ComputeModel:
         rather than a batched cuBLAS call. A TPU runs every GEMM on its bf16 curve. One line naming
         the dtype where the chip cannot run it."""
         if not self.gpu:
-            flops = 2.0 * m * n * k * batch
-            nbytes = 2.0 * batch * (m * k + k * n + m * n)
-            return gemm_curve_time_s(flops, nbytes, self.bf16_peak, cal.TPU_GEMM_E_MAX,
+            # the MXU's padded work at the dtype's peak (int8 at the int8 peak, its operands 1 B)
+            peak = self.bf16_peak if dtype == "bf16" else self.chip.peak_flops(dtype)
+            flops = 2.0 * m * n * k * batch / mxu_fill(n, k, self.chip.mxu_dim)
+            elem = GEMM_DTYPE_BYTES.get(dtype, 2.0)
+            nbytes = batch * (elem * (m * k + k * n) + 2.0 * m * n)
+            return gemm_curve_time_s(flops, nbytes, peak, cal.TPU_GEMM_E_MAX,
                                      cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps * cal.TPU_MEMORY_FRACTION)
         if fp8:
             dtype = "fp8"
@@ -233,7 +237,10 @@ class ComputeModel:
             return 0.0                     # a flash backward recomputes its scores itself
         bwd = passname == "bwd"
         if family == "splash":
-            flops = attention_flops(s, bwd)
+            # QK^T contracts over the head dimension and PV writes it: each fills the MXU as far
+            # as the head dimension does (v6e's 256-wide array half at head_dim 128)
+            fill = mxu_fill(s.head_dim, self.chip.mxu_dim or s.head_dim, self.chip.mxu_dim)
+            flops = attention_flops(s, bwd) / fill
             curve = gemm_curve_time_s(flops, 0.0, self.bf16_peak, cal.TPU_GEMM_E_MAX,
                                       cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps)
             return curve / cal.TPU_SPLASH_VS_GEMM
