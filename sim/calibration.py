@@ -63,8 +63,8 @@ LINK_EFFICIENCY: dict[str, float] = {
 # Mega 2-node all-reduce's 14 points of 8 B-64 KiB (the only TCPXO calibration run). Slingshot:
 # NCCL over aws-ofi-nccl on libfabric CXI (ALCF Polaris, NERSC Perlmutter), the latency points of
 # their calibration all-reduces and all-gathers (2 to 540 nodes); the all-to-alls are left out,
-# their per-peer cost being NET_PEER_US's.
-NET_LATENCY_US: dict[str, float] = {"tcpxo": 54.5, "slingshot": 13.0}
+# their per-peer cost being NET_PEER_US's (13.0 -> 13.1 with Polaris's dragonfly groups).
+NET_LATENCY_US: dict[str, float] = {"tcpxo": 54.5, "slingshot": 13.1}
 # The net plugin's cost per remote peer of an all-to-all (us), beyond one step's latency: NCCL
 # runs an all-to-all as a send and a receive to every peer (grouped ncclSend / ncclRecv), and a
 # GPU's network proxy posts each remote peer's messages one after another, so the fixed cost grows
