@@ -245,11 +245,16 @@ TPU_GEMM_T_RAMP_S = 8.4e-6
 # Fused attention per kernel family and pass (sim.compute.kernels.attention_time_s), fitted by
 # sim.compute.tables.fit_attention on attention.csv (cuDNN = CUDNN_ATTENTION, FlashAttention-2 =
 # PyTorch's FLASH_ATTENTION build; the backward is the fwd+bwd row less the fwd row).
+# d64: the efficiency's factor at head_dim 64 (gpt-oss), the median over attention_extra.csv's hd64
+# rows (two shapes, fwd and fwd+bwd) of what makes each come out as measured, the other fields
+# held (sim.compute.tables.fit_attention_d64). Without it the cuDNN forward ran 22-27% fast there.
 ATTENTION_HOPPER: dict[tuple[str, str], AttentionParams] = {
-    ("cudnn", "fwd"): AttentionParams(efficiency=0.678, d256=1.157, tail=0.968, mem=1.36),
-    ("cudnn", "bwd"): AttentionParams(efficiency=0.568, d256=0.753, tail=0.155, mem=3.044),
-    ("flash-attention-2", "fwd"): AttentionParams(efficiency=0.355, d256=0.967, tail=0.945, mem=1.475),
-    ("flash-attention-2", "bwd"): AttentionParams(efficiency=0.337, d256=0.871, tail=0.4, mem=4.789),
+    ("cudnn", "fwd"): AttentionParams(efficiency=0.678, d256=1.157, tail=0.968, mem=1.36, d64=0.724),
+    ("cudnn", "bwd"): AttentionParams(efficiency=0.568, d256=0.753, tail=0.155, mem=3.044, d64=0.91),
+    ("flash-attention-2", "fwd"): AttentionParams(efficiency=0.355, d256=0.967, tail=0.945, mem=1.475,
+                                                  d64=0.893),
+    ("flash-attention-2", "bwd"): AttentionParams(efficiency=0.337, d256=0.871, tail=0.4, mem=4.789,
+                                                  d64=0.916),
 }
 # FlashAttention-3 was not measured here. Shah et al. 2024 (arXiv 2407.08608, H100 SXM5, BF16,
 # head dim 128) measure it beside cuDNN at sequence 2k, 4k, 8k, 16k, in TFLOP/s: causal forward

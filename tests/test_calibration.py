@@ -49,6 +49,16 @@ def test_attention_constants_are_the_h100_fit(cases, chip, family, passname) -> 
         assert getattr(fitted, field) == pytest.approx(getattr(committed, field), abs=0.002), field
 
 
+@pytest.mark.parametrize("family", ["cudnn", "flash-attention-2"])
+@pytest.mark.parametrize("passname", ["fwd", "bwd"])
+def test_head_dim_64_factor_is_the_h100_fit(chip, family, passname) -> None:
+    committed = cal.ATTENTION_HOPPER[(family, passname)]
+    fitted = tables.fit_attention_d64(tables.load_head_dim_cases(H100), family, passname, committed,
+                                      chip.bf16_flops, chip.sms, chip.hbm_Bps)
+    assert fitted == pytest.approx(committed.d64, abs=0.002)
+    assert 0.5 < committed.d64 <= 1.0               # a narrower head runs no faster per FLOP
+
+
 def test_memory_and_optimizer_fractions_are_the_h100_fit(cases, chip) -> None:
     assert tables.fit_memory_fractions(cases, chip.hbm_Bps) == cal.MEMORY_FRACTION
     assert tables.fit_optimizer_fractions(cases, chip.hbm_Bps) == cal.OPTIMIZER_FRACTION

@@ -70,13 +70,15 @@ class AttentionParams:
 
     ``efficiency``: sustained fraction of the bf16 peak at head_dim 128; ``d256``: its factor at
     head_dim 256; ``tail``: weight of the longest thread block's work; ``mem``: weight of the
-    kernel's HBM traffic at the chip's full bandwidth.
+    kernel's HBM traffic at the chip's full bandwidth; ``d64``: the efficiency's factor at
+    head_dim 64 and below (1: not measured for this kernel and chip).
     """
 
     efficiency: float
     d256: float
     tail: float
     mem: float
+    d64: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +189,7 @@ def attention_bytes(s: AttentionShape, backward: bool) -> float:
 def attention_time_s(s: AttentionShape, backward: bool, p: AttentionParams, peak_flops: float,
                      sms: int, hbm_Bps: float) -> float:
     """Fused flash attention: sustained-rate FLOPs + the longest block's critical path + HBM."""
-    eff = p.efficiency * (p.d256 if s.head_dim >= 256 else 1.0)
+    eff = p.efficiency * (p.d256 if s.head_dim >= 256 else p.d64 if s.head_dim <= 64 else 1.0)
     rate = peak_flops * eff
     longest = 4.0 * ATTENTION_BLOCK_ROWS * s.seq_k * s.head_dim * (2.5 if backward else 1.0)
     return (attention_flops(s, backward) / rate + p.tail * longest / (rate / sms)

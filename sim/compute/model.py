@@ -134,14 +134,15 @@ def flash_params_of(chip: Chip, family: str, passname: str) -> AttentionParams:
     *chip* (``sim.calibration``: the Hopper, Ampere, Blackwell and Blackwell Ultra entries)."""
     if family == "triton":
         p = flash_params_of(chip, "flash-attention-2", passname)
-        return AttentionParams(p.efficiency / cal.FA2_VS_TRITON, p.d256, p.tail, p.mem)
+        return AttentionParams(p.efficiency / cal.FA2_VS_TRITON, p.d256, p.tail, p.mem, p.d64)
     if chip.arch == "ampere":
         p = cal.ATTENTION_HOPPER[("flash-attention-2", passname)]
-        return AttentionParams(cal.ATTENTION_AMPERE_EFFICIENCY[passname], p.d256, p.tail, p.mem)
+        return AttentionParams(cal.ATTENTION_AMPERE_EFFICIENCY[passname], p.d256, p.tail, p.mem,
+                               p.d64)
     if family == "flash-attention-3":
         p = cal.ATTENTION_HOPPER[("cudnn", passname)]
         return AttentionParams(p.efficiency * cal.FA3_SPEEDUP_VS_CUDNN[passname], p.d256,
-                               p.tail, p.mem)
+                               p.tail, p.mem, p.d64)
     if chip.arch == "blackwell":
         table = cal.ATTENTION_BLACKWELL_ULTRA if chip.blackwell_ultra else cal.ATTENTION_BLACKWELL
         if family == "flash-attention-4":
@@ -156,7 +157,7 @@ def flash_params_of(chip: Chip, family: str, passname: str) -> AttentionParams:
     # Architectures without their own attention table: the Hopper fit scaled as their GEMMs
     # are, by the best-shape matmul rates (assumed: attention is matmul-bound alike).
     ratio = cal.MAMF_RATIO_VS_HOPPER.get(chip.arch, {}).get("bf16", 1.0)
-    return AttentionParams(p.efficiency * ratio, p.d256, p.tail, p.mem)
+    return AttentionParams(p.efficiency * ratio, p.d256, p.tail, p.mem, p.d64)
 
 
 class ComputeModel:

@@ -24,13 +24,14 @@ from .kernels import (
     AttentionParams,
     AttentionShape,
     GemmParams,
+    attention_flops,
     attention_time_s,
     gemm_time_s,
 )
 
 __all__ = ["KernelCase", "GPU_FOLDERS", "load_cases", "fit_gemm", "fit_gemm_efficiency", "same_shape_rows",
-           "fit_attention", "fit_gemm_curve", "fit_memory_fractions", "fit_optimizer_fractions", "BACKENDS",
-           "DTYPE_BYTES"]
+           "fit_attention", "fit_attention_d64", "load_head_dim_cases", "fit_gemm_curve",
+           "fit_memory_fractions", "fit_optimizer_fractions", "BACKENDS", "DTYPE_BYTES"]
 
 # Folder -> catalogue chip (sim.hardware) of the GPU it was measured on.
 GPU_FOLDERS = {"h100-sxm-80gb": "H100-SXM", "h200-sxm-141gb": "H200", "b200": "B200", "gb200": "GB200",
@@ -241,6 +242,49 @@ def attention_pass_cases(cases: Sequence[KernelCase], family: str) -> dict[str, 
     bwd = [(c.attention, c.time_s) for c in cases if c.key == f"{family} bwd" and c.attention]
     return {"fwd": list(fwd.items()),
             "bwd": [(s, t - fwd[s]) for s, t in both.items() if s in fwd and t > fwd[s]] + bwd}
+
+
+def load_head_dim_cases(folder: Path) -> list[KernelCase]:
+    """The plain head-dimension rows of ``attention_extra.csv`` (query, key and value of one
+    width, no padding: its ``hd64``, ``hd256`` and control rows), as ``load_cases`` reads
+    ``attention.csv``; none where the table is absent."""
+    path = folder / "attention_extra.csv"
+    out: list[KernelCase] = []
+    if not path.exists():
+        return out
+    for r in _rows(path):
+        if r.get("d_qk") != r.get("d_v") or r.get("padded_to"):
+            continue
+        _pick(r, "backend", set(BACKENDS), path)
+        _pick(r, "pass", {"fwd", "fwd+bwd", "bwd"}, path)
+        b, s, h, g, d = (int(_num(r, c, path)) for c in ("batch", "seq", "heads", "kv_heads", "d_qk"))
+        fam = BACKENDS[r["backend"]]
+        out.append(KernelCase(path.name, "attention", f"{fam} {r['pass']}",
+                              f"{fam} b{b} s{s} h{h}/{g} d{d} {r['pass']}",
+                              _num(r, "time_us", path) * 1e-6,
+                              attention=AttentionShape(b, h, g, s, s, d, causal=r["causal"] == "1")))
+    return out
+
+
+def fit_attention_d64(cases: Sequence[KernelCase], family: str, passname: str, p: AttentionParams,
+                      peak_flops: float, sms: int, hbm_Bps: float) -> float:
+    """``AttentionParams.d64``: the factor on *p*'s efficiency at head_dim 64 and below that makes
+    each such row of *cases* (``load_head_dim_cases``) come out as measured, their median."""
+    import statistics
+
+    bwd = passname == "bwd"
+    at1 = AttentionParams(p.efficiency, p.d256, p.tail, p.mem)
+    ratios = []
+    for shape, t in attention_pass_cases(cases, family)[passname]:
+        if shape.head_dim > 64:
+            continue
+        matmul = attention_flops(shape, bwd) / (peak_flops * p.efficiency)
+        rest = attention_time_s(shape, bwd, at1, peak_flops, sms, hbm_Bps) - matmul
+        if t > rest:
+            ratios.append(matmul / (t - rest))
+    if not ratios:
+        raise ConfigError(f"kernel tables: no head_dim-64 {family} {passname} attention rows")
+    return round(statistics.median(ratios), 3)
 
 
 def fit_attention(cases: Sequence[KernelCase], family: str, passname: str, peak_flops: float,
