@@ -67,6 +67,7 @@ class Candidate:
     cost_usd: float | None = math.inf     # None: the topology has no price
     energy_MWh: float | None = None
     goodput_by_recovery: dict[str, float] = field(default_factory=dict)  # those the layout can use
+    breakdown_s: dict[str, float] = field(default_factory=dict)   # the confirmed step's, by part
 
 
 @dataclass
@@ -233,7 +234,8 @@ def plan(req: PlanRequest,
             tp_plan.best[chips] = Candidate(chips, best.layout, step.step_time_s, step.tokens_per_s,
                                             step.mfu, best.memory_GiB, goodput, train.days,
                                             chip_hours, None if price is None else chip_hours * price,
-                                            energy_MWh(chip, chip_hours), by_recovery)
+                                            energy_MWh(chip, chip_hours), by_recovery,
+                                            dict(step.breakdown_s))
             met = [_spend(c) for c in tp_plan.meeting()]
             if len(met) >= 3 and met[-1] > met[-2] > met[-3]:
                 break            # cost rose twice in a row past the deadline: larger costs more

@@ -33,6 +33,20 @@ def test_plan_answers_per_topology(capsys, tmp_path: Path) -> None:
         assert {"tp", "pp", "zero", "micro_batch", "recompute"} <= set(e["layout"])
     assert out["tpu-v5e"]["usd_per_chip_hour"] == 1.5 and out["tpu-v5e"]["price_source"] == "--price"
     assert png.stat().st_size > 5_000
+    for e in out.values():                 # the confirmed step's parts add up to the step
+        assert sum(e["breakdown_s"].values()) == pytest.approx(e["step_time_s"], rel=1e-6)
+
+
+def test_the_report_says_where_each_step_goes() -> None:
+    from sim.report.plan import _where
+    c = {"mfu": 0.5, "breakdown_s": {"compute": 8.0, "exposed_comm": 1.5, "pipeline_bubble": 0.5,
+                                     "optimizer": 0.001}}
+    line = _where(c)
+    assert line.startswith("MFU 50.0%, step compute 80%, exposed communication 15%, pipeline "
+                           "bubble 5%")
+    assert "optimizer" not in line.split(";")[0]              # under half a percent: left out
+    assert line.endswith("loses most to exposed communication (1.50 s a step)")
+    assert _where({"mfu": 0.4, "breakdown_s": {"compute": 5.0}}).endswith("the kernels' yield")
 
 
 @pytest.mark.slow  # the 70B search up to 128 chips, twice (~20 s)

@@ -20,7 +20,8 @@ def candidate_json(c: Candidate) -> dict[str, Any]:
            "chip_hours": c.chip_hours, "layout": c.layout,
            "step_time_s": c.step_time_s, "tokens_per_s": c.tokens_per_s, "mfu": c.mfu,
            "memory_per_chip_GiB": c.memory_GiB, "goodput": c.goodput,
-           "energy_MWh": c.energy_MWh, "goodput_by_recovery": c.goodput_by_recovery}
+           "energy_MWh": c.energy_MWh, "goodput_by_recovery": c.goodput_by_recovery,
+           "breakdown_s": c.breakdown_s}
     if c.cost_usd is None:
         del out["cost_usd"]
     return out
@@ -116,9 +117,34 @@ def plan_text(plans: Sequence[TopologyPlan], req: PlanRequest, plot_file: str | 
             c = e["smallest"]
             lines.append(f"  {n:<12} {c['chips']:>6} chips  {c['days']:6.1f} days  "
                          + (_dollars(c).rstrip() if "cost_usd" in c else "no price"))
+        lines.append("where each step goes (share of the step; MFU is the compute's yield):")
+        for n, e in picks:
+            lines.append(f"  {n:<12} {_where(e['smallest'])}")
     if plot_file is not None:
         lines.append(f"plot: {plot_file}")
     return "\n".join(lines)
+
+
+_PARTS = {"compute": "compute", "exposed_comm": "exposed communication",
+          "pipeline_bubble": "pipeline bubble", "straggler_wait": "straggler wait",
+          "optimizer": "optimizer", "other": "other"}
+
+
+def _where(c: Mapping[str, Any]) -> str:
+    """A pick's step by part, largest first, and where it loses most beside compute."""
+    parts = {k: v for k, v in c.get("breakdown_s", {}).items() if v > 0}
+    total = sum(parts.values())
+    if not total:
+        return f"MFU {100 * c['mfu']:.1f}%"
+    shares = ", ".join(f"{_PARTS.get(k, k)} {100 * v / total:.0f}%"
+                       for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
+                       if v >= 0.005 * total)
+    lost = {k: v for k, v in parts.items() if k != "compute" and v >= 0.01 * total}
+    worst = max(lost, key=lambda k: lost[k]) if lost else None
+    tail = (f"; beside the kernels' own yield it loses most to {_PARTS.get(worst, worst)} "
+            f"({lost[worst]:.2f} s a step)" if worst else
+            "; nothing beside compute reaches 1% of the step: the loss is the kernels' yield")
+    return f"MFU {100 * c['mfu']:.1f}%, step {shares}{tail}"
 
 
 def _dollars(c: Mapping[str, Any]) -> str:
