@@ -18,23 +18,38 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
     benchmark's events/s turns it into seconds), so that a plan too big to play can be refused
     before it runs. Every rank plays micro x vs forward and backward passes, each with its
     dependency and hand-over events. A representative rank (``ranks_per_stage`` 1, no trace)
-    whose layer's transfers are all plain delays (ids in *delays*: ``private_loads``) plays a
-    layer as one timeout (the last backward of each chunk with a gradient reduction each);
-    otherwise every segment of every layer is a timeout and a resume."""
-    per_rank = 0
+    plays a pass (forward or backward) whose layer's transfers, and ZeRO-3's exposed gather,
+    are all plain delays (ids in *delays*: ``private_loads``) as one timeout a layer (the last
+    backward of each chunk with a gradient reduction each); otherwise every segment of every
+    layer is a timeout and a resume."""
+    per_rank = 0.0
     for sp in plan:
-        segs = len(sp.layer_fwd) + len(sp.layer_bwd)
-        fused = delays is not None and ranks_per_stage == 1 and all(
-            s.traffic is None or id(s.traffic) in delays
-            for s in sp.layer_fwd + sp.layer_bwd if s.kind != "compute")
-        handed = ((not sp.dp_per_microbatch and sp.dp_layer_s + sp.replica_layer_s > 0)
-                  or (sp.dp_per_microbatch and sp.replica_layer_s > 0))
         layers = sp.total_layers(vs)                # all of the stage's chunks
-        if fused:
-            per_rank += micro * (2 * layers + 6 * vs) + (layers * 3 if handed else 0)
-        else:
-            per_rank += micro * (layers * (segs + 1) + 4 * vs)
-    return simulations * ranks_per_stage * per_rank
+        for kind, layer in (("F", sp.layer_fwd), ("B", sp.layer_bwd)):
+            fused = delays is not None and ranks_per_stage == 1 and all(
+                s.traffic is None or id(s.traffic) in delays
+                for s in layer if s.kind != "compute") and not _exposed_load(sp, kind, delays)
+            if fused:
+                per_rank += micro * (layers + 3 * vs)
+                handed = ((not sp.dp_per_microbatch and sp.dp_layer_s + sp.replica_layer_s > 0)
+                          or (sp.dp_per_microbatch and sp.replica_layer_s > 0))
+                if kind == "B" and handed:
+                    per_rank += layers * 3
+            else:
+                per_rank += micro * (layers * (len(layer) + 0.5) + 2 * vs)
+    return int(simulations * ranks_per_stage * per_rank)
+
+
+def _exposed_load(sp: StagePlan, kind: str, delays: set[int] | None) -> bool:
+    """Whether ZeRO-3's weight gather leaves part of a layer exposed on links a transfer of
+    another stream may meet (the engine then plays every segment: ``step._exposure``)."""
+    if not sp.fsdp_layer_gather_s:
+        return False
+    layer = sp.layer_fwd if kind == "F" else sp.layer_bwd
+    comp = sum(s.seconds for s in layer if s.kind == "compute")
+    expo = sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0) - comp
+    base = sp.fsdp_fwd if kind == "F" else sp.fsdp_bwd
+    return expo > 0 and base is not None and (delays is None or id(base) not in delays)
 
 
 def fast_step(plan: list[StagePlan], schedule: Schedule) -> EngineResult:
