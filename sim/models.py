@@ -42,9 +42,10 @@ class MoE:
     else each expert takes at most that multiple of its mean share (token drop, padded to it).
     ``load_imbalance``: the busiest expert-parallel rank's tokens over the mean (None: the
     measured default of ``sim.calibration``). ``routing``: how a token's experts spread over the
-    ranks (``sim.workload.routing.ROUTINGS``: ``learned``, or AutoModel's ``round_robin`` fake
-    gate); ``router_groups`` / ``router_group_topk``: group-limited routing, each token's experts
-    within that many of the contiguous expert groups (DeepSeek-V3: 8 / 4; 1 / 1: none)."""
+    ranks (``ROUTINGS``: ``learned``, or AutoModel's ``round_robin`` fake gate; what each
+    means: ``sim.workload.routing``); ``router_groups`` / ``router_group_topk``: group-limited
+    routing, each token's experts within that many of the contiguous expert groups (DeepSeek-V3:
+    8 / 4; 1 / 1: none)."""
 
     experts: int
     top_k: int

@@ -310,7 +310,7 @@ class CollectiveModel:
         """(links, bytes each carries) in one step of *phase*: its flows routed, plus its
         all-to-all groups counted by the router (``Router.all_to_all_link_bytes``)."""
         ids, b = np.zeros(0, np.int64), np.zeros(0)
-        if len(phase.nbytes) or phase.extra or phase.to_switch is not None:
+        if phase.has_flows:
             fs = self.flowset(phase)
             ids, b = fs.links, fs.link_bytes()
         if not phase.uniform:
@@ -343,12 +343,12 @@ class CollectiveModel:
         that link stays full until its last flow ends; no flow crosses a link loaded more
         (tests/test_all_to_all_scale.py plays the flows and finds the same time).
         """
-        if phase.uniform and not (len(phase.nbytes) or phase.extra or phase.to_switch is not None):
+        if phase.uniform and not phase.has_flows:
             ids, b = self.phase_link_bytes(phase)
             return phase.steps * float(np.max(b / self.links.capacity_Bps[ids])) if len(ids) else 0.0
         if phase.uniform:
             phase = phase.explicit()
-        if len(phase.nbytes) == 0 and not phase.extra and phase.to_switch is None:
+        if not phase.has_flows:
             return 0.0
         makespan, _ = play_flows(self.flowset(phase), self.links.capacity_Bps)
         return phase.steps * makespan

@@ -50,6 +50,11 @@ class Phase:
     # every other, kept as the group instead of its n (n - 1) flows (``explicit`` lists them)
     uniform: tuple[tuple[np.ndarray, float], ...] = ()
 
+    @property
+    def has_flows(self) -> bool:
+        """Whether the phase has flows to route (beside its all-to-all groups)."""
+        return bool(len(self.nbytes) or self.extra or self.to_switch is not None)
+
     def explicit(self) -> Phase:
         """The phase with its all-to-all groups listed as flows (for small groups: n^2 of them)."""
         if not self.uniform:

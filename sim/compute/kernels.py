@@ -155,13 +155,16 @@ def gemm_curve_time_s(flops: float, nbytes: float, peak_flops: float, e_max: flo
     return max(flops / (peak_flops * eff), nbytes / hbm_Bps)
 
 
+def mxu_share(width: int, dim: int | None) -> float:
+    """The share of one side of a TPU MXU (a *dim* x *dim* systolic array) a matmul dimension of
+    *width* fills, padded up to a multiple of *dim*; 1 without a known array size."""
+    return width / (math.ceil(width / dim) * dim) if dim else 1.0
+
+
 def mxu_fill(n: int, k: int, dim: int | None) -> float:
-    """The share of a TPU MXU (a *dim* x *dim* systolic array) a matmul's output width *n* and
-    contraction *k* fill: each is padded up to a multiple of *dim* (the rows stream through and
-    need no padding). 1 without a known array size."""
-    if not dim:
-        return 1.0
-    return (n / (math.ceil(n / dim) * dim)) * (k / (math.ceil(k / dim) * dim))
+    """The share of a TPU MXU a matmul's output width *n* and contraction *k* fill (each side
+    padded: ``mxu_share``; the rows stream through and need no padding)."""
+    return mxu_share(n, dim) * mxu_share(k, dim)
 
 
 def attention_flops(s: AttentionShape, backward: bool) -> float:

@@ -31,6 +31,7 @@ from .kernels import (
     grouped_gemm_time_s,
     memory_time_s,
     mxu_fill,
+    mxu_share,
 )
 
 __all__ = ["ComputeModel", "stack_key", "memory_class", "gemm_params_of", "flash_params_of"]
@@ -240,8 +241,7 @@ class ComputeModel:
         if family == "splash":
             # QK^T contracts over the head dimension and PV writes it: each fills the MXU as far
             # as the head dimension does (v6e's 256-wide array half at head_dim 128)
-            fill = mxu_fill(s.head_dim, self.chip.mxu_dim or s.head_dim, self.chip.mxu_dim)
-            flops = attention_flops(s, bwd) / fill
+            flops = attention_flops(s, bwd) / mxu_share(s.head_dim, self.chip.mxu_dim)
             curve = gemm_curve_time_s(flops, 0.0, self.bf16_peak, cal.TPU_GEMM_E_MAX,
                                       cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps)
             return curve / cal.TPU_SPLASH_VS_GEMM

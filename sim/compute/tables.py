@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -113,18 +113,7 @@ def load_cases(folder: Path) -> list[KernelCase]:
                                   _num(r, "time_us", path) * 1e-6, m=per, n=n, k=k, batch=e))
     path = folder / "attention.csv"
     if path.exists():
-        for r in _rows(path):
-            _pick(r, "backend", set(BACKENDS), path)
-            _pick(r, "pass", {"fwd", "fwd+bwd", "bwd"}, path)
-            b, s, h, g, d = (int(_num(r, c, path)) for c in ("batch", "seq", "heads", "kv_heads",
-                                                               "head_dim"))
-            shape = AttentionShape(b, h, g, s, s, d, causal=r["causal"] == "1")
-            fam = BACKENDS[r["backend"]]
-            mask = "" if shape.causal else " no-mask"
-            out.append(KernelCase("attention.csv", "attention", f"{fam} {r['pass']}",
-                                  f"{fam} b{b} s{s} h{h}/{g} d{d}{mask} {r['pass']}",
-                                  _num(r, "time_us", path) * 1e-6, attention=shape,
-                                  source=r.get("source", "")))
+        out += [_attention_case(r, path, "head_dim") for r in _rows(path)]
     path = folder / "memory_bound.csv"
     if path.exists():
         for r in _rows(path):
@@ -249,21 +238,24 @@ def load_head_dim_cases(folder: Path) -> list[KernelCase]:
     width, no padding: its ``hd64``, ``hd256`` and control rows), as ``load_cases`` reads
     ``attention.csv``; none where the table is absent."""
     path = folder / "attention_extra.csv"
-    out: list[KernelCase] = []
     if not path.exists():
-        return out
-    for r in _rows(path):
-        if r.get("d_qk") != r.get("d_v") or r.get("padded_to"):
-            continue
-        _pick(r, "backend", set(BACKENDS), path)
-        _pick(r, "pass", {"fwd", "fwd+bwd", "bwd"}, path)
-        b, s, h, g, d = (int(_num(r, c, path)) for c in ("batch", "seq", "heads", "kv_heads", "d_qk"))
-        fam = BACKENDS[r["backend"]]
-        out.append(KernelCase(path.name, "attention", f"{fam} {r['pass']}",
-                              f"{fam} b{b} s{s} h{h}/{g} d{d} {r['pass']}",
-                              _num(r, "time_us", path) * 1e-6,
-                              attention=AttentionShape(b, h, g, s, s, d, causal=r["causal"] == "1")))
-    return out
+        return []
+    return [_attention_case(r, path, "d_qk") for r in _rows(path)
+            if r.get("d_qk") == r.get("d_v") and not r.get("padded_to")]
+
+
+def _attention_case(r: dict[str, str], path: Path, head_dim_col: str) -> KernelCase:
+    """One attention table row (its head dimension in *head_dim_col*) as a case."""
+    _pick(r, "backend", set(BACKENDS), path)
+    _pick(r, "pass", {"fwd", "fwd+bwd", "bwd"}, path)
+    b, s, h, g, d = (int(_num(r, c, path)) for c in ("batch", "seq", "heads", "kv_heads",
+                                                       head_dim_col))
+    shape = AttentionShape(b, h, g, s, s, d, causal=r["causal"] == "1")
+    fam = BACKENDS[r["backend"]]
+    mask = "" if shape.causal else " no-mask"
+    return KernelCase(path.name, "attention", f"{fam} {r['pass']}",
+                      f"{fam} b{b} s{s} h{h}/{g} d{d}{mask} {r['pass']}",
+                      _num(r, "time_us", path) * 1e-6, attention=shape, source=r.get("source", ""))
 
 
 def fit_attention_d64(cases: Sequence[KernelCase], family: str, passname: str, p: AttentionParams,
@@ -273,7 +265,7 @@ def fit_attention_d64(cases: Sequence[KernelCase], family: str, passname: str, p
     import statistics
 
     bwd = passname == "bwd"
-    at1 = AttentionParams(p.efficiency, p.d256, p.tail, p.mem)
+    at1 = replace(p, d64=1.0)
     ratios = []
     for shape, t in attention_pass_cases(cases, family)[passname]:
         if shape.head_dim > 64:

@@ -43,12 +43,7 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
 def _exposed_load(sp: StagePlan, kind: str, delays: set[int] | None) -> bool:
     """Whether ZeRO-3's weight gather leaves part of a layer exposed on links a transfer of
     another stream may meet (the engine then plays every segment: ``step._exposure``)."""
-    if not sp.fsdp_layer_gather_s:
-        return False
-    layer = sp.layer_fwd if kind == "F" else sp.layer_bwd
-    comp = sum(s.seconds for s in layer if s.kind == "compute")
-    expo = sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0) - comp
-    base = sp.fsdp_fwd if kind == "F" else sp.fsdp_bwd
+    expo, base = sp.fsdp_exposure(kind)
     return expo > 0 and base is not None and (delays is None or id(base) not in delays)
 
 

@@ -71,6 +71,18 @@ class StagePlan:
         """Layers of all the stage's *vs* chunks."""
         return sum(self.chunk_layers) if self.chunk_layers else self.layers_per_chunk * vs
 
+    def fsdp_exposure(self, kind: str) -> tuple[float, Traffic | None]:
+        """ZeRO-3 in pass *kind* ("F" or "B"): the seconds a layer's weight gather (and, in the
+        backward, its gradient reduce-scatter) takes beyond the layer's compute, which the step
+        leaves exposed, and the load it puts on the links (prefetched during the previous
+        layer, so only that excess shows)."""
+        if not self.fsdp_layer_gather_s:
+            return 0.0, None
+        layer = self.layer_fwd if kind == "F" else self.layer_bwd
+        comp = sum(s.seconds for s in layer if s.kind == "compute")
+        expo = max(0.0, self.fsdp_layer_gather_s + (self.dp_layer_s if kind == "B" else 0.0) - comp)
+        return expo, (self.fsdp_fwd if kind == "F" else self.fsdp_bwd)
+
 
 @dataclass(frozen=True, slots=True)
 class Interval:

@@ -233,7 +233,7 @@ class StepEngine:
                 item = (sp.dp_layer_s + sp.replica_layer_s, sp.dp_traffic)
             elif sp.dp_per_microbatch and sp.replica_layer_s:
                 item = (sp.replica_layer_s, sp.replica_traffic)
-        expo, expo_load = self._exposure(r, kind, layer)
+        expo, expo_load = self._exposure(r, kind)
         comm = self._comm_of(layer) if not self.trace and self.groups is None else None
         if comm is not None and self._delay(expo_load):
             # PERF: a layer whose transfers are all plain delays is one timeout (its compute
@@ -273,24 +273,17 @@ class StepEngine:
                                      if delays else None)
         return self._comm_cache[key]
 
-    def _exposure(self, r: _Rank, kind: str, layer: tuple[Segment, ...]) -> tuple[float, Traffic | None]:
-        """ZeRO-3: the weight all-gather is prefetched during the previous layer; in the backward
-        the gradient reduce-scatter shares the same links. Only what the layer's traffic takes
-        beyond its compute is exposed, and it is played on the links: (seconds, load) per layer,
-        the same for every layer of a stage and pass."""
+    def _exposure(self, r: _Rank, kind: str) -> tuple[float, Traffic | None]:
+        """ZeRO-3's exposed gather (``StagePlan.fsdp_exposure``), played on the links: (seconds,
+        load) per layer, the same for every layer of a stage and pass."""
         key = (r.stage, kind)
         hit = self._expo_cache.get(key)
         if hit is None:
-            sp = r.plan
-            expo = 0.0
+            expo, base = r.plan.fsdp_exposure(kind)
             load = None
-            if sp.fsdp_layer_gather_s:
-                comp = sum(s.seconds for s in layer if s.kind == "compute")
-                expo = max(0.0, sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0) - comp)
-                base = sp.fsdp_fwd if kind == "F" else sp.fsdp_bwd
-                # a load that can never meet another stays a plain delay (None) at any length
-                if base is not None and expo > 0 and not self._delay(base):
-                    load = base.with_seconds(expo)
+            # a load that can never meet another stays a plain delay (None) at any length
+            if base is not None and expo > 0 and not self._delay(base):
+                load = base.with_seconds(expo)
             hit = self._expo_cache[key] = (expo, load)
         return hit
 

@@ -190,29 +190,31 @@ def _build_dragonfly(g: nx.Graph, spec: GpuClusterSpec, switches: int, port: flo
         for i, a in enumerate(members):
             for b in members[i + 1:]:
                 link(f"sw/{a}", f"sw/{b}", spec.local_links * port, lat_us, net, spec.local_links)
+    if spec.system_groups and groups > spec.system_groups:
+        raise TopologyError(f"cluster.chips: {switches} dragonfly switches make {groups} groups of "
+                            f"{S} but the machine has system_groups = {spec.system_groups}")
+
+    def ends(a: int, b: int) -> list[int]:
+        """The switches of group *a* its cables to group *b* leave from: cable j from switch
+        (b + j) of a."""
+        size = min(S, switches - a * S)
+        return [a * S + (b + j) % size for j in range(spec.global_links)]
+
     cables: dict[tuple[int, int], int] = {}
     for a in range(groups):
-        size_a = min(S, switches - a * S)
         for b in range(a + 1, groups):
-            size_b = min(S, switches - b * S)
-            for j in range(spec.global_links):
-                u, v = a * S + (b + j) % size_a, b * S + (a + j) % size_b
+            for u, v in zip(ends(a, b), ends(b, a)):
                 cables[(u, v)] = cables.get((u, v), 0) + 1
     for (u, v), c in sorted(cables.items()):
         link(f"sw/{u}", f"sw/{v}", c * port, lat_us, net, c)
     # The machine's other groups: each one node ("dfg/x", its switches and local cables taken
     # as never the bottleneck of traffic passing through) with its cables to every job group,
     # arranged as between job groups; they carry the non-minimal routes.
-    if spec.system_groups and groups > spec.system_groups:
-        raise TopologyError(f"cluster.chips: {switches} dragonfly switches make {groups} groups of "
-                          f"{S} but the machine has system_groups = {spec.system_groups}")
     for x in range(groups, spec.system_groups if groups > 1 else 0):
         g.add_node(f"dfg/{x}", kind="transit", group=x)
         transit: dict[int, int] = {}
         for a in range(groups):
-            size_a = min(S, switches - a * S)
-            for j in range(spec.global_links):
-                u = a * S + (x + j) % size_a
+            for u in ends(a, x):
                 transit[u] = transit.get(u, 0) + 1
         for u, c in sorted(transit.items()):
             link(f"sw/{u}", f"dfg/{x}", c * port, lat_us, net, c)

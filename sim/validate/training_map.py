@@ -48,7 +48,6 @@ from .training_rules import (
     _RECOMPUTE_RULES,
     _REMAT_POLICY,
     _UNKNOWN_PRECISION,
-    _UNSUPPORTED_MODEL_FEATURES,
     HARDWARE_RULES,
     TOPOLOGY_CHIPS,
     _first,
@@ -123,9 +122,6 @@ class _RowMapper(RowReader):
         if layers is None or hidden is None or heads is None:
             missing = [c for c, v in (("layers", layers), ("hidden", hidden), ("heads", heads)) if v is None]
             raise _Unsupported(f"model dims not published ({', '.join(missing)})")
-        for pattern, why in _UNSUPPORTED_MODEL_FEATURES:
-            if re.search(pattern, name, re.IGNORECASE):
-                raise _Unsupported(why)
         found, preset = _first(_PRESET_MODELS, name)
         if found:
             return self._preset_model(preset, layers, hidden, heads)

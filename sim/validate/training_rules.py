@@ -205,9 +205,6 @@ _PRESET_MODELS: tuple[tuple[str, str], ...] = (
     (r"nemotron[ _-]?h.*56b", "nemotron-h-56b"),
     (r"nemotron[ _-]?(?:v?3)[ _-]?nano", "nemotron-3-nano"),
 )
-# Model families with an attention the schema does not have (none at present; gpt-oss-20b had
-# no preset until its config was read).
-_UNSUPPORTED_MODEL_FEATURES: tuple[tuple[str, str], ...] = ()
 # Benchmarks that route tokens uniformly at random (Megatron --moe-router-force-load-balancing,
 # NeMo AutoModel fake_balanced_gate): the busiest rank's share is the statistical one only.
 _BALANCED_ROUTING_NOTES = r"force-balance"      # Megatron: random logits, balanced on average

@@ -8,8 +8,8 @@ node (its ``is_token_in_rank`` layout) and once per destination node over RDMA, 
 NVLink forwards it to the ranks that need it (DeepEP README, "normal kernels": NVLink and RDMA
 forwarding; DeepSeek-V3 report, arXiv 2412.19437, section 3.2.2: each token to at most 4 nodes,
 "the number of tokens... sent through IB" bounded by it); HybridEP keeps that rule (one RDMA send
-per token and node: the test_hybrid_ep.py of DeepEP's hybrid-ep branch counts the RDMA bytes as the tokens
-that need the remote node x hidden x 2 B).
+per token and node: the test_hybrid_ep.py of DeepEP's hybrid-ep branch counts the RDMA bytes as
+the tokens that need the remote node x hidden x 2 B).
 
 How many destinations a token has depends on how the router picks its experts:
 
@@ -42,6 +42,7 @@ from typing import NamedTuple
 from ..models import ROUTINGS
 
 __all__ = ["Destinations", "destinations"]
+
 
 class Destinations(NamedTuple):
     """The other ranks and the other NVLink domains one token reaches, on average."""

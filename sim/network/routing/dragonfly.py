@@ -40,6 +40,7 @@ class DragonflyRouter(GpuRouter):
         g = topo.graph
         self._transits = sorted((n for n, d in g.nodes(data=True) if d.get("kind") == "transit"),
                                 key=str)
+        self._transit_set = frozenset(self._transits)
         groups = {d["group"] for _, d in g.nodes(data=True)
                   if d.get("kind") == "leaf" and "group" in d}
         k, i = len(groups), len(self._transits)
@@ -50,9 +51,9 @@ class DragonflyRouter(GpuRouter):
     def _distances(self, dst: Hashable) -> dict[Hashable, int]:
         """Minimal routes never pass through another group's transit node; a route to one (the
         first half of a non-minimal route) goes over the switches to it."""
-        if isinstance(dst, str) and dst.startswith("dfg/"):
-            return super()._distances_in(self.g.subgraph([*self._switches_only.nodes, dst]), dst)
-        return super()._distances_in(self._switches_only, dst)
+        if dst in self._transit_set:
+            return self._distances_in(self.g.subgraph([*self._switches_only.nodes, dst]), dst)
+        return self._distances_in(self._switches_only, dst)
 
     def _switch_route(self, a: str, b: str) -> Route:
         """Switch *a* to switch *b*: minimal ECMP, and the non-minimal share through the other
