@@ -9,9 +9,19 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-__all__ = ["progress"]
+__all__ = ["available_cores", "progress"]
 
 T = TypeVar("T")
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the OS says), at least 1."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:                     # no affinity on this OS (macOS, Windows)
+        return os.cpu_count() or 1
 
 
 def progress(items: Iterable[T], total: int, description: str) -> Iterator[T]:

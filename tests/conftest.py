@@ -25,10 +25,12 @@ def training_report():
     per session (~100 s): the training budget check and the golden ``validate --suite training``
     read the same report. Under pytest-xdist a session is one worker, so the tests that use it
     carry ``xdist_group("training_report")`` and CI runs the slow lane with ``--dist loadgroup``."""
+    from sim.progress import available_cores
     from sim.validate import validate_training
     from sim.validate.predictors import TrainingPredictor
 
-    return validate_training(REPO / "validation" / "training", TrainingPredictor())
+    return validate_training(REPO / "validation" / "training", TrainingPredictor(),
+                             workers=available_cores())
 
 
 @pytest.fixture
@@ -42,9 +44,9 @@ def shared_training_report(training_report, monkeypatch: pytest.MonkeyPatch) -> 
     play = validate_cli.validate_training
     bundled = (REPO / "validation" / "training").resolve()
 
-    def once(data_dir: Path, predict: object, mapped: object = None):
+    def once(data_dir: Path, predict: object, mapped: object = None, workers: int = 1):
         if mapped is None and Path(data_dir).resolve() == bundled and predict == TrainingPredictor():
             return training_report
-        return play(data_dir, predict, mapped)
+        return play(data_dir, predict, mapped, workers)
 
     monkeypatch.setattr(validate_cli, "validate_training", once)

@@ -296,10 +296,14 @@ class StepEngine:
                 t0 = env.now
                 yield env.timeout(dt)
                 self._record(r, "compute", label, t0)
-            elif self.groups is None and self._delay(seg.traffic):
-                # PERF: the common case, a representative rank's collective that shares no link
+            elif self.groups is None:
+                # PERF: a representative rank's collective needs no barrier: played here, not
+                # through ``communicate`` (as a delay in the common case, sharing no link)
                 t0 = env.now
-                yield env.timeout(seg.seconds)
+                if self._delay(seg.traffic):
+                    yield env.timeout(seg.seconds)
+                else:
+                    yield self.links.transfer(seg.traffic, self._share(seg.traffic, True))  # type: ignore[union-attr, arg-type]
                 self._record(r, "comm", label, t0, seg.group)
             else:
                 yield from self.communicate(r, seg.group, (seq, i), seg.seconds, seg.traffic,

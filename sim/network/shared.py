@@ -56,8 +56,8 @@ class SharedLinks:
         self.slowed = 0                                   # flows now below their speed alone
         self.solves = 0
         # per traffic: (the traffic, its links' capacities, whether its link ids are sorted and
-        # distinct); the value keeps the key's object alive
-        self._caps: dict[int, tuple[Traffic, np.ndarray, bool]] = {}
+        # distinct, its work_s: 0 without links); the value keeps the key's object alive
+        self._caps: dict[int, tuple[Traffic, np.ndarray, bool, float]] = {}
         # PERF: every link that can be over capacity (sorted ids; a superset, pruned at each
         # solve): a link only goes over when a transfer starts on it, so while they are few a
         # solve looks them up in each flow's sorted ids instead of reading the load of all its
@@ -68,24 +68,27 @@ class SharedLinks:
     def transfer(self, traffic: Traffic, share: float = 1.0) -> simpy.Event:
         """The event of *traffic* delivered (*share* of its load: one group of several)."""
         env = self.env
-        if traffic.work_s <= 0 or len(traffic.link_ids) == 0:
-            return env.timeout(max(0.0, traffic.seconds))
-        done = env.event()
         hit = self._caps.get(id(traffic))
         if hit is None:
             ids = traffic.link_ids
             hit = self._caps[id(traffic)] = (traffic, self.capacity[ids] * (1 + _TOL),
-                                             bool(np.all(ids[1:] > ids[:-1])))
-        cap = hit[1]
+                                             bool(np.all(ids[1:] > ids[:-1])),
+                                             traffic.work_s if len(ids) else 0.0)
+        work_s = hit[3]
+        if work_s <= 0:
+            return env.timeout(max(0.0, traffic.seconds))
+        done = env.event()
+        ids = traffic.link_ids
         rate = traffic.link_Bps if share == 1.0 else traffic.link_Bps * share
-        f = _Flow(traffic.link_ids, rate, cap, traffic.work_s, traffic.latency_s, done, env.now)
+        f = _Flow(ids, rate, hit[1], work_s, traffic.latency_s, done, env.now)
         self.flows[f] = None
-        load = self.load[f.ids] + f.rate                  # (one gather for both uses)
-        self.load[f.ids] = load
+        load = self.load[ids] + rate                      # (one gather for both uses)
+        self.load[ids] = load
         over = load > f.cap
         if not hit[2]:
             self._hot = None
-        if not over.any():
+        # PERF: count_nonzero, not .any(): a quarter of the cost on these short arrays
+        if not np.count_nonzero(over):
             # Its links carry no more than their capacity even with every flow at full speed:
             # it runs at its speed alone and constrains nobody (rates are at most those loads).
             self._arm(f, split=f.tail_s > 0)
@@ -94,15 +97,15 @@ class SharedLinks:
                 # both sorted: a stable sort merges the two runs in one pass
                 both = np.concatenate([self._hot, f.ids[over]])
                 both.sort(kind="stable")
-                self._hot = both[np.r_[True, both[1:] != both[:-1]]]
+                self._hot = both[_firsts(both)]
             self._reshare()
         return done
 
     def _fits(self, f: _Flow) -> bool:
         if self._few_hot([f]):
             at = self._hot_at(f)[1]
-            return not (self.load[f.ids[at]] > f.cap[at]).any()
-        return not (self.load[f.ids] > f.cap).any()
+            return not np.count_nonzero(self.load[f.ids[at]] > f.cap[at])
+        return not np.count_nonzero(self.load[f.ids] > f.cap)
 
     def _few_hot(self, flows: list[_Flow]) -> bool:
         """Whether looking the candidate links up in *flows* beats reading all their links (a
@@ -147,7 +150,7 @@ class SharedLinks:
         f.left_s = 0.0
         binding = self._release(f)
         if f.tail_s > 0:
-            self.env.timeout(f.tail_s).callbacks.append(functools.partial(_succeed, f.done))
+            _succeed_after(self.env, f.done, f.tail_s)
         else:
             f.done.succeed()
         if binding and self.slowed:
@@ -176,7 +179,7 @@ class SharedLinks:
         # as (flow, link index into *links*, bytes/s at speed 1) entries in flow order.
         c, r, rates, links = self._overloaded(flows)
         if len(c):
-            first = np.r_[True, c[1:] != c[:-1]]          # c is sorted: its distinct flows
+            first = _firsts(c)                            # c is sorted: its distinct flows
             used, cc = c[first], np.cumsum(first) - 1
             # bytes/s at speed 1 on the overloaded links, (link, flow) entries summed
             m = np.bincount(r * len(used) + cc, weights=rates,
@@ -231,6 +234,23 @@ def _succeed(event: simpy.Event, _trigger: object = None) -> None:
     event.succeed()
 
 
+def _succeed_after(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
+    """*event* succeeds *delay* s from now: scheduled as a timeout is, without a timer of its own
+    (PERF: one simpy event fewer per transfer with a latency; the same time, ``now + delay``)."""
+    event._ok = True                      # noqa: SLF001 - what Event.succeed sets before scheduling
+    event._value = None                   # noqa: SLF001
+    env.schedule(event, delay=delay)
+
+
+def _firsts(x: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of sorted *x* starts (PERF: ``np.r_`` costs more than the
+    comparison on these short arrays)."""
+    first = np.empty(len(x), bool)
+    first[:1] = True
+    np.not_equal(x[1:], x[:-1], out=first[1:])
+    return first
+
+
 def _unique_sorted_runs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(x, return_inverse=True)`` for *x* made of a few sorted runs (each flow's links).
 
@@ -252,7 +272,7 @@ def _progressive_fill(m: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     free = (m > 0).any(axis=0)
     level = 0.0
     residual = capacity.astype(float).copy()
-    while free.any():
+    while np.count_nonzero(free):
         load = m[:, free].sum(axis=1)
         used = np.flatnonzero(load > 0)
         ratio = residual[used] / load[used]

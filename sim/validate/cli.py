@@ -67,9 +67,10 @@ def _collectives(data_dir: Path, budgets: Budgets) -> _Outcome:
 
 
 def _training(data_dir: Path, budgets: Budgets) -> _Outcome:
+    from ..progress import available_cores
     from .predictors import TrainingPredictor  # lazily: the step model only for this suite
 
-    report = validate_training(data_dir, TrainingPredictor())
+    report = validate_training(data_dir, TrainingPredictor(), workers=available_cores())
     points = [(r.measured_step_s, r.predicted_step_s, f"{r.family} {r.split}")
               for r in report.runs if r.predicted_step_s is not None]
     return _Outcome(check_budgets(report, budgets), lambda: training_report_to_json(report),

@@ -195,6 +195,43 @@ def _score(run: MappedRun, predict: StepPredictor) -> TrainingRunResult:
                                predicted_memory_GiB=mem, memory_abs_err_pct=mem_err)
 
 
+# Runs of one cluster scored together in a worker share its topology (the predictor's cache).
+_CHUNK = 6
+
+
+_WORKER_PREDICT: list[StepPredictor] = []      # a worker process's predictor (its caches live on)
+
+
+def _worker_init(predict: StepPredictor) -> None:
+    _WORKER_PREDICT[:] = [predict]
+
+
+def _score_chunk(runs: Sequence[MappedRun]) -> list[TrainingRunResult]:
+    return [_score(m, _WORKER_PREDICT[0]) for m in runs]
+
+
+def _score_all(runs: Sequence[MappedRun], predict: StepPredictor,
+               workers: int) -> tuple[TrainingRunResult, ...]:
+    """Every run's result, in *runs*' order: in this process, or in chunks of runs on one cluster
+    spread over *workers* processes (PERF: ``validate --suite training`` on every core)."""
+    from ..progress import progress
+
+    if workers <= 1 or len(runs) < 2 * _CHUNK:
+        return tuple(_score(m, predict) for m in progress(runs, len(runs), "training runs"))
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    order = sorted(range(len(runs)), key=lambda i: (str(runs[i].topology), runs[i].chips or 0, i))
+    chunks = [order[k:k + _CHUNK] for k in range(0, len(order), _CHUNK)]
+    out: dict[int, TrainingRunResult] = {}
+    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), initializer=_worker_init,
+                             initargs=(predict,)) as pool:
+        futs = {pool.submit(_score_chunk, [runs[i] for i in c]): c for c in chunks}
+        bar = progress(as_completed(futs), len(futs), "training runs (chunks)")
+        for f in bar:
+            out.update(zip(futs[f], f.result()))
+    return tuple(out[i] for i in range(len(runs)))
+
+
 def _summarize(split: str, family: str, runs: Iterable[TrainingRunResult],
                framework: str = "all") -> TrainingSummary:
     runs = [r for r in runs if r.error is None]
@@ -209,18 +246,18 @@ def _summarize(split: str, family: str, runs: Iterable[TrainingRunResult],
 
 
 def validate_training(data_dir: Path, predict: StepPredictor,
-                      mapped: Sequence[MappedRun] | None = None) -> TrainingReport:
+                      mapped: Sequence[MappedRun] | None = None, workers: int = 1) -> TrainingReport:
     """Score *predict* against every supported run in *data_dir* (a ``training/`` folder).
 
     *mapped*: the result of ``map_runs(data_dir)`` when the caller already has it. Runs the
     predictor refuses (a ``SimError``) are listed and kept out of the aggregates. Raises
     ``ConfigError`` for missing or malformed data files, ``ValueError`` for a nonsensical prediction.
+    *workers* > 1 scores the runs in that many processes (*predict* must pickle); every run is
+    a pure function of its scenario, so the report is the same.
     """
-    from ..progress import progress
-
     mapped = map_runs(data_dir) if mapped is None else tuple(mapped)
     supported = [m for m in mapped if m.supported]
-    results = tuple(_score(m, predict) for m in progress(supported, len(supported), "training runs"))
+    results = _score_all(supported, predict, workers)
     unsupported = tuple(UnsupportedTrainingRun(id=m.id, split=m.split, hardware=m.hardware,
                                                chips=m.chips, reason=m.reason)
                         for m in mapped if not m.supported)
