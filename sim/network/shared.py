@@ -16,13 +16,15 @@ nothing is shared the step equals the one played with isolated collective times,
 from __future__ import annotations
 
 import functools
+import heapq
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from .traffic import Traffic
 
-__all__ = ["SharedLinks"]
+__all__ = ["SharedLinks", "succeed_after", "wake_at"]
 
 _TOL = 1e-9
 
@@ -65,8 +67,10 @@ class SharedLinks:
         # 98,304 GPUs). None once a flow's ids are not sorted and distinct: always the scan.
         self._hot: np.ndarray | None = np.zeros(0, np.int64)
 
-    def transfer(self, traffic: Traffic, share: float = 1.0) -> simpy.Event:
-        """The event of *traffic* delivered (*share* of its load: one group of several)."""
+    def transfer(self, traffic: Traffic, share: float = 1.0,
+                 done: simpy.Event | None = None) -> simpy.Event:
+        """The event of *traffic* delivered (*share* of its load: one group of several): *done*,
+        an untriggered event, where given (PERF: what waits on the delivery waits on it directly)."""
         env = self.env
         hit = self._caps.get(id(traffic))
         if hit is None:
@@ -76,8 +80,12 @@ class SharedLinks:
                                              traffic.work_s if len(ids) else 0.0)
         work_s = hit[3]
         if work_s <= 0:
-            return env.timeout(max(0.0, traffic.seconds))
-        done = env.event()
+            if done is None:
+                return env.timeout(max(0.0, traffic.seconds))
+            succeed_after(env, done, max(0.0, traffic.seconds))
+            return done
+        if done is None:
+            done = env.event()
         ids = traffic.link_ids
         rate = traffic.link_Bps if share == 1.0 else traffic.link_Bps * share
         f = _Flow(ids, rate, hit[1], work_s, traffic.latency_s, done, env.now)
@@ -150,7 +158,7 @@ class SharedLinks:
         f.left_s = 0.0
         binding = self._release(f)
         if f.tail_s > 0:
-            _succeed_after(self.env, f.done, f.tail_s)
+            succeed_after(self.env, f.done, f.tail_s)
         else:
             f.done.succeed()
         if binding and self.slowed:
@@ -234,12 +242,23 @@ def _succeed(event: simpy.Event, _trigger: object = None) -> None:
     event.succeed()
 
 
-def _succeed_after(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
+def succeed_after(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
     """*event* succeeds *delay* s from now: scheduled as a timeout is, without a timer of its own
     (PERF: one simpy event fewer per transfer with a latency; the same time, ``now + delay``)."""
     event._ok = True                      # noqa: SLF001 - what Event.succeed sets before scheduling
     event._value = None                   # noqa: SLF001
     env.schedule(event, delay=delay)
+
+
+def wake_at(env: simpy.Environment, t: float) -> simpy.Event:
+    """An event that fires at time *t* exactly (>= now): pushed on simpy's queue as a timeout is,
+    at *t* itself rather than at ``now + (t - now)``, which can round to another time."""
+    assert t >= env.now, (t, env.now)
+    event = env.event()
+    event._ok = True                      # noqa: SLF001 - as Event.succeed sets them
+    event._value = None                   # noqa: SLF001
+    heapq.heappush(env._queue, (t, NORMAL, next(env._eid), event))  # noqa: SLF001
+    return event
 
 
 def _firsts(x: np.ndarray) -> np.ndarray:
