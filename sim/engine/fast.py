@@ -3,7 +3,7 @@ path the plan search screens layouts with."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..workload.schedules import Step
 from ..workload.schedules import schedule as schedule_steps
@@ -68,13 +68,17 @@ def fast_step(plan: list[StagePlan], schedule: Schedule) -> EngineResult:
     done: dict[tuple[str, int, int], float] = {}
     lanes = [_lane(schedule_steps(schedule.schedule_kind, st, pp, schedule.micro, schedule.vs,
                                   schedule.group), plan[st]) for st in range(pp)]
-    remaining = sum(len(lane.steps) for lane in lanes)
-    while remaining:
-        played = 0
-        for st in range(pp):
-            played += _play(lanes[st], st, plan[st], done, pp, pp * schedule.vs)
-        assert played, "schedule dependencies form a cycle"
-        remaining -= played
+    # PERF: a stage plays until it waits on a step not yet played, then sleeps until that step
+    # is (instead of every stage tried round after round); each stage's times depend only on
+    # its dependencies' ends, so the order stages are played in changes nothing.
+    waiting: dict[tuple[str, int, int], int] = {}
+    ready = list(range(pp))
+    while ready:
+        st = ready.pop()
+        dep = _play(lanes[st], st, plan[st], done, pp, pp * schedule.vs, waiting, ready)
+        if dep is not None:
+            waiting[dep] = st
+    assert all(lane.pos == len(lane.steps) for lane in lanes), "schedule dependencies form a cycle"
     return _result(plan, lanes)
 
 
@@ -92,6 +96,8 @@ class _Lane:
     compute_s: float = 0.0
     comm_s: float = 0.0
     bubble_s: float = 0.0
+    shapes: dict[tuple[str, int, bool], tuple[float, float, float, int, float, float, float, float]] = \
+        field(default_factory=dict)              # (kind, chunk, reduces) -> ``_shape``
 
 
 def _lane(steps: tuple[Step, ...], sp: StagePlan) -> _Lane:
@@ -106,12 +112,41 @@ def _lane(steps: tuple[Step, ...], sp: StagePlan) -> _Lane:
     return _Lane(steps, last_b, seg_s)
 
 
+def _shape(sp: StagePlan, lane: _Lane, kind: str, c: int, g: int, reduce: bool,
+           n_chunks: int, pp: int) -> tuple[float, float, float, int, float, float, float, float]:
+    """What a step of *kind* on global chunk *g* (the stage's chunk *c*) does, whatever its
+    micro-batch: (extra before its layers, one layer's time, the gradient reduction each layer
+    queues, its layers, extra after them, compute and transfer seconds it adds, the p2p delay
+    before its successor may start)."""
+    if kind == "F":
+        extra = (sp.first_fwd if g == 0 else 0.0) + (sp.last_fwd if g == n_chunks - 1 else 0.0)
+    else:
+        extra = (sp.first_bwd if g == 0 else 0.0) + (sp.last_bwd if g == n_chunks - 1 else 0.0)
+    comp, comm = lane.seg_s[kind]
+    expo = 0.0
+    if sp.fsdp_layer_gather_s:
+        traffic = sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0)
+        expo = max(0.0, traffic - comp)
+    layer = comp + comm + expo
+    item = ((sp.dp_layer_s + sp.replica_layer_s) if not sp.dp_per_microbatch
+            else sp.replica_layer_s) if reduce else 0.0
+    before = extra if extra and kind == "F" and g == 0 else 0.0
+    after = extra if extra and not (kind == "F" and g == 0) else 0.0
+    n_layers = sp.layers_of(c)
+    crosses = (kind == "F" and g < n_chunks - 1) or (kind == "B" and g > 0)
+    return (before, layer, item, n_layers, after, n_layers * comp + extra,
+            n_layers * (comm + expo), sp.p2p_s if crosses and pp > 1 else 0.0)
+
+
 def _play(lane: _Lane, st: int, sp: StagePlan, done: dict[tuple[str, int, int], float], pp: int,
-          n_chunks: int) -> int:
-    """How many steps stage *st* played: its next steps in order until one waits on a step not yet
-    in *done* (each step's end, p2p delay included, goes into *done*)."""
-    steps, last_b = lane.steps, lane.last_b
-    pos = start_pos = lane.pos
+          n_chunks: int, waiting: dict[tuple[str, int, int], int],
+          ready: list[int]) -> tuple[str, int, int] | None:
+    """Play stage *st*'s next steps in order until one waits on a step not yet in *done*; that
+    step's key (None: the stage is finished). Each step's end, p2p delay included, goes into
+    *done*, and the stage *waiting* on it into *ready*."""
+    steps, last_b, shapes = lane.steps, lane.last_b, lane.shapes
+    pos = lane.pos
+    blocked = None
     now, dp_free = lane.now, lane.dp_free
     while pos < len(steps):
         kind, m, c = steps[pos]
@@ -119,43 +154,40 @@ def _play(lane: _Lane, st: int, sp: StagePlan, done: dict[tuple[str, int, int], 
         dep = (("F", m, g - 1) if kind == "F" and g > 0 else
                ("B", m, g + 1) if kind == "B" and g < n_chunks - 1 else None)
         if dep is not None and dep not in done:
+            blocked = dep
             break
         t = now
         if dep is not None and done[dep] > t:
             lane.bubble_s += done[dep] - t
             t = done[dep]
-        if kind == "F":
-            extra = (sp.first_fwd if g == 0 else 0.0) + (sp.last_fwd if g == n_chunks - 1 else 0.0)
-        else:
-            extra = (sp.first_bwd if g == 0 else 0.0) + (sp.last_bwd if g == n_chunks - 1 else 0.0)
-        comp, comm = lane.seg_s[kind]
-        expo = 0.0
-        if sp.fsdp_layer_gather_s:
-            traffic = sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0)
-            expo = max(0.0, traffic - comp)
-        layer = comp + comm + expo
-        reduce = (kind == "B" and m == last_b[c])
-        item = ((sp.dp_layer_s + sp.replica_layer_s) if not sp.dp_per_microbatch
-                else sp.replica_layer_s) if reduce else 0.0
-        if extra and kind == "F" and g == 0:
-            t += extra
+        # PERF: a step's shape depends on its kind, chunk and whether it reduces, not on its
+        # micro-batch: worked out once (the same expressions, so the same sums)
+        reduce = kind == "B" and m == last_b[c]
+        shape = shapes.get((kind, c, reduce))
+        if shape is None:
+            shape = shapes[(kind, c, reduce)] = _shape(sp, lane, kind, c, g, reduce, n_chunks, pp)
+        before, layer, item, n_layers, after, compute_add, comm_add, p2p = shape
+        if before:
+            t += before
         start_layers = t
-        n_layers = sp.layers_of(c)
         if item:
             for li in range(n_layers):
                 end = start_layers + (li + 1) * layer
                 dp_free = max(dp_free, end) + item
         t = start_layers + n_layers * layer
-        if extra and not (kind == "F" and g == 0):
-            t += extra
-        lane.compute_s += n_layers * comp + extra
-        lane.comm_s += n_layers * (comm + expo)
-        crosses = (kind == "F" and g < n_chunks - 1) or (kind == "B" and g > 0)
-        done[(kind, m, g)] = t + (sp.p2p_s if crosses and pp > 1 else 0.0)
+        if after:
+            t += after
+        lane.compute_s += compute_add
+        lane.comm_s += comm_add
+        key = (kind, m, g)
+        done[key] = t + p2p
+        woken = waiting.pop(key, None)
+        if woken is not None:
+            ready.append(woken)
         now = t
         pos += 1
     lane.pos, lane.now, lane.dp_free = pos, now, dp_free
-    return pos - start_pos
+    return blocked
 
 
 def _result(plan: list[StagePlan], lanes: list[_Lane]) -> EngineResult:
