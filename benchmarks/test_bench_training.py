@@ -12,26 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-import simpy
+from _reference import bare_simpy_events_per_s
 
 from sim.config import load_scenario
 from sim.run import run
 from sim.topology import build_topology
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-
-
-def bare_simpy_events_per_s(n: int = 200_000) -> float:
-    env = simpy.Environment()
-
-    def proc():
-        for _ in range(n):
-            yield env.timeout(1e-6)
-
-    env.process(proc())
-    t0 = time.perf_counter()
-    env.run()
-    return n / (time.perf_counter() - t0)
 
 
 @pytest.mark.benchmark
