@@ -28,47 +28,13 @@ from ..network.shared import SharedLinks, succeed_after, wake_at
 from ..network.traffic import Traffic
 from ..workload.schedules import schedule as schedule_steps
 from .loads import private_loads
+from .ranks import Barrier, Rank
 from .records import EngineResult, Interval, Schedule, Segment, StagePlan
 
 __all__ = ["StepEngine", "simulate"]
 
 ProcGen = Generator[simpy.Event, Any, Any]
 Groups = Callable[[str, int], tuple[Any, int]]
-
-
-class _Barrier:
-    """Fires when ``n`` members have arrived; remembers who came last and the transfer the group
-    then runs together."""
-
-    __slots__ = ("event", "n", "arrived", "last", "transfer")
-
-    def __init__(self, env: simpy.Environment, n: int) -> None:
-        self.event = env.event()
-        self.n = n
-        self.arrived = 0
-        self.last: int | None = None
-        self.transfer: simpy.Event | None = None
-
-    def arrive(self, rank: int) -> simpy.Event:
-        self.arrived += 1
-        if self.arrived == self.n:
-            self.last = rank
-            self.event.succeed()
-        return self.event
-
-
-class _Rank:
-    """One simulated rank: where it sits and what it has spent its time on."""
-
-    __slots__ = ("rank", "local", "stage", "plan", "busy", "computed")
-
-    def __init__(self, rank: int, local: int, stage: int, plan: StagePlan) -> None:
-        self.rank = rank
-        self.local = local
-        self.stage = stage
-        self.plan = plan
-        self.busy: dict[str, float] = defaultdict(float)
-        self.computed = 0                 # compute segments so far (the jitter's index)
 
 
 class StepEngine:
@@ -101,10 +67,10 @@ class StepEngine:
         self.n_chunks = pp * vs
         self.intervals: list[Interval] = []
         self._done: dict[tuple[Any, ...], simpy.Event] = {}
-        self._barriers: dict[tuple[Any, ...], _Barrier] = {}
+        self._barriers: dict[tuple[Any, ...], Barrier] = {}
         self._finish: dict[int, float] = {}
         self._wait_caused: dict[int, float] = defaultdict(float)
-        self._ranks: list[_Rank] = []
+        self._ranks: list[Rank] = []
         self._comm_cache: dict[int, float | None] = {}
         self._expo_cache: dict[tuple[int, str], tuple[float, Traffic | None]] = {}
 
@@ -121,7 +87,7 @@ class StepEngine:
         procs = []
         for stage in range(self.pp):
             for local in range(self.ranks_per_stage):
-                r = _Rank(stage * self.ranks_per_stage + local, local, stage, self.plan[stage])
+                r = Rank(stage * self.ranks_per_stage + local, local, stage, self.plan[stage])
                 self._ranks.append(r)
                 procs.append(self.env.process(self.stage(r)))
         return self.env.all_of(procs)
@@ -148,7 +114,7 @@ class StepEngine:
 
     # ------------------------------------------------------------------ helpers
 
-    def _record(self, r: _Rank, kind: str, label: str, start: float, suffix: str = "") -> None:
+    def _record(self, r: Rank, kind: str, label: str, start: float, suffix: str = "") -> None:
         r.busy[kind] += self.env.now - start
         if self.trace:
             self.intervals.append(Interval(r.rank, r.stage, kind,
@@ -187,7 +153,7 @@ class StepEngine:
 
     # ------------------------------------------------------------------ processes
 
-    def stage(self, r: _Rank) -> ProcGen:
+    def stage(self, r: Rank) -> ProcGen:
         """A rank's step: its schedule's passes in order, then the gradient tail, the optimizer
         and the ZeRO-1/2 parameter gather."""
         sp = r.plan
@@ -219,7 +185,7 @@ class StepEngine:
                                         "param-gather")
         self._finish[r.rank] = self.env.now
 
-    def chunk_pass(self, r: _Rank, kind: str, m: int, g: int, n_step: int,
+    def chunk_pass(self, r: Rank, kind: str, m: int, g: int, n_step: int,
                    reduce_into: simpy.Store | None) -> ProcGen:
         """One forward or backward pass of global chunk *g* for micro-batch *m*; a chunk's last
         backward queues each layer's gradient reduction on the data-parallel stream."""
@@ -278,7 +244,7 @@ class StepEngine:
                                      if delays else None)
         return self._comm_cache[key]
 
-    def _exposure(self, r: _Rank, kind: str) -> tuple[float, Traffic | None]:
+    def _exposure(self, r: Rank, kind: str) -> tuple[float, Traffic | None]:
         """ZeRO-3's exposed gather (``StagePlan.fsdp_exposure``), played on the links: (seconds,
         load) per layer, the same for every layer of a stage and pass."""
         key = (r.stage, kind)
@@ -297,7 +263,7 @@ class StepEngine:
         rank's transfer that shares no link."""
         return seg.kind == "compute" or (self.groups is None and self._delay(seg.traffic))
 
-    def segments(self, r: _Rank, segs: tuple[Segment, ...], label: str, seq: Any) -> ProcGen:
+    def segments(self, r: Rank, segs: tuple[Segment, ...], label: str, seq: Any) -> ProcGen:
         env = self.env
         i, n = 0, len(segs)
         while i < n:
@@ -341,7 +307,7 @@ class StepEngine:
                 yield from self.communicate(r, seg.group, (seq, i - 1), seg.seconds, seg.traffic,
                                             label, suffix=seg.group)
 
-    def communicate(self, r: _Rank, group: str, seq: Any, seconds: float,
+    def communicate(self, r: Rank, group: str, seq: Any, seconds: float,
                     traffic: Traffic | None, label: str, kind: str = "comm",
                     suffix: str = "") -> ProcGen:
         """A collective of *r*'s *group*: wait for its last member (per-rank mode), then the
@@ -353,7 +319,7 @@ class StepEngine:
                 key = (r.stage, group, gid, seq)
                 barrier = self._barriers.get(key)
                 if barrier is None:
-                    barrier = self._barriers[key] = _Barrier(self.env, size)
+                    barrier = self._barriers[key] = Barrier(self.env, size)
                 t0 = self.env.now
                 yield barrier.arrive(r.rank)
                 if self.env.now > t0:
@@ -369,7 +335,7 @@ class StepEngine:
             yield self._send(seconds, traffic, self._share(traffic, True))
         self._record(r, kind, label, t0, suffix)
 
-    def dp_stream(self, r: _Rank, queue: simpy.Store) -> ProcGen:
+    def dp_stream(self, r: Rank, queue: simpy.Store) -> ProcGen:
         """Gradient reductions, one after another, as the backward pass hands them over."""
         n = 0
         while True:
@@ -381,7 +347,7 @@ class StepEngine:
                                         kind="dp")
             n += 1
 
-    def hand_over(self, r: _Rank, kind: str, m: int, g: int) -> None:
+    def hand_over(self, r: Rank, kind: str, m: int, g: int) -> None:
         """Pass a finished chunk's activations (forward) or gradients (backward) to the stage that
         needs them, after the pipeline transfer."""
         target = self._event((kind, r.local, m, g))

@@ -15,22 +15,7 @@ from typing import Any
 
 from ..config import PLOT_SUFFIXES, check_output_path
 from ..errors import ConfigError
-from .budgets import check_budgets, check_compute_budgets, check_failure_budgets, load_budgets
-from .collectives import validate_collectives
-from .compute import validate_compute
 from .data import default_data_dir
-from .failures import validate_failures
-from .report import (
-    compute_report_to_json,
-    failures_report_to_json,
-    format_compute_report,
-    format_failures,
-    format_report,
-    format_training_report,
-    report_to_json,
-    training_report_to_json,
-)
-from .training import validate_training
 
 __all__ = ["BUDGETS_FILE", "SUITES", "add_parser", "run_cli"]
 
@@ -54,8 +39,22 @@ class _Outcome:
     title: str = ""
 
 
+# PERF: each suite imports what it needs when it runs (every command builds this parser).
+
+
+def validate_training(data_dir: Path, predict: Any, mapped: Any = None, workers: int = 1) -> Any:
+    """``sim.validate.training.validate_training``, imported when the training suite runs (a name
+    of this module, which tests/conftest.py answers from the session's report)."""
+    from .training import validate_training as play
+
+    return play(data_dir, predict, mapped, workers)
+
+
 def _collectives(data_dir: Path, budgets: Budgets) -> _Outcome:
+    from .budgets import check_budgets
+    from .collectives import validate_collectives
     from .predictors import CasePredictor  # lazily: the network model only for this suite
+    from .report import format_report, report_to_json
 
     report = validate_collectives(data_dir, CasePredictor())
     points = [(p.measured_busbw_GBps, p.predicted_busbw_GBps, f"{r.split}")
@@ -68,7 +67,9 @@ def _collectives(data_dir: Path, budgets: Budgets) -> _Outcome:
 
 def _training(data_dir: Path, budgets: Budgets) -> _Outcome:
     from ..progress import available_cores
+    from .budgets import check_budgets
     from .predictors import TrainingPredictor  # lazily: the step model only for this suite
+    from .report import format_training_report, training_report_to_json
 
     report = validate_training(data_dir, TrainingPredictor(), workers=available_cores())
     points = [(r.measured_step_s, r.predicted_step_s, f"{r.family} {r.split}")
@@ -79,6 +80,10 @@ def _training(data_dir: Path, budgets: Budgets) -> _Outcome:
 
 
 def _failures(data_dir: Path, budgets: Budgets) -> _Outcome:
+    from .budgets import check_failure_budgets
+    from .failures import validate_failures
+    from .report import failures_report_to_json, format_failures
+
     cases = validate_failures(data_dir)
     return _Outcome(check_failure_budgets(cases, budgets["failures"]),
                     lambda: failures_report_to_json(cases),
@@ -87,6 +92,10 @@ def _failures(data_dir: Path, budgets: Budgets) -> _Outcome:
 
 
 def _compute(data_dir: Path, budgets: Budgets) -> _Outcome:
+    from .budgets import check_compute_budgets
+    from .compute import validate_compute
+    from .report import compute_report_to_json, format_compute_report
+
     rows, summaries = validate_compute(data_dir)
     points = [(r.measured_s * 1e6, r.predicted_s * 1e6, f"{r.gpu} {r.kind}") for r in rows]
     return _Outcome(check_compute_budgets(summaries, budgets["compute"]),
@@ -141,6 +150,8 @@ def run_cli(args: argparse.Namespace) -> int:
     if not data_dir.is_dir():
         raise ConfigError(f"--data: {str(data_dir)!r} is not a folder; give the validation folder "
                           f"that holds {BUDGETS_FILE} and one folder per suite")
+    from .budgets import load_budgets
+
     budgets = load_budgets(data_dir / BUDGETS_FILE, suites=(args.suite,))
     out = _RUN[args.suite](data_dir / args.suite, budgets)
     if plot is not None:
