@@ -48,7 +48,10 @@ ROWS: dict[str, Row] = {
     "plan-70b": Row(("plan", "--model", "llama3-70b", "--tokens", "15T", "--days", "90",
                      "--topology", "dgx-h100,tpu-v5p", "--json"), quick=False),
     "validate-training": Row(("validate", "--suite", "training", "--json"), quick=False),
+    # the 131,072-GPU graph, built and described (its peak RSS is held to 1 GiB below)
+    "topo-131k": Row(("topo", "show", "h100-3tier", "--chips", "131072", "--json"), quick=False),
 }
+RSS_LIMIT_MiB = {"topo-131k": 1024.0}
 
 
 def default_repeats() -> int:

@@ -1,6 +1,7 @@
 """The release rows as a regression gate (issue 32): each row of benchmarks/release.py, a whole
 ``python -m sim ...`` process timed against the bare-simpy reference, fails when its ratio is more
-than 25% above the one stored in benchmarks/release_ratios.json, and is skipped when none is stored.
+than 25% above the one stored in benchmarks/release_ratios.json, and is skipped when none is stored;
+a row with a memory limit (``RSS_LIMIT_MiB``: the 131,072-GPU graph, 1 GiB) fails above it.
 
 On demand: ``python -m pytest benchmarks/test_bench_release.py -m benchmark``. The quick rows'
 test ids end in ``-quick``, so ``-k quick`` runs only them (and the check of the comparison
@@ -29,6 +30,8 @@ def test_release_ratio(name: str) -> None:
     print(f"\n{name}: {m['median_s']:.2f} s, ratio {m['ratio']:.2f} (stored {stored:.2f}), "
           f"peak RSS {m['peak_rss_MiB']:.0f} MiB")
     assert (why := release.regression(name, m["ratio"], stored)) is None, why
+    limit = release.RSS_LIMIT_MiB.get(name)
+    assert limit is None or m["peak_rss_MiB"] <= limit, (name, m["peak_rss_MiB"], limit)
 
 
 def test_quick_check_of_the_comparison(tmp_path: Path) -> None:
