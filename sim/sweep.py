@@ -124,8 +124,28 @@ def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# This process's last cluster, built (PERF: the points of a sweep over anything but the cluster
+# share its topology and collective model, as a validation suite's runs do; one kept, so a sweep
+# over sizes holds one large graph at a time).
+_NETWORK: dict[Any, tuple[Any, Any]] = {}
+
+
+def _network(cluster: Any) -> tuple[Any, Any]:
+    """(Topology, CollectiveModel) of *cluster*, built once while the points ask for it."""
+    hit = _NETWORK.get(cluster)
+    if hit is None:
+        from .collectives import CollectiveModel
+        from .topology import build_topology
+
+        _NETWORK.clear()
+        topo = build_topology(cluster)
+        hit = _NETWORK[cluster] = (topo, CollectiveModel(topo))
+    return hit
+
+
 def run_point(payload: tuple[Mapping[str, Any], str, dict[str, Any], bool, int | None]) -> dict[str, Any]:
-    """One sweep point -> its row (a pure function: what workers and Dask tasks run)."""
+    """One sweep point -> its row (a pure function: what workers and Dask tasks run; its
+    cluster's network is reused from the point before where it is the same)."""
     from .run import run
 
     raw, source, point, weak, max_events = payload
@@ -137,7 +157,10 @@ def run_point(payload: tuple[Mapping[str, Any], str, dict[str, Any], bool, int |
         if weak:
             data = _weak_batch(data, raw, source)
         scn = scenario_from_dict(data, source)
-        result = run(scn, max_events=max_events)
+        topo = net = None
+        if scn.cluster.shared_with is None:      # a shared fabric is built for both jobs
+            topo, net = _network(scn.cluster)
+        result = run(scn, max_events=max_events, topo=topo, net=net)
         row.update(status="ok", error="", model=scn.model.name)
         row.update(_flatten(step_json(result)))
     except InfeasibleError as e:
