@@ -26,14 +26,17 @@ __all__ = ["run"]
 def run(scenario: Scenario, seed: int | None = None, *, steps: int = 1, trace: bool = False,
         per_rank: bool = False, max_events: int | None = None, topo: Topology | None = None,
         net: CollectiveModel | None = None,
-        stack_efficiency: StackEfficiency | None = None) -> RunResult:
+        stack_efficiency: StackEfficiency | None = None, extras: bool = True) -> RunResult:
     """Play *scenario* (module docstring). *seed*: the step's draws (default the scenario's);
     *steps* > 1: that many steps with fresh straggler draws (seeds seed, seed+1, ...) for the
     distribution; *trace*: keep the step's timeline; *per_rank*: play every rank of a stage;
     *max_events*: refuse (ConfigError) before running when the steps would process more simpy
     events than this (None: no limit). *topo* / *net*: built already for ``scenario.cluster``
     (a scenario sharing its fabric, ``cluster.shared_with``, builds its own for both jobs);
-    *stack_efficiency* overrides ``sim.calibration.STACK_EFFICIENCY`` (for its fit)."""
+    *stack_efficiency* overrides ``sim.calibration.STACK_EFFICIENCY`` (for its fit); *extras*
+    False plays the step alone, without what explains it (``play_step``: the step with every
+    transfer alone, the straggler attribution, the neighbour alone), for callers that keep only
+    the step (the training suite)."""
     step_seed = scenario.seed if seed is None else seed
     # PERF: a large cluster's graph and link tables are millions of long-lived objects that each
     # full collection would walk again (~1 s of the 98,304-GPU step in
@@ -43,7 +46,7 @@ def run(scenario: Scenario, seed: int | None = None, *, steps: int = 1, trace: b
         job = resolve_job(scenario, topo=topo, net=net, stack_efficiency=stack_efficiency,
                           per_rank=per_rank, trace=trace, steps=steps, max_events=max_events,
                           freeze=freeze)
-        played = play_step(job, step_seed, per_rank=per_rank, trace=trace)
+        played = play_step(job, step_seed, per_rank=per_rank, trace=trace, extras=extras)
         distribution = None
         if steps > 1:
             # The further draws keep only their step time: nothing that explains it is played.
