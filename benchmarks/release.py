@@ -63,10 +63,12 @@ def reference_s() -> float:
     return REFERENCE_EVENTS / bare_simpy_events_per_s(REFERENCE_EVENTS)
 
 
-def run_once(argv: tuple[str, ...]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one ``python -m sim *argv*`` run from the repository root."""
+def run_once(argv: tuple[str, ...], repo: Path = REPO) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one ``python -m sim *argv*`` run from the root of *repo*
+    (``python -m`` imports the ``sim`` of its working folder: another checkout's, e.g. the
+    previous release's, times that release)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "sim", *argv], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "sim", *argv], cwd=repo,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     err = proc.stderr.read()
     # os.wait4, not proc.wait: it returns this child's own rusage (RUSAGE_CHILDREN is a running max).
@@ -79,7 +81,7 @@ def run_once(argv: tuple[str, ...]) -> tuple[float, float]:
     return wall_s, usage.ru_maxrss / 1024
 
 
-def measure(rows: list[str], repeats: int) -> dict[str, dict[str, float]]:
+def measure(rows: list[str], repeats: int, repo: Path = REPO) -> dict[str, dict[str, float]]:
     """Each row's median and fastest wall time over *repeats* runs, the reference played just
     before each of them (so that both see the same load on a shared machine), the ratio of the
     fastest row run to the fastest reference (load only ever adds time, so the fastest runs are
@@ -89,7 +91,7 @@ def measure(rows: list[str], repeats: int) -> dict[str, dict[str, float]]:
         refs, runs = [], []
         for _ in range(repeats):
             refs.append(reference_s())
-            runs.append(run_once(ROWS[name].argv))
+            runs.append(run_once(ROWS[name].argv, repo))
         walls = [wall for wall, _ in runs]
         out[name] = {"median_s": statistics.median(walls), "min_s": min(walls),
                      "reference_s": min(refs), "ratio": min(walls) / min(refs),
@@ -131,7 +133,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=default_repeats(), help="runs per row")
     ap.add_argument("--update", action="store_true", help="store the measured ratios")
     ap.add_argument("--note", help="the stored file's note (with --update)")
+    ap.add_argument("--repo", type=Path, default=REPO,
+                    help="time the sim of this checkout instead (e.g. a worktree of the last release)")
     args = ap.parse_args(argv)
+    if args.update and args.repo != REPO:
+        ap.error("--update stores this checkout's ratios: drop --repo")
     rows = args.rows.split(",")
     if unknown := [r for r in rows if r not in ROWS]:
         ap.error(f"--rows: unknown {unknown}; known {list(ROWS)}")
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{'change':>7} {'peak RSS MiB':>13}", flush=True)
     measured = {}
     for name in rows:
-        m = measured[name] = measure([name], args.repeats)[name]
+        m = measured[name] = measure([name], args.repeats, args.repo)[name]
         old = stored.get(name)
         old_s, change = (f"{old:.2f}", f"{100 * (m['ratio'] / old - 1):+.1f}%") if old else ("-", "-")
         print(f"{name:<18} {m['median_s']:>9.2f} {m['min_s']:>7.2f} {m['reference_s']:>6.3f} "
