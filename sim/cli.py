@@ -18,11 +18,9 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import commands
-from .errors import InfeasibleError, SimError
+from .errors import EXIT_INFEASIBLE, EXIT_INPUT, InfeasibleError, SimError
 from .precision import PRECISIONS
 
-EXIT_INPUT = 2
-EXIT_INFEASIBLE = 3
 EXIT_BUG = 1
 EXIT_PIPE = 141                 # 128 + SIGPIPE, what a shell reports for a tool killed by it
 
@@ -183,6 +181,8 @@ def _add_plan(sub: Any) -> None:
                     "restart); every strategy a layout can use is compared in the report")
     pl.add_argument("--plot", metavar="FILE", help="GPU vs TPU time and cost: .png, .svg or .pdf")
     pl.add_argument("--json", action="store_true", help="one JSON object, one entry per topology")
+    pl.add_argument("--yes", action="store_true",
+                    help="run a search estimated to take over 10 minutes (refused otherwise)")
     pl.set_defaults(func=commands.cmd_plan)
 
 
@@ -266,7 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    from .errors import one_line
+
+    return one_line(text)
 
 
 if __name__ == "__main__":                                     # pragma: no cover

@@ -20,9 +20,12 @@ __all__ = ["cmd_run", "cmd_collective", "cmd_sweep", "cmd_plan", "cmd_whatif", "
 
 
 def warn(line: str) -> None:
-    """A line on stderr (a note, a warning, an error); quiet when stderr is gone."""
+    """A line on stderr (a note, a warning, an error), each of its lines made safe to show
+    (``sim.errors.one_line``); quiet when stderr is gone."""
+    from .errors import one_line
+
     try:
-        print(line, file=sys.stderr)
+        print("\n".join(one_line(part) for part in line.split("\n")), file=sys.stderr)
     except (BrokenPipeError, ValueError):
         pass
 
@@ -150,16 +153,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
             price = -1.0
         if not sep or not (math.isfinite(price) and 0 < price <= 10_000):
             raise ConfigError(f"--price: expected TOPOLOGY=USD_PER_CHIP_HOUR (0 < USD <= 10000), got {item!r}")
+        if name.strip() in prices:
+            raise ConfigError(f"--price: {name.strip()!r} is priced twice; give each topology one price")
         prices[name.strip()] = price
     topologies = tuple(t.strip() for t in args.topology.split(",") if t.strip())
     if not topologies:
         raise ConfigError("--topology: give one or more topologies, e.g. dgx-h100,tpu-v5p")
+    if len(set(topologies)) != len(topologies):
+        twice = sorted({t for t in topologies if topologies.count(t) > 1})
+        raise ConfigError(f"--topology: {', '.join(map(repr, twice[:5]))} listed more than once; "
+                          "list each topology once")
     if unknown := sorted(set(prices) - set(topologies)):
         raise ConfigError(f"--price: {', '.join(unknown)} is not among --topology {args.topology}")
+    per_step = batch_tokens(args.batch_tokens)
+    if per_step < args.seq_len:
+        raise ConfigError(f"--batch-tokens: {per_step:,.0f} tokens is less than one sequence of "
+                          f"--seq-len {args.seq_len}; give at least {args.seq_len}")
     req = PlanRequest(model=args.model, tokens=parse_tokens(args.tokens, "--tokens"), days=args.days,
                       topologies=topologies, prices=prices, seq_len=args.seq_len,
-                      batch_tokens=batch_tokens(args.batch_tokens), precision=args.precision,
+                      batch_tokens=per_step, precision=args.precision,
                       max_chips=args.max_chips, framework=args.framework, recovery=args.recovery)
+    if not args.yes:
+        from .plan import MAX_SCREEN_S, screen_estimate
+
+        n, seconds = screen_estimate(req)
+        if seconds > MAX_SCREEN_S:
+            raise ConfigError(f"plan: screening up to {n:,} layouts would take ~{seconds / 60:,.0f} "
+                              f"minutes (over {MAX_SCREEN_S / 60:.0f}); lower --max-chips or "
+                              "--batch-tokens, raise --seq-len, or pass --yes to run it anyway")
     plans = plan(req, progress=progress)
     entries = report.plan_json(plans, req)
     if plot is not None:
@@ -168,7 +189,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plot_plan([e for e in entries.values() if "chips" in e], plot)
     print(report.dump_json(entries) if args.json
           else report.plan_text(plans, req, None if plot is None else str(plot)))
-    return 0
+    # a valid plan no topology can meet (the deadline, memory) is answered, then exit 3
+    from .errors import EXIT_INFEASIBLE
+
+    return 0 if any(e.get("meets_deadline") for e in entries.values()) else EXIT_INFEASIBLE
 
 
 def batch_tokens(text: str) -> float:

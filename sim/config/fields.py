@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from collections.abc import Mapping
 
 from ..errors import ConfigError
@@ -168,9 +169,21 @@ _MIN_NUMBER: dict[str, float] = {"nic_Gbps": 1.0, "ib_port_Gbps": 1.0, "port_Gbp
 
 
 def show(v: object) -> str:
-    """*v* as a message shows it: its repr (cut at 60 characters) and its type."""
-    text = repr(v)
+    """*v* as a message shows it: its repr (cut at 60 characters) and its type. The repr is
+    bounded as it is built (a few items of each container, a few levels), so a huge or
+    self-repeating value (a YAML alias bomb) costs no more to show than a small one."""
+    text = _SHORT.repr(v)
     return (text[:60] + "...") if len(text) > 60 else f"{text} ({type(v).__name__})"
+
+
+def _short_repr() -> reprlib.Repr:
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 6, 6, 4, 6
+    r.maxstring, r.maxother, r.maxlong = 70, 70, 70
+    return r
+
+
+_SHORT = _short_repr()
 
 
 _TOKEN_SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}

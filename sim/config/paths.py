@@ -44,4 +44,22 @@ def check_output_path(path: str, flag: str, suffixes: Sequence[str] = ()) -> Pat
         raise ConfigError(f"{flag}: cannot write {path!r} (permission denied)")
     if suffixes and p.suffix not in suffixes:
         raise ConfigError(f"{flag}: {path!r}: valid suffixes are {', '.join(suffixes)}")
+    if p.exists() and not p.is_file():
+        # opening a named pipe for writing waits for a reader; a device is no file to write
+        raise ConfigError(f"{flag}: {path!r} is not a regular file (a pipe, socket or device); "
+                          "give the path of a file to write")
+    _probe(p, path, flag)
     return p
+
+
+def _probe(p: Path, path: str, flag: str) -> None:
+    """Open *p* for writing as the command will, then leave it as it was (permissions are not
+    all: a read-only file system, a full quota, root on /proc)."""
+    existed = p.exists()
+    try:
+        with p.open("ab"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{flag}: cannot write {path!r} ({e.strerror or e})") from None
+    if not existed:
+        p.unlink(missing_ok=True)

@@ -16,7 +16,7 @@ import yaml
 from ..errors import ConfigError
 from .fields import show
 
-__all__ = ["MAX_YAML_DEPTH", "decode_utf8", "read_text", "parse_yaml", "read_yaml", "load_value"]
+__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_VALUES", "decode_utf8", "read_text", "parse_yaml", "read_yaml", "load_value"]
 
 
 def read_yaml(path: Path, what: str) -> Mapping[str, Any]:
@@ -49,12 +49,32 @@ def decode_utf8(data: bytes, where: str, what: str) -> str:
 MAX_YAML_DEPTH = 50
 
 
+# Most values a file may hold once its aliases (``*name``) are expanded: a scenario has a few
+# hundred; an alias repeated inside aliases ("billion laughs") expands exponentially, and every
+# walk of the value (checks, messages, hashes) would with it.
+MAX_YAML_VALUES = 100_000
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that rejects duplicate keys and nesting deeper than MAX_YAML_DEPTH."""
+    """yaml.SafeLoader that rejects duplicate keys, nesting deeper than MAX_YAML_DEPTH, and
+    aliases that refer to their own value or expand past MAX_YAML_VALUES values."""
 
     _depth = 0
 
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        if self.anchors_seen:
+            _expanded_size(node, {}, set())
+        return node
+
     def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.anchors_seen = True
+        return self._compose_node(parent, index)
+
+    anchors_seen = False
+
+    def _compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
         if self._depth > MAX_YAML_DEPTH:
             mark = self.peek_event().start_mark
@@ -68,6 +88,8 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":     # ``<<: *base``: SafeLoader merges it
+                continue
             key = self.construct_object(key_node, deep=True)
             try:
                 hash(key)
@@ -79,6 +101,30 @@ class _StrictLoader(yaml.SafeLoader):
                                   f"(first on line {seen[key]}); each key may appear once")
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
+
+
+def _expanded_size(node: Any, sizes: dict[int, int], open_: set[int]) -> int:
+    """How many values *node* holds with its aliases expanded (a ConfigError past
+    MAX_YAML_VALUES or on an alias inside its own value); *sizes* memoises shared nodes."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        raise ConfigError(f"line {node.start_mark.line + 1}: a YAML alias refers to the value that "
+                          "contains it; write the value out")
+    n = 1
+    if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+        open_.add(key)
+        items = node.value if isinstance(node, yaml.SequenceNode) else [x for kv in node.value for x in kv]
+        for child in items:
+            n += _expanded_size(child, sizes, open_)
+            if n > MAX_YAML_VALUES:
+                raise ConfigError(f"line {node.start_mark.line + 1}: its YAML aliases expand to more "
+                                  f"than {MAX_YAML_VALUES:,} values (a clustersim file holds a few "
+                                  "hundred); write the values out")
+        open_.discard(key)
+    sizes[key] = n
+    return n
 
 
 def parse_yaml(text: str, path: Path, what: str) -> Mapping[str, Any]:
