@@ -103,6 +103,38 @@ class TopologyPlan:
         return min(self.best.values(), key=lambda c: c.days) if self.best else None
 
 
+# What screening costs on a 2-core machine (the plan row of benchmarks/release.py, 2026-11-27:
+# 4,898 layouts, 4.0 M pipeline steps in ~43 s): per layout (scenario, workload, memory, stage
+# plans) and per pipeline step the closed-form schedule plays. benchmarks/test_bench_estimate.py
+# holds the estimate to the measured plan within 3x.
+SCREEN_LAYOUT_S = 5e-3
+SCREEN_STEP_S = 5e-6
+# A plan estimated to screen longer than this is refused (``plan --yes`` runs it anyway).
+MAX_SCREEN_S = 600.0
+
+
+def screen_estimate(req: PlanRequest) -> tuple[int, float]:
+    """(layouts, seconds) the search of *req* screens at most: every layout of every size (the
+    search may stop growing the cluster earlier), each one's workload and its pipeline steps."""
+    n, seconds = 0, 0.0
+    for topology in req.topologies:
+        spec = load_topology_spec(topology, "--topology")
+        gpu = not spec.chip.is_tpu
+        sizes = _sizes(spec, req.max_chips)
+        if not sizes:
+            continue
+        m = scenario_from_dict(_scenario(req, topology, sizes[0], _PROBE_LAYOUT, req.global_batch),
+                               "plan").model
+        for chips in sizes:
+            for lay in layouts(chips, m.layers, m.heads, gpu, getattr(spec, "gpus_per_node", 8),
+                               req.global_batch):
+                dp = data_parallel(chips, lay["tp"], lay["pp"], cp=1)
+                micro = lay["global_batch"] // (lay["micro_batch"] * dp)
+                n += 1
+                seconds += SCREEN_LAYOUT_S + SCREEN_STEP_S * 2 * lay["pp"] * lay["virtual_stages"] * micro
+    return n, seconds
+
+
 def _sizes(spec: Any, max_chips: int) -> list[int]:
     """Cluster sizes to try: powers of two from one node (GPU) or the smallest slice (TPU)."""
     out = []

@@ -179,6 +179,7 @@ def _degraded_links(s: Section) -> tuple[tuple[int | str, int | str, float], ...
     if not isinstance(raw, list):
         raise ConfigError(f"{where}: expected a list of {{link: [A, B], factor: F}}, got {show(raw)}")
     out = []
+    seen: dict[frozenset[int | str], int] = {}
     for i, item in enumerate(raw):
         e = Section(item, f"{where}[{i}]", _LINK_EDIT_KEYS)
         ends = e.raw.get("link")
@@ -191,6 +192,12 @@ def _degraded_links(s: Section) -> tuple[tuple[int | str, int | str, float], ...
         if factor >= 1.0:
             raise ConfigError(f"{e.at('factor')}: the share of the link's bandwidth left, 0 (down) "
                               f"to below 1, got {factor}")
+        pair = frozenset(ends)
+        if pair in seen:
+            # two factors on one link would compound (5,000 copies made a step 10x slower)
+            raise ConfigError(f"{e.at('link')}: {show(ends)} is listed already at {where}"
+                              f"[{seen[pair]}]; list each link once, with the share of it left")
+        seen[pair] = i
         out.append((ends[0], ends[1], factor))
     return tuple(out)
 
@@ -247,6 +254,11 @@ def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
         logits_dtype=s.text("logits_dtype", "fp32", tuple(LOGIT_BYTES)),
     )
     check_chip(t.precision, cluster.chip, s.at("precision"))
+    if t.vocab_tiling > t.micro_batch * t.seq_len:
+        # the logits are cut into chunks of a micro-batch's tokens: one token is the smallest
+        raise ConfigError(f"{s.at('vocab_tiling')}: {t.vocab_tiling} chunks of a micro-batch's "
+                          f"{t.micro_batch * t.seq_len:,} tokens (micro_batch x seq_len) leaves "
+                          "chunks of no token; valid: 1 to that many")
     if s.has("recompute_modules"):
         if t.recompute != "selective":
             raise ConfigError(f"{s.at('recompute_modules')}: names what a selective recompute "

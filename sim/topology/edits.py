@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from ..errors import TopologyError
+from ..errors import InfeasibleError, TopologyError
 from . import Topology
 
 __all__ = ["apply_link_edits", "degrade_link"]
@@ -50,4 +50,14 @@ def apply_link_edits(topo: Topology, edits: Sequence[tuple[Hashable, Hashable, f
             g.remove_edge(u, v)
         else:
             g.edges[u, v]["bandwidth_GBps"] *= factor
+    if any(f <= 0 for _, _, f in edits) and out.devices:
+        import networkx as nx
+
+        # the chips outside the part of the fabric that holds most of them
+        parts = sorted(nx.connected_components(g), key=lambda c: -sum(1 for d in out.devices if d in c))
+        if cut := [d for d in out.devices if d not in parts[0]]:
+            more = f" and {len(cut) - 5} more" if len(cut) > 5 else ""
+            raise InfeasibleError(f"{where}: chip {', '.join(map(str, cut[:5]))}{more} is cut off "
+                                  "from the others (every path goes through links that are down); "
+                                  "a job cannot run across it")
     return out

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config.fields import show
 from ..config.yamlio import read_yaml
 from ..errors import ConfigError
 from .table import OpTable, TraceMeta
@@ -82,8 +83,12 @@ def read_megatron_parquet(path: Path, meta: TraceMeta) -> OpTable:
         if col.isna().any():
             i = int(np.flatnonzero(col.isna().to_numpy())[0])
             raise ConfigError(f"{path}: column {c!r} is empty at row {i} ({_where(df, i)})")
-        ints[c] = col.to_numpy().astype(np.int64)
+        ints[c] = _whole(path, c, col.to_numpy())
     optype = df["optype"].astype(str).to_numpy(dtype=object)
+    for c in ("start_ts", "duration"):
+        if df[c].to_numpy().dtype.kind not in "iuf":
+            raise ConfigError(f"{path}: column {c!r} holds {df[c].dtype} values (row 0: "
+                              f"{show(df[c].iloc[0])}); expected seconds as numbers")
     start = df["start_ts"].to_numpy(dtype=np.float64)
     dur = df["duration"].to_numpy(dtype=np.float64)
     zero_ok = np.isin(optype, list(ZERO_LENGTH_OPTYPES))
@@ -94,9 +99,30 @@ def read_megatron_parquet(path: Path, meta: TraceMeta) -> OpTable:
                           f"every op needs a finite duration > 0 (0 only for {sorted(ZERO_LENGTH_OPTYPES)}) "
                           f"({int(bad.sum())} such op(s))")
     _check_layout(path, meta, ints["dp_rank"], ints["stage"], ints["rank"])
+    chunks = sorted(set(ints["mc"][ints["mc"] >= 0].tolist()))      # -1: not a chunk's op
+    if chunks != list(range(meta.vpp)):
+        # an interleaved meta over a 1F1B trace (or the reverse) would replay another schedule
+        raise ConfigError(f"{path}: model chunks (column 'mc') {chunks[:8]} in the trace, but the "
+                          f"meta says vpp_size {meta.vpp} (chunks 0..{meta.vpp - 1}); give the "
+                          "job's own vpp_size")
     return OpTable(source=str(path), dp=ints["dp_rank"], stage=ints["stage"], rank=ints["rank"],
                    step=ints["step"], optype=optype, seq=ints["seq_id"], chunk=ints["mc"],
                    gchunk=ints["gmc"], start_s=start, dur_s=dur)
+
+
+def _whole(path: Path, c: str, vals: np.ndarray) -> np.ndarray:
+    """Column *c* as integers: whole numbers only (text, booleans and fractions are named)."""
+    if vals.dtype.kind in "iu":
+        return vals.astype(np.int64)
+    if vals.dtype.kind == "f":
+        bad = ~np.isfinite(vals) | (vals != np.round(vals))
+        if not bad.any():
+            return vals.astype(np.int64)
+        i = int(np.flatnonzero(bad)[0])
+        raise ConfigError(f"{path}: column {c!r} is {float(vals[i])!r} at row {i}; expected a whole number "
+                          f"({int(bad.sum())} such row(s))")
+    raise ConfigError(f"{path}: column {c!r} holds {vals.dtype} values (row 0: {show(vals[0])}); "
+                      "expected whole numbers")
 
 
 def _where(df: Any, i: int) -> str:
