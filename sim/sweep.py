@@ -16,7 +16,6 @@ a pure function of its inputs and seed, so the rows are the same whatever runs t
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
@@ -26,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from .config import apply_overrides, parse_value, scenario_from_dict, set_key
-from .errors import ConfigError, InfeasibleError, SimError
+from .errors import ConfigError, InfeasibleError, SimError, one_line
 from .report import step_json
+from .sweep_store import locked, read_table, write_table
 
 __all__ = ["SweepAxis", "parse_over", "expand_points", "run_point", "run_sweep",
            "scaling_efficiency", "read_table", "write_table", "MAX_POINTS"]
@@ -151,12 +151,7 @@ def run_point(payload: tuple[Mapping[str, Any], str, dict[str, Any], bool, int |
     raw, source, point, weak, max_events = payload
     row: dict[str, Any] = dict(point)
     try:
-        data = dict(raw)
-        for key, value in point.items():
-            set_key(data, key, value, f"--over {key}")
-        if weak:
-            data = _weak_batch(data, raw, source)
-        scn = scenario_from_dict(data, source)
+        scn = _point_scenario(raw, source, point, weak)
         topo = net = None
         if scn.cluster.shared_with is None:      # a shared fabric is built for both jobs
             topo, net = _network(scn.cluster)
@@ -164,12 +159,44 @@ def run_point(payload: tuple[Mapping[str, Any], str, dict[str, Any], bool, int |
         row.update(status="ok", error="", model=scn.model.name)
         row.update(_flatten(step_json(result)))
     except InfeasibleError as e:
-        row.update(status="infeasible", error=" ".join(str(e).split()))
+        row.update(status="infeasible", error=one_line(str(e)))
     except SimError as e:
-        row.update(status="invalid", error=" ".join(str(e).split()))
+        row.update(status="invalid", error=one_line(str(e)))
     except Exception as e:               # noqa: BLE001 - a bug on one point must not end the sweep
-        row.update(status="error", error=f"internal error, please report: {type(e).__name__}: {e}")
+        row.update(status="error", error=one_line(f"internal error, please report: "
+                                                  f"{type(e).__name__}: {e}"))
     return row
+
+
+def _point_scenario(raw: Mapping[str, Any], source: str, point: Mapping[str, Any], weak: bool) -> Any:
+    """The scenario of one point: the base with the point's values (and --weak's batch)."""
+    data = dict(raw)
+    for key, value in point.items():
+        set_key(data, key, value, f"--over {key}")
+    if weak:
+        data = _weak_batch(data, raw, source)
+    return scenario_from_dict(data, source)
+
+
+def _check_flags(base: Mapping[str, Any], source: str, points: Sequence[Mapping[str, Any]],
+                 weak: bool) -> None:
+    """Refuse up front (like ``run``) what is wrong whatever the point: when no point makes a
+    valid scenario and every one fails the same way, the error is the sweep's own (its file,
+    --set, --weak), not a combination worth a row each."""
+    first: str | None = None
+    for point in points:
+        try:
+            _point_scenario(base, source, point, weak)
+            return
+        except ConfigError as e:
+            if first is None:
+                first = str(e)
+            elif str(e) != first:
+                return
+        except SimError:
+            return
+    if first is not None:
+        raise ConfigError(first)
 
 
 def _weak_batch(data: dict[str, Any], base: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -210,89 +237,30 @@ def _key(point: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ...]:
     return tuple(str(point.get(k)) for k in keys)
 
 
-def read_table(path: Path) -> list[dict[str, Any]]:
-    """The rows of a sweep table written by ``write_table`` (CSV or Parquet, by suffix)."""
-    if path.suffix == ".parquet":
-        pq = _pyarrow(path)
-        try:
-            return [{k: v for k, v in r.items() if v is not None}
-                    for r in pq.read_table(path).to_pylist()]
-        except Exception as e:                   # noqa: BLE001 - any unreadable file, named
-            raise ConfigError(f"--out: cannot read {str(path)!r} to resume ({e})") from None
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            return [{k: _typed(v) for k, v in r.items() if v != ""} for r in csv.DictReader(fh)]
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise ConfigError(f"--out: cannot read {str(path)!r} to resume ({e})") from None
-
-
-def _typed(text: Any) -> Any:
-    """A CSV cell back as the value it was written from: int, float, bool or text."""
-    if not isinstance(text, str):
-        return text
-    if text in ("True", "False"):
-        return text == "True"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
-    """CSV (``.csv``) or Parquet (``.parquet``); columns in first-seen order, missing cells empty."""
-    columns: list[str] = []
-    for r in rows:
-        columns += [k for k in r if k not in columns]
-    tmp = path.with_name(path.name + ".tmp")
-    if path.suffix == ".parquet":
-        pq = _pyarrow(path)
-        import pyarrow as pa
-
-        cols = {}
-        for c in columns:
-            vals = [_cell(r.get(c)) for r in rows]
-            if len({type(v) for v in vals if v is not None} - {bool}) > 1 and not all(
-                    isinstance(v, (int, float)) for v in vals if v is not None):
-                vals = [None if v is None else str(v) for v in vals]      # mixed: keep as text
-            cols[c] = vals
-        table = pa.table(cols)
-        pq.write_table(table, tmp)
-    else:
-        with tmp.open("w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=columns, lineterminator="\n")
-            w.writeheader()
-            w.writerows({c: r.get(c, "") for c in columns} for r in rows)
-    tmp.replace(path)
-
-
-def _cell(v: Any) -> Any:
-    """A Parquet cell: missing values are nulls (a number column stays numeric)."""
-    return None if v is None or v == "" else (str(v) if not isinstance(v, (int, float, str, bool)) else v)
-
-
-def _pyarrow(path: Path) -> Any:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ConfigError(f"--out {path.name}: Parquet needs pyarrow (pip install pyarrow); "
-                          "or write a .csv") from None
-    return pq
-
-
 def run_sweep(raw: Mapping[str, Any], source: str, axes: Sequence[SweepAxis], *,
               sets: Sequence[str] = (), weak: bool = False, workers: int = 1,
               scheduler: str | None = None, out: Path | None = None,
               max_events: int | None = None,
               progress: Callable[[Iterable[Any], int, str], Iterable[Any]] | None = None
               ) -> list[dict[str, Any]]:
-    """Run every point (skipping those already in *out*); rows in point order."""
+    """Run every point (skipping those already in *out*); rows in point order. *out* is locked
+    while the sweep writes it: a second sweep on the same file is refused (ConfigError)."""
+    with locked(out):
+        return _run_sweep(raw, source, axes, sets, weak, workers, scheduler, out, max_events,
+                          progress)
+
+
+def _run_sweep(raw: Mapping[str, Any], source: str, axes: Sequence[SweepAxis],
+               sets: Sequence[str], weak: bool, workers: int, scheduler: str | None,
+               out: Path | None, max_events: int | None,
+               progress: Callable[[Iterable[Any], int, str], Iterable[Any]] | None
+               ) -> list[dict[str, Any]]:
     base = apply_overrides(raw, sets)
     points = expand_points(axes)
     keys = [a.key for a in axes]
     if weak and "cluster.chips" not in keys:
         raise ConfigError("--weak: needs a sweep over cluster.chips")
+    _check_flags(base, source, points, weak)
     sweep_id = _sweep_id(base, keys, weak, max_events)
     done: dict[tuple[str, ...], dict[str, Any]] = {}
     kept: list[dict[str, Any]] = []
