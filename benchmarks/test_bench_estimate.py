@@ -39,3 +39,19 @@ def test_the_estimate_is_the_time_within_a_factor_3(name: str) -> None:
           f"{best:.3f} s ({eng.events / best:,.0f} events/s)")
     # tiny steps are start-up costs, not events: only a floor of 10 ms is asked of them
     assert best / 3 <= max(estimated, 0.01) and estimated <= 3 * max(best, 0.01), (estimated, best)
+
+
+@pytest.mark.benchmark
+def test_the_plan_estimate_bounds_the_plan() -> None:
+    """``plan``'s screening estimate (what ``plan`` refuses on, without --yes) is an upper bound of
+    the search, within 4x of it: Llama 3 70B, 15T tokens, 90 days, H100 vs v5p."""
+    from sim.plan import PlanRequest, plan, screen_estimate
+
+    req = PlanRequest(model="llama3-70b", tokens=15e12, days=90, topologies=("dgx-h100", "tpu-v5p"))
+    n, estimated = screen_estimate(req)
+    t0 = time.perf_counter()
+    res = plan(req)
+    wall = time.perf_counter() - t0
+    screened = sum(p.layouts_screened for p in res)
+    print(f"\nplan: estimated {n:,} layouts in {estimated:.0f} s; screened {screened:,} in {wall:.0f} s")
+    assert wall / 1.5 <= estimated <= 4 * wall and screened <= n

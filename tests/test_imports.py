@@ -68,6 +68,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("run",),                                          # the one entry: scenario -> RunResult
     ("plan",),                                         # searches clusters with run's steps
     ("report", "plots", "trace"),                      # views of the records
+    ("sweep_store",),                                  # a sweep's table on disk
     ("sweep",),                                        # many scenarios
     ("validate",),                                     # predictions against measurements
     ("commands",),                                     # what each command does with its arguments

@@ -194,3 +194,18 @@ def test_bundled_straggler_data_is_an_unchanged_copy() -> None:
         pytest.skip("no ../shared/validation/stragglers beside this checkout")
     for f in sorted(shared.iterdir()):
         assert (DATA / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+def test_columns_of_the_wrong_kind_and_a_meta_of_another_schedule(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 34: text or fractional ranks, text durations and a vpp_size the trace's chunks do not
+    have are one line each, exit 2 (they crashed or were truncated)."""
+    good = _rows(_tiny(tmp_path))
+    text = [dict(r, rank=str(r["rank"])) for r in good]
+    assert "column 'rank' holds" in _cli_error(capsys, str(_write(tmp_path, text, name="t")))
+    half = [dict(r, dp_rank=r["dp_rank"] + 0.5) for r in good]
+    assert "column 'dp_rank' is 0.5 at row 0" in _cli_error(capsys, str(_write(tmp_path, half, name="h")))
+    dur = [dict(r, duration=str(r["duration"])) for r in good]
+    assert "column 'duration' holds" in _cli_error(capsys, str(_write(tmp_path, dur, name="d")))
+    vpp = _write(tmp_path, good, META.replace("vpp_size: 1", "vpp_size: 2"), name="v")
+    assert "meta says vpp_size 2" in _cli_error(capsys, str(vpp))
