@@ -51,6 +51,9 @@ def parse_over(text: str, base: Mapping[str, Any]) -> SweepAxis:
     where = f"--over {key or text}"
     if not sep or not key:
         raise ConfigError(f"--over: expected KEY=V1,V2,... or KEY=A..BxF, got {text!r}")
+    if not text.isprintable():
+        # a point's values are cells of the table: a control character (a CR) would cut its row
+        raise ConfigError(f"{where}: {text!r} holds a control character; values are printable text")
     set_key(dict(base), key, None, where)            # the key exists in the schema
     m = _RANGE.match(spec)
     if m:

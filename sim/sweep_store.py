@@ -96,14 +96,7 @@ def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
         pq = _pyarrow(path)
         import pyarrow as pa
 
-        cols = {}
-        for c in columns:
-            vals = [_cell(r.get(c)) for r in rows]
-            if len({type(v) for v in vals if v is not None} - {bool}) > 1 and not all(
-                    isinstance(v, (int, float)) for v in vals if v is not None):
-                vals = [None if v is None else str(v) for v in vals]      # mixed: keep as text
-            cols[c] = vals
-        table = pa.table(cols)
+        table = pa.table({c: [_cell(r.get(c)) for r in rows] for c in columns})
         pq.write_table(table, tmp)
     else:
         with tmp.open("w", newline="", encoding="utf-8") as fh:
@@ -114,14 +107,28 @@ def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _storable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """*rows* with every column Parquet cannot hold as it is made one it can: integers past int64
-    (a large model's FLOPs per step) as floats, in the whole column (hashed as stored)."""
-    big = {k for r in rows for k, v in r.items()
-           if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63}
-    if not big:
+    """*rows* with every column Parquet holds in one type, made so before the rows are hashed (the
+    hash is of what is stored): numbers mixing integers and floats, or integers past int64 (a
+    large model's FLOPs per step), as floats; other mixes as text."""
+    kinds: dict[str, set[str]] = {}
+    for r in rows:
+        for k, v in r.items():
+            if v is not None and v != "":
+                kinds.setdefault(k, set()).add(_kind(v))
+    floats = {k for k, ks in kinds.items() if ks <= {"int", "float", "bigint"} and ks & {"float", "bigint"}}
+    text = {k for k, ks in kinds.items() if len(ks) > 1 and k not in floats}
+    if not floats and not text:
         return rows
-    return [{k: float(v) if k in big and isinstance(v, int) and not isinstance(v, bool) else v
-             for k, v in r.items()} for r in rows]
+    return [{k: (float(v) if k in floats else str(v)) if k in floats | text and v is not None
+             and v != "" else v for k, v in r.items()} for r in rows]
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "bigint" if abs(v) >= 2**63 else "int"
+    return "float" if isinstance(v, float) else "str" if isinstance(v, str) else "other"
 
 
 def _cell(v: Any) -> Any:
