@@ -11,8 +11,8 @@ from sim.cli import main
 from sim.plan import layouts
 
 
-def _plan(argv: list[str], capsys) -> dict:
-    assert main(["plan", *argv, "--json"]) == 0
+def _plan(argv: list[str], capsys, status: int = 0) -> dict:
+    assert main(["plan", *argv, "--json"]) == status
     return json.loads(capsys.readouterr().out)
 
 
@@ -51,12 +51,13 @@ def test_the_report_says_where_each_step_goes() -> None:
 
 @pytest.mark.slow  # the 70B search up to 128 chips, twice (~20 s)
 def test_an_impossible_deadline_shows_the_closest(capsys) -> None:
+    # answered, then exit 3: a valid plan that cannot run (issue 34)
     out = _plan(["--model", "llama3-70b", "--tokens", "15T", "--days", "1", "--max-chips", "128",
-                 "--topology", "dgx-h100"], capsys)
+                 "--topology", "dgx-h100"], capsys, status=3)
     e = out["dgx-h100"]
     assert not e["meets_deadline"] and e["smallest"] is None and e["days"] > 1
     assert main(["plan", "--model", "llama3-70b", "--tokens", "15T", "--days", "1",
-                 "--max-chips", "128", "--topology", "dgx-h100"]) == 0
+                 "--max-chips", "128", "--topology", "dgx-h100"]) == 3
     assert "no cluster up to the largest tried meets 1 days; closest" in capsys.readouterr().out
 
 
