@@ -1,7 +1,7 @@
 """The release rows as a regression gate (issue 32): each row of benchmarks/release.py, a whole
 ``python -m sim ...`` process timed against the bare-simpy reference, fails when its ratio is more
-than 25% above the one stored in benchmarks/release_ratios.json, and is skipped when none is stored;
-a row with a memory limit (``RSS_LIMIT_MiB``: the 131,072-GPU graph, 1 GiB) fails above it.
+than 25% above the one stored in benchmarks/release_ratios.json (measured again up to 3 times
+first: load only adds time), and is skipped when none is stored; a row with a memory limit (``RSS_LIMIT_MiB``: the 131,072-GPU graph, 1 GiB) fails above it.
 
 On demand: ``python -m pytest benchmarks/test_bench_release.py -m benchmark``. The quick rows'
 test ids end in ``-quick``, so ``-k quick`` runs only them (and the check of the comparison
@@ -17,6 +17,7 @@ import pytest
 import release
 
 pytestmark = pytest.mark.benchmark
+ATTEMPTS = 3
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, id=f"{n}-quick" if r.quick else n)
@@ -26,10 +27,15 @@ def test_release_ratio(name: str) -> None:
     if stored is None:
         pytest.skip(f"{name}: no stored ratio in benchmarks/release_ratios.json; "
                     f"store one with: python benchmarks/release.py --rows {name} --update")
-    m = release.measure([name], release.default_repeats())[name]
-    print(f"\n{name}: {m['median_s']:.2f} s, ratio {m['ratio']:.2f} (stored {stored:.2f}), "
-          f"peak RSS {m['peak_rss_MiB']:.0f} MiB")
-    assert (why := release.regression(name, m["ratio"], stored)) is None, why
+    # A shared machine's load only ever adds time: a row over the limit is measured again, up to
+    # ATTEMPTS times, and fails only when every attempt is over (a real regression stays).
+    for _ in range(ATTEMPTS):
+        m = release.measure([name], release.default_repeats())[name]
+        print(f"\n{name}: {m['median_s']:.2f} s, ratio {m['ratio']:.2f} (stored {stored:.2f}), "
+              f"peak RSS {m['peak_rss_MiB']:.0f} MiB")
+        if (why := release.regression(name, m["ratio"], stored)) is None:
+            break
+    assert why is None, why
     limit = release.RSS_LIMIT_MiB.get(name)
     assert limit is None or m["peak_rss_MiB"] <= limit, (name, m["peak_rss_MiB"], limit)
 

@@ -139,3 +139,12 @@ def test_vocab_tiling_past_the_tokens_is_refused(capsys) -> None:
     default = str(Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml")
     assert main(["run", default, "--set", "training.vocab_tiling=1000000000"]) == 2
     assert "chunks of no token" in capsys.readouterr().err
+
+
+def test_a_name_with_an_escape_sequence_is_refused(tmp_path: Path, capsys) -> None:
+    """The name heads the tables on stdout: a control character there would reach the terminal."""
+    path = tmp_path / "esc-name.yaml"
+    path.write_text(SCENARIO.format(name='"clear\\e[2J"', extra=""))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "name" in err and "control character" in err and "\x1b" not in err

@@ -102,6 +102,10 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     cost = CostConfig(cost_s.number("usd_per_chip_hour") if cost_s.has("usd_per_chip_hour")
                       else cluster.chip.usd_per_chip_hour)     # None: no price known
     name = top.text("name", default_name)
+    if not name.isprintable() or len(name) > 200:
+        # the name heads every table a command prints: no control character reaches a terminal
+        raise ConfigError(f"{top.at('name')}: {show(name)} holds a control character or is over "
+                          "200 characters; give a printable name")
     seed = top.integer("seed", 0, minimum=0)
     par = resolve_plan(par, model, training, source)
     return Scenario(name=name, source=source, cluster=cluster, model=model, training=training,
