@@ -1,7 +1,8 @@
 """The release rows as a regression gate (issue 32): each row of benchmarks/release.py, a whole
 ``python -m sim ...`` process timed against the bare-simpy reference, fails when its ratio is more
 than 25% above the one stored in benchmarks/release_ratios.json (measured again up to 3 times
-first: load only adds time), and is skipped when none is stored; a row with a memory limit (``RSS_LIMIT_MiB``: the 131,072-GPU graph, 1 GiB) fails above it.
+first: load only adds time), and is skipped when none is stored; a row with a memory limit
+(``RSS_LIMIT_MiB``: the 131,072-GPU graph, 1 GiB) fails above it.
 
 On demand: ``python -m pytest benchmarks/test_bench_release.py -m benchmark``. The quick rows'
 test ids end in ``-quick``, so ``-k quick`` runs only them (and the check of the comparison
