@@ -148,3 +148,23 @@ def test_a_name_with_an_escape_sequence_is_refused(tmp_path: Path, capsys) -> No
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err
     assert "name" in err and "control character" in err and "\x1b" not in err
+
+
+def _nvlinks_down(tmp_path: Path, switches: range) -> Path:
+    links = ", ".join(f"{{link: [0, n0/nvs{s}], factor: 0}}" for s in switches)
+    path = tmp_path / "nvl.yaml"
+    path.write_text(f"name: nvl\ncluster: {{topology: dgx-h100, chips: 16, degraded_links: [{links}]}}\n"
+                    "model: llama3-8b\ntraining: {seq_len: 2048, global_batch: 16}\n"
+                    "parallelism: {tp: 8}\n")
+    return path
+
+
+def test_a_gpu_with_some_nvlinks_down_runs_and_with_none_left_is_infeasible(tmp_path: Path,
+                                                                         capsys) -> None:
+    """NVLink SHARP spreads a GPU's traffic over the NVSwitch links it has left; with none left
+    the answer is exit 3 naming the chip (routing crashed on both)."""
+    assert main(["run", str(_nvlinks_down(tmp_path, range(1))), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(_nvlinks_down(tmp_path, range(4)))]) == 3
+    err = capsys.readouterr().err
+    assert "chip 0: every NVLink to its node's NVSwitches is down" in err and err.count("\n") == 1

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import TopologyError
+from ...errors import InfeasibleError, TopologyError
 from ...topology import Topology, paused_gc
 from ...topology_spec import GpuClusterSpec
 from ..links import LinkTable
@@ -247,16 +247,28 @@ class GpuRouter(Router):
         self._add(acc, leaf_d, nic_d, w)
         self._add(acc, nic_d, dst, w)
 
+    def _switches_up(self, gpu: int) -> list[tuple[str, int]]:
+        """(NVSwitch, NVLinks) of *gpu*'s links to its node's switches that are not down."""
+        n = self._node(gpu)
+        up = [(f"n{n}/nvs{s}", nl) for s, nl in enumerate(self._switch_links)
+              if self.g.has_edge(gpu, f"n{n}/nvs{s}")]
+        if not up:
+            raise InfeasibleError(f"chip {gpu}: every NVLink to its node's NVSwitches is down "
+                                  "(cluster.degraded_links); NVLink SHARP and the node's NVLink "
+                                  "collectives cannot include it")
+        return up
+
     def _pseudo(self, src: Hashable, dst: Hashable, w: float, acc: dict[int, float]) -> None:
-        total = sum(self._switch_links)
         if isinstance(dst, tuple) and dst[0] == "nvls":            # GPU -> its NVSwitch fabric
-            n = self._node(src)
-            for s, nl in enumerate(self._switch_links):
-                self._add(acc, src, f"n{n}/nvs{s}", w * nl / total)
+            up = self._switches_up(src)
+            total = sum(nl for _, nl in up)
+            for sw, nl in up:
+                self._add(acc, src, sw, w * nl / total)
         elif isinstance(src, tuple) and src[0] == "nvls":          # NVSwitch fabric -> GPU
-            n = self._node(dst)
-            for s, nl in enumerate(self._switch_links):
-                self._add(acc, f"n{n}/nvs{s}", dst, w * nl / total)
+            up = self._switches_up(dst)
+            total = sum(nl for _, nl in up)
+            for sw, nl in up:
+                self._add(acc, sw, dst, w * nl / total)
         elif isinstance(dst, tuple) and dst[0] == "sharp":         # GPU -> NIC -> leaf (reduction)
             nic = f"n{self._node(src)}/nic{self.g.nodes[src]['rail']}"
             self._add(acc, src, nic, w)
