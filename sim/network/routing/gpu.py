@@ -247,7 +247,7 @@ class GpuRouter(Router):
         self._add(acc, leaf_d, nic_d, w)
         self._add(acc, nic_d, dst, w)
 
-    def _switches_up(self, gpu: int) -> list[tuple[str, int]]:
+    def _switches_up(self, gpu: Hashable) -> list[tuple[str, int]]:
         """(NVSwitch, NVLinks) of *gpu*'s links to its node's switches that are not down."""
         n = self._node(gpu)
         up = [(f"n{n}/nvs{s}", nl) for s, nl in enumerate(self._switch_links)
