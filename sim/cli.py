@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import commands
-from .errors import EXIT_INFEASIBLE, EXIT_INPUT, InfeasibleError, SimError
+from .errors import EXIT_INFEASIBLE, EXIT_INPUT, InfeasibleError, SimError, one_line
 from .precision import PRECISIONS
 
 EXIT_BUG = 1
@@ -234,10 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except InfeasibleError as e:
-        commands.warn(f"clustersim: infeasible: {_one_line(str(e))}")
+        commands.warn(f"clustersim: infeasible: {one_line(str(e))}")
         return EXIT_INFEASIBLE
     except SimError as e:
-        commands.warn(f"clustersim: error: {_one_line(str(e))}")
+        commands.warn(f"clustersim: error: {one_line(str(e))}")
         return EXIT_INPUT
     except BrokenPipeError:
         # The reader went away (| head): stop quietly; point stdout at /dev/null so that Python's
@@ -260,15 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        commands.warn(f"clustersim: internal error: {type(e).__name__}: {_one_line(str(e))[:300]}; this is a "
+        commands.warn(f"clustersim: internal error: {type(e).__name__}: {one_line(str(e))[:300]}; this is a "
              "bug in clustersim, please report it with the command line (--debug shows the traceback)")
         return EXIT_BUG
 
 
-def _one_line(text: str) -> str:
-    from .errors import one_line
 
-    return one_line(text)
 
 
 if __name__ == "__main__":                                     # pragma: no cover

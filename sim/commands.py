@@ -13,7 +13,7 @@ from typing import Any
 
 from . import report
 from .config import PLOT_SUFFIXES, check_output_path
-from .errors import ConfigError
+from .errors import EXIT_INFEASIBLE, ConfigError, one_line
 
 __all__ = ["cmd_run", "cmd_collective", "cmd_sweep", "cmd_plan", "cmd_whatif", "cmd_topo_show",
            "batch_tokens", "warn"]
@@ -22,8 +22,6 @@ __all__ = ["cmd_run", "cmd_collective", "cmd_sweep", "cmd_plan", "cmd_whatif", "
 def warn(line: str) -> None:
     """A line on stderr (a note, a warning, an error), each of its lines made safe to show
     (``sim.errors.one_line``); quiet when stderr is gone."""
-    from .errors import one_line
-
     try:
         print("\n".join(one_line(part) for part in line.split("\n")), file=sys.stderr)
     except (BrokenPipeError, ValueError):
@@ -190,8 +188,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(report.dump_json(entries) if args.json
           else report.plan_text(plans, req, None if plot is None else str(plot)))
     # a valid plan no topology can meet (the deadline, memory) is answered, then exit 3
-    from .errors import EXIT_INFEASIBLE
-
     return 0 if any(e.get("meets_deadline") for e in entries.values()) else EXIT_INFEASIBLE
 
 

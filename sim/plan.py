@@ -118,21 +118,32 @@ def screen_estimate(req: PlanRequest) -> tuple[int, float]:
     search may stop growing the cluster earlier), each one's workload and its pipeline steps."""
     n, seconds = 0, 0.0
     for topology in req.topologies:
-        spec = load_topology_spec(topology, "--topology")
-        gpu = not spec.chip.is_tpu
-        sizes = _sizes(spec, req.max_chips)
-        if not sizes:
-            continue
-        m = scenario_from_dict(_scenario(req, topology, sizes[0], _PROBE_LAYOUT, req.global_batch),
-                               "plan").model
+        sizes, probe, size_layouts = _search_space(req, topology)
         for chips in sizes:
-            for lay in layouts(chips, m.layers, m.heads, gpu, getattr(spec, "gpus_per_node", 8),
-                               req.global_batch):
+            for lay in size_layouts(chips):
                 dp = data_parallel(chips, lay["tp"], lay["pp"], cp=1)
                 micro = lay["global_batch"] // (lay["micro_batch"] * dp)
                 n += 1
                 seconds += SCREEN_LAYOUT_S + SCREEN_STEP_S * 2 * lay["pp"] * lay["virtual_stages"] * micro
     return n, seconds
+
+
+def _search_space(req: PlanRequest, topology: str
+                  ) -> tuple[list[int], Any, Callable[[int], Iterable[dict[str, Any]]]]:
+    """What the search of *topology* tries: the cluster sizes, the probe scenario (the chip,
+    price and model it names) and the layouts of a size."""
+    spec = load_topology_spec(topology, "--topology")
+    sizes = _sizes(spec, req.max_chips)
+    if not sizes:
+        raise ConfigError(f"--max-chips: {req.max_chips} is below the smallest {topology} cluster")
+    probe = scenario_from_dict(_scenario(req, topology, sizes[0], _PROBE_LAYOUT, req.global_batch),
+                               "plan")
+    m, gpu = probe.model, not spec.chip.is_tpu
+
+    def size_layouts(chips: int) -> Iterable[dict[str, Any]]:
+        return layouts(chips, m.layers, m.heads, gpu, getattr(spec, "gpus_per_node", 8),
+                       req.global_batch)
+    return sizes, probe, size_layouts
 
 
 def _sizes(spec: Any, max_chips: int) -> list[int]:
@@ -215,23 +226,15 @@ def plan(req: PlanRequest,
     global_batch = req.global_batch
     out: list[TopologyPlan] = []
     for topology in req.topologies:
-        spec = load_topology_spec(topology, "--topology")
-        gpu = not spec.chip.is_tpu
-        sizes = _sizes(spec, req.max_chips)
-        if not sizes:
-            raise ConfigError(f"--max-chips: {req.max_chips} is below the smallest {topology} cluster")
-        probe = scenario_from_dict(_scenario(req, topology, sizes[0], _PROBE_LAYOUT, global_batch),
-                                   "plan")                  # the chip, price and model it names
+        sizes, probe, size_layouts = _search_space(req, topology)
         chip = probe.cluster.chip
         tp_plan = _topology_plan(req, topology, probe)
         price = tp_plan.usd_per_chip_hour
-        m = probe.model
         for chips in track(sizes, len(sizes), f"plan {topology}"):
             cands: list[Candidate] = []
             reasons: list[str] = []
             topo = net = None
-            for lay in layouts(chips, m.layers, m.heads, gpu, getattr(spec, "gpus_per_node", 8),
-                               global_batch):
+            for lay in size_layouts(chips):
                 try:
                     scn = scenario_from_dict(_scenario(req, topology, chips, lay, global_batch), "plan")
                     wl = build_workload(scn)

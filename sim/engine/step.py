@@ -298,10 +298,7 @@ class StepEngine:
                 # PERF: a representative rank's collective needs no barrier: played here, not
                 # through ``communicate`` (as a delay in the common case, sharing no link)
                 t0 = env.now
-                if self._delay(seg.traffic):
-                    yield env.timeout(seg.seconds)
-                else:
-                    yield self.links.transfer(seg.traffic, self._share(seg.traffic, True))  # type: ignore[union-attr, arg-type]
+                yield self._send(seg.seconds, seg.traffic, self._share(seg.traffic, True))
                 self._record(r, "comm", label, t0, seg.group)
             else:
                 yield from self.communicate(r, seg.group, (seq, i - 1), seg.seconds, seg.traffic,

@@ -261,8 +261,7 @@ def _succeed(event: simpy.Event, _trigger: object = None) -> None:
 def succeed_after(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
     """*event* succeeds *delay* s from now: scheduled as a timeout is, without a timer of its own
     (PERF: one simpy event fewer per transfer with a latency; the same time, ``now + delay``)."""
-    event._ok = True                      # noqa: SLF001 - what Event.succeed sets before scheduling
-    event._value = None                   # noqa: SLF001
+    _triggered(event)
     env.schedule(event, delay=delay)
 
 
@@ -270,10 +269,15 @@ def wake_at(env: simpy.Environment, t: float) -> simpy.Event:
     """An event that fires at time *t* exactly (>= now): pushed on simpy's queue as a timeout is,
     at *t* itself rather than at ``now + (t - now)``, which can round to another time."""
     assert t >= env.now, (t, env.now)
-    event = env.event()
-    event._ok = True                      # noqa: SLF001 - as Event.succeed sets them
-    event._value = None                   # noqa: SLF001
+    event = _triggered(env.event())
     heapq.heappush(env._queue, (t, NORMAL, next(env._eid), event))  # noqa: SLF001
+    return event
+
+
+def _triggered(event: simpy.Event) -> simpy.Event:
+    """*event* marked as succeeded (what ``Event.succeed`` sets before it schedules the event)."""
+    event._ok = True                      # noqa: SLF001
+    event._value = None                   # noqa: SLF001
     return event
 
 
@@ -293,8 +297,7 @@ def _unique_sorted_runs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (benchmarks/test_bench_training.py, 98,304 GPUs); the values and the inverse are the same."""
     order = np.argsort(x, kind="stable")
     s = x[order]
-    first = np.ones(len(s), bool)
-    first[1:] = s[1:] != s[:-1]
+    first = _firsts(s)
     inverse = np.empty(len(x), np.int64)
     inverse[order] = np.cumsum(first) - 1
     return s[first], inverse
