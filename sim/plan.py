@@ -46,6 +46,7 @@ class PlanRequest:
     max_chips: int = 16384
     framework: str | None = None
     recovery: str = "restart"              # the strategy the time to train assumes
+    kernel_tables: str = ""                # the user's kernel tables for the GPU topologies
 
     @property
     def global_batch(self) -> int:
@@ -203,6 +204,8 @@ def _scenario(req: PlanRequest, topology: str, chips: int, lay: Mapping[str, Any
         raw["cost"] = {"usd_per_chip_hour": req.prices[topology]}
     if req.framework is not None:
         raw["software"] = {"framework": req.framework}
+    if req.kernel_tables and not load_topology_spec(topology).chip.is_tpu:
+        raw.setdefault("software", {})["kernel_tables"] = req.kernel_tables
     return raw
 
 

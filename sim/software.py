@@ -89,6 +89,8 @@ class SoftwareProfile:
     moe_dispatcher: str = "alltoall"   # MOE_DISPATCHERS: how tokens reach their experts
     ep_comm_overlap: bool = False      # expert-parallel dispatch/combine hidden behind the other
                                        # micro-batch's compute (Megatron's combined 1F1B)
+    kernel_tables: str = ""            # software.kernel_tables: a folder of the user's own kernel
+                                       # tables the compute model is fitted on ("": the bundled fits)
 
     def __post_init__(self) -> None:
         for value, valid in ((self.attention, ATTENTION_KERNELS + ("auto",)),
@@ -107,7 +109,8 @@ class SoftwareProfile:
         """Plain JSON fields (for ``--json`` and the run table)."""
         return {"framework": self.framework, "attention": self.attention,
                 "elementwise": self.elementwise, "fp8_linear": self.fp8_linear,
-                "tp_comm_overlap": self.tp_comm_overlap, "optimizer": self.optimizer}
+                "tp_comm_overlap": self.tp_comm_overlap, "optimizer": self.optimizer,
+                **({"kernel_tables": self.kernel_tables} if self.kernel_tables else {})}
 
 
 # Token dispatchers (Megatron-Core --moe-token-dispatcher-type alltoall | allgather | flex, the

@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("software", "topology_spec", "compute"),          # stack profiles; topology specs; kernel formulas
     #                                                    and fits (compute.kernels, compute.tables)
     ("calibration", "precision"),                      # fitted constants; training precisions
+    ("compute.folder_fit",),                           # those fits on a folder of your own tables
     ("config",),                                       # YAML -> typed scenario
     ("topology",),                                     # spec + size -> graph
     ("workload", "traces", "recovery"),                # scenario -> per-rank ops; measured trace ->

@@ -18,6 +18,7 @@ from ..hardware import Chip
 from ..precision import active_recipe
 from ..software import SoftwareProfile
 from ..workload.transformer import Op
+from .folder_fit import KernelFit, fit_folder
 from .kernels import (
     GEMM_DTYPE_BYTES,
     AttentionParams,
@@ -176,9 +177,15 @@ class ComputeModel:
         self.stack_efficiency = stack_efficiency_of(table, stack_key(profile, chip, precision))
         self._memo: dict[Op, float] = {}
         self.sms = chip.sms or 1
+        # software.kernel_tables: constants fitted on the user's own tables (sim.compute.folder_fit),
+        # each kind the folder cannot fit kept at the bundled constant
+        self.fit: KernelFit | None = None
         if self.gpu:
             assert chip.sms, chip.name
             self.gemm = gemm_params_of(chip)
+            if profile.kernel_tables:
+                self.fit = fit_folder(profile.kernel_tables, chip, flash_params_of)
+                self.gemm = {**self.gemm, **self.fit.gemm}
 
     # ------------------------------------------------------------------ kernels
     def gemm_s(self, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1, *,
@@ -211,7 +218,7 @@ class ComputeModel:
                               f"({self.chip.arch.capitalize()}); valid there: {', '.join(self.gemm)}")
         if grouped and batch > 1:
             return grouped_gemm_time_s(m, n, k, GEMM_DTYPE_BYTES[dtype], peak, self.sms,
-                                       self.hbm_Bps, params, batch, cal.GROUPED_GEMM_GROUP_S)
+                                       self.hbm_Bps, params, batch, self._group_s())
         return gemm_time_s(m, n, k, GEMM_DTYPE_BYTES[dtype], peak, self.sms, self.hbm_Bps, params,
                            batch)
 
@@ -221,13 +228,23 @@ class ComputeModel:
         if not self.gpu:
             return memory_time_s(nbytes, self.hbm_Bps, cal.TPU_MEMORY_FRACTION)
         measured = memory_class(op_class, self.profile.elementwise)
-        moe = cal.MOE_MEMORY_HOPPER.get(measured)
+        moe = self.fit.moe_memory.get(measured) if self.fit else None
+        moe = moe or cal.MOE_MEMORY_HOPPER.get(measured)
         if moe is not None:
             return fixed_memory_time_s(nbytes, self.hbm_Bps, moe)
-        return memory_time_s(nbytes, self.hbm_Bps, cal.MEMORY_FRACTION[measured])
+        return memory_time_s(nbytes, self.hbm_Bps, self._memory_fraction(measured))
+
+    def _memory_fraction(self, measured: str) -> float:
+        fitted = self.fit.memory_fraction.get(measured) if self.fit else None
+        return cal.MEMORY_FRACTION[measured] if fitted is None else fitted
+
+    def _group_s(self) -> float:
+        fitted = self.fit.grouped_group_s if self.fit else None
+        return cal.GROUPED_GEMM_GROUP_S if fitted is None else fitted
 
     def _flash_params(self, family: str, passname: str) -> AttentionParams:
-        return flash_params_of(self.chip, family, passname)
+        fitted = self.fit.attention_params(family, passname) if self.fit else None
+        return flash_params_of(self.chip, family, passname) if fitted is None else fitted
 
     def attention_s(self, s: AttentionShape, passname: str) -> float:
         """One attention pass (``fwd``, ``bwd``, or ``recompute``: the forward a backward repeats
@@ -290,7 +307,7 @@ class ComputeModel:
                 # amax pass over the BF16 rows before the cast (csrc/quantizer.cpp, current
                 # scaling), which no producing kernel fused for the split (TE d0067d0).
                 per_element += 2.0
-            low += memory_time_s(per_element * quantized, self.hbm_Bps, cal.MEMORY_FRACTION["quantize"])
+            low += memory_time_s(per_element * quantized, self.hbm_Bps, self._memory_fraction("quantize"))
         return low
 
     def _quantized_elements(self, op: Op) -> float:
@@ -327,4 +344,6 @@ class ComputeModel:
         """The optimizer step over *nbytes* of parameter state at its implementation's rate."""
         if not self.gpu:
             return memory_time_s(nbytes, self.hbm_Bps, cal.TPU_MEMORY_FRACTION)
-        return memory_time_s(nbytes, self.hbm_Bps, cal.OPTIMIZER_FRACTION[self.profile.optimizer])
+        fitted = self.fit.optimizer_fraction.get(self.profile.optimizer) if self.fit else None
+        fraction = cal.OPTIMIZER_FRACTION[self.profile.optimizer] if fitted is None else fitted
+        return memory_time_s(nbytes, self.hbm_Bps, fraction)

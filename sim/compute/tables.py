@@ -72,29 +72,50 @@ class KernelCase:
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV table, each with its line number in the file under ``_line``."""
     try:
         with path.open(newline="", encoding="utf-8") as f:
-            return list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            out = []
+            for r in reader:
+                r["_line"] = str(reader.line_num)
+                out.append(r)
+            return out
     except OSError as e:
         raise ConfigError(f"{path}: cannot read kernel table: {e.strerror}") from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise ConfigError(f"{path}: not a UTF-8 CSV table ({e})") from None
 
 
+def _cell(v: str | None) -> str:
+    """A table cell for a message: quoted, cut to 60 characters."""
+    return "nothing" if v is None else repr(v if len(v) <= 60 else v[:60] + "...")
+
+
+def _at(row: dict[str, str], path: Path) -> str:
+    """``file:line`` of a row read by ``_rows``."""
+    return f"{path}:{row.get('_line', '?')}"
+
+
 def _num(row: dict[str, str], col: str, path: Path) -> float:
+    if row.get(col) is None:
+        raise ConfigError(f"{_at(row, path)}: column {col!r} missing; the table needs it "
+                          "(validation/compute/README.md lists each table's columns)")
     try:
         v = float(row[col])
-    except (KeyError, ValueError):
-        raise ConfigError(f"{path}: column {col!r}: expected a number, got {row.get(col)!r}") from None
+    except ValueError:
+        raise ConfigError(f"{_at(row, path)}: column {col!r}: expected a plain number in the "
+                          f"column's unit, got {_cell(row[col])}") from None
     if not math.isfinite(v) or v <= 0:
-        raise ConfigError(f"{path}: column {col!r}: expected a finite number > 0, got {v}")
+        raise ConfigError(f"{_at(row, path)}: column {col!r}: expected a finite number > 0, got {v}")
     return v
 
 
 def _pick(row: dict[str, str], col: str, valid: frozenset[str] | set[str], path: Path) -> str:
     v = row.get(col)
     if v is None or v not in valid:
-        raise ConfigError(f"{path}: column {col!r}: got {v!r}; valid: {', '.join(sorted(valid))}")
+        raise ConfigError(f"{_at(row, path)}: column {col!r}: got {_cell(v)}; valid: "
+                          f"{', '.join(sorted(valid))}")
     return v
 
 
@@ -250,7 +271,7 @@ def _attention_case(r: dict[str, str], path: Path, head_dim_col: str) -> KernelC
     _pick(r, "pass", {"fwd", "fwd+bwd", "bwd"}, path)
     b, s, h, g, d = (int(_num(r, c, path)) for c in ("batch", "seq", "heads", "kv_heads",
                                                        head_dim_col))
-    shape = AttentionShape(b, h, g, s, s, d, causal=r["causal"] == "1")
+    shape = AttentionShape(b, h, g, s, s, d, causal=_pick(r, "causal", {"0", "1"}, path) == "1")
     fam = BACKENDS[r["backend"]]
     mask = "" if shape.causal else " no-mask"
     return KernelCase(path.name, "attention", f"{fam} {r['pass']}",

@@ -13,12 +13,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..compute.folder_fit import check_tables_folder
 from ..errors import ConfigError
 from ..hardware import get_chip
 from ..models import PRESETS
 from ..precision import PRECISIONS, check_chip, check_stack
 from ..software import MOE_DISPATCHERS, resolve_software
 from ..topology_spec import GpuClusterSpec, TopologySpec
+from .chip_file import is_chip_file, load_chip_file
 from .fields import Section, parse_tokens, show
 from .model_section import check_model_sequence, read_model
 from .overrides import apply_overrides
@@ -72,7 +74,7 @@ def scenario_from_dict(raw: Mapping[str, Any], source: str = "<dict>",
 
 def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenario:
     top = Section(raw, "scenario", TOP_KEYS)
-    cluster = _cluster(top.section("cluster", CLUSTER_KEYS))
+    cluster = _cluster(top.section("cluster", CLUSTER_KEYS), _relative_to(source))
     neighbour = None
     if isinstance(raw.get("cluster"), Mapping) and raw["cluster"].get("shared_with") is not None:
         neighbour = _shared_with(raw["cluster"]["shared_with"], source, cluster)
@@ -93,6 +95,8 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
                                                                 choices=MOE_DISPATCHERS))
     if soft_s.has("ep_overlap"):
         software = replace(software, ep_comm_overlap=soft_s.flag("ep_overlap", False))
+    if soft_s.has("kernel_tables"):
+        software = replace(software, kernel_tables=_kernel_tables(soft_s, cluster, source))
     check_stack(training.precision, cluster.chip, software)
     strag = (_stragglers(top.section("stragglers", SECTION_KEYS["stragglers"]))
              if "stragglers" in raw else None)
@@ -113,9 +117,34 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
                     software=software, raw=raw, neighbour=neighbour)
 
 
-def _cluster(s: Section) -> ClusterConfig:
+def _kernel_tables(s: Section, cluster: ClusterConfig, source: str) -> str:
+    """``software.kernel_tables``: a folder of the user's kernel tables (``clustersim bench``),
+    relative to the scenario file's folder; checked here, fitted by the compute model."""
+    where = s.at("kernel_tables")
+    folder = Path(s.text("kernel_tables"))
+    if not folder.is_absolute():
+        folder = _relative_to(source) / folder
+    if cluster.chip.is_tpu:
+        raise ConfigError(f"{where}: kernel tables are CUDA kernel timings; {cluster.chip.name} is a "
+                          "TPU, whose kernels are not fitted from tables; remove the key")
+    return str(check_tables_folder(folder, where))
+
+
+def _relative_to(source: str) -> Path:
+    """The folder a scenario's relative paths start from: its file's, else the working folder."""
+    return Path(source).parent if Path(source).is_file() else Path(".")
+
+
+def _cluster(s: Section, base: Path = Path(".")) -> ClusterConfig:
     spec = load_topology_spec(s.text("topology", "dgx-h100"), s.at("topology"))
-    if s.has("chip"):
+    if s.has("chip") and is_chip_file(s.raw["chip"]):
+        if not isinstance(spec, GpuClusterSpec):
+            raise ConfigError(f"{s.at('chip')}: a chip file describes a GPU; {spec.name} is a TPU "
+                              "topology (its chip is the catalogue's)")
+        path = Path(s.text("chip"))
+        spec = replace(spec, chip=load_chip_file(path if path.is_absolute() else base / path,
+                                                 s.at("chip")))
+    elif s.has("chip"):
         _check_cluster_chip(s, spec)
     chips = s.opt_int("chips")
     twisted = s.flag("twisted", False)

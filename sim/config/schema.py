@@ -302,7 +302,7 @@ SECTION_KEYS: dict[str, frozenset[str]] = {
     "parallelism": frozenset({"tp", "pp", "cp", "ep", "etp", "zero", "zero_group", "schedule",
                               "virtual_stages", "sequence_parallel", "stage_layers",
                               "first_stage_layers", "last_stage_layers", "microbatch_group"}),
-    "software": frozenset({"framework", "attention", "moe_dispatcher", "ep_overlap"}),
+    "software": frozenset({"framework", "attention", "moe_dispatcher", "ep_overlap", "kernel_tables"}),
     "cost": frozenset({"usd_per_chip_hour"}),
     "stragglers": frozenset(StragglersConfig.__slots__),
     "failures": frozenset(FailuresConfig.__slots__),

@@ -149,6 +149,8 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
         + (", TP comm overlapped" if s.software["tp_comm_overlap"] else "")
         + _precision_text(scn)
         + ")",
+        *([f"  kernel tables    {s.software['kernel_tables']} (the compute model fitted on these tables)"]
+          if s.software.get("kernel_tables") else []),
         f"  step time        {s.step_time_s:.3f} s",
         f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.chips:,.0f} per chip)",
         f"  MFU              {100 * s.mfu:.1f} %" + _low_precision_mfu(scn, s.mfu),

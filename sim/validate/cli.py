@@ -104,6 +104,30 @@ def _compute(data_dir: Path, budgets: Budgets) -> _Outcome:
                     "kernel time", "us", "compute: kernel tables (H100 fit, H200 test)")
 
 
+_FOLDER_TITLE = ("compute: your kernel tables, predicted by the model fitted on them (fit) and by the "
+                 "bundled constants on the same chip (bundled)")
+
+
+def _holds_tables(folder: Path) -> bool:
+    from ..compute.folder_fit import GEMM_FILES
+
+    return any((folder / f).is_file() for f in GEMM_FILES)
+
+
+def _compute_folder(folder: Path, chip_arg: str | None) -> _Outcome:
+    """The fit on a folder of the user's own tables: no budgets, the bundled constants beside it."""
+    from .compute import validate_folder
+    from .compute_chip import chip_of_folder
+    from .report import compute_report_to_json, format_compute_report
+
+    chip = chip_of_folder(folder, chip_arg)
+    rows, summaries = validate_folder(folder, chip)
+    points = [(r.measured_s * 1e6, r.predicted_s * 1e6, f"{r.split} {r.kind}") for r in rows]
+    return _Outcome([], lambda: compute_report_to_json(rows, summaries),
+                    lambda: format_compute_report(rows, summaries, _FOLDER_TITLE), "your own tables",
+                    points, "kernel time", "us", f"compute: {folder.name} on {chip.name} (fit vs bundled)")
+
+
 def _stragglers(data_dir: Path, budgets: Budgets) -> _Outcome:
     from .stragglers import (
         check_straggler_budgets,
@@ -131,6 +155,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--data", type=Path, default=default_data_dir(), metavar="DIR",
                    help=f"validation folder with {BUDGETS_FILE} and one folder per suite "
                         "(default: the repository's validation/)")
+    p.add_argument("--chip", metavar="NAME|FILE.yaml",
+                   help="compute suite on a folder of your own tables (clustersim bench --out DIR): "
+                        "the chip they were measured on (default: the GPU its env.json names)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--plot", metavar="FILE",
                    help="predicted vs measured scatter with a +-10%% band (.png, .svg or .pdf)")
@@ -152,8 +179,14 @@ def run_cli(args: argparse.Namespace) -> int:
                           f"that holds {BUDGETS_FILE} and one folder per suite")
     from .budgets import load_budgets
 
-    budgets = load_budgets(data_dir / BUDGETS_FILE, suites=(args.suite,))
-    out = _RUN[args.suite](data_dir / args.suite, budgets)
+    if args.suite == "compute" and _holds_tables(data_dir):
+        budgets: Budgets = {"compute": {}}
+        out = _compute_folder(data_dir, getattr(args, "chip", None))
+    else:
+        if getattr(args, "chip", None) is not None:
+            raise ConfigError("--chip: only for --suite compute on a folder of your own kernel tables")
+        budgets = load_budgets(data_dir / BUDGETS_FILE, suites=(args.suite,))
+        out = _RUN[args.suite](data_dir / args.suite, budgets)
     if plot is not None:
         from ..plots import plot_validation
 
@@ -164,6 +197,7 @@ def run_cli(args: argparse.Namespace) -> int:
     else:
         print(out.to_text())
         print()
-        print(f"budgets ({out.scope}): " + ", ".join(f"{k} = {v:g}" for k, v in budgets[args.suite].items()))
+        print(f"budgets ({out.scope}): " + (", ".join(f"{k} = {v:g}" for k, v in budgets[args.suite].items())
+                                            or "none"))
         print("\n".join(f"BUDGET EXCEEDED: {v}" for v in out.violations) if out.violations else "within budget")
     return 1 if out.violations else 0

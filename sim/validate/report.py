@@ -190,18 +190,20 @@ def training_report_to_json(report: TrainingReport) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- compute and failures
 
-def format_compute_report(rows: list[ComputeRow], summaries: list[ComputeSummary]) -> str:
+def format_compute_report(rows: list[ComputeRow], summaries: list[ComputeSummary],
+                          title: str = "") -> str:
     """Fixed-width text: one row per measured kernel, then the per-GPU, per-group summaries."""
     width = max(len(r.label) for r in rows)
-    lines = [("compute: predicted vs measured kernel times (Hopper constants fitted on the H100 "
-              "tables, Blackwell on the B200 fit sources; other rows are a test)"), "",
-             f"{'gpu':<16}{'split':<6}{'kind':<10}{'kernel':<{width}}  {'meas us':>10}{'pred us':>10}{'err%':>7}"]
+    sw = max([6] + [len(r.split) + 1 for r in rows])
+    lines = [title or ("compute: predicted vs measured kernel times (Hopper constants fitted on the H100 "
+                       "tables, Blackwell on the B200 fit sources; other rows are a test)"), "",
+             f"{'gpu':<16}{'split':<{sw}}{'kind':<10}{'kernel':<{width}}  {'meas us':>10}{'pred us':>10}{'err%':>7}"]
     for r in rows:
-        lines.append(f"{r.gpu:<16}{r.split:<6}{r.kind:<10}{r.label:<{width}}  "
+        lines.append(f"{r.gpu:<16}{r.split:<{sw}}{r.kind:<10}{r.label:<{width}}  "
                      f"{r.measured_s * 1e6:>10.1f}{r.predicted_s * 1e6:>10.1f}{r.err_pct:>7.1f}")
-    lines += ["", f"{'gpu':<16}{'split':<6}{'group':<18}{'rows':>5}{'median%':>9}{'p90%':>8}"]
+    lines += ["", f"{'gpu':<16}{'split':<{sw}}{'group':<18}{'rows':>5}{'median%':>9}{'p90%':>8}"]
     for s in summaries:
-        lines.append(f"{s.gpu:<16}{s.split:<6}{s.group:<18}{s.rows:>5}"
+        lines.append(f"{s.gpu:<16}{s.split:<{sw}}{s.group:<18}{s.rows:>5}"
                      f"{s.median_abs_pct or 0:>9.1f}{s.p90_abs_pct or 0:>8.1f}")
     return "\n".join(lines)
 
