@@ -173,7 +173,7 @@ def test_bad_kernel_tables_are_one_clear_error(tmp_path: Path) -> None:
     gpu = tmp_path / "h200-sxm-141gb"
     gpu.mkdir()
     (gpu / "gemm_square.csv").write_text("dtype,m,n,k,time_us,tflops\nfp16,1024,1024,1024,20,1\n")
-    with pytest.raises(ConfigError, match=r"gemm_square.csv: column 'dtype': got 'fp16'; valid: bf16, fp8"):
+    with pytest.raises(ConfigError, match=r"gemm_square.csv:2: column 'dtype': got 'fp16'; valid: bf16, fp8"):
         validate_compute(tmp_path)
     (gpu / "gemm_square.csv").write_text("dtype,m,n,k,time_us,tflops\nbf16,1024,1024,1024,0,1\n")
     with pytest.raises(ConfigError, match=r"column 'time_us': expected a finite number > 0, got 0"):
