@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="on an internal error, print the Python traceback")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_run, _add_collective, _add_sweep, _add_plan, _add_whatif, _add_validate, _add_topo):
+    for add in (_add_run, _add_collective, _add_sweep, _add_plan, _add_whatif, _add_validate, _add_topo,
+                _add_bench):
         add(sub)
     return parser
 
@@ -96,6 +97,9 @@ def _add_run(sub: Any) -> None:
                      help="override a scenario field (dotted key, YAML value), e.g. "
                           "--set cluster.chips=2048 --set parallelism.tp=4; repeatable")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--kernel-tables", metavar="DIR",
+                     help="fit the compute model on your own kernel tables (clustersim bench "
+                          "--out DIR) instead of the bundled ones: software.kernel_tables")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto timeline")
     run.add_argument("--trace-ranks", choices=("stage", "all"), default="stage",
                      help="trace one representative rank per pipeline stage (default; with "
@@ -147,6 +151,9 @@ def _add_sweep(sub: Any) -> None:
                          "repeat for a cartesian product (e.g. --over cluster.chips=64..8192x2)")
     sw.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a base scenario field, as for run")
+    sw.add_argument("--kernel-tables", metavar="DIR",
+                    help="fit the compute model on your own kernel tables (clustersim bench "
+                         "--out DIR) instead of the bundled ones: software.kernel_tables")
     sw.add_argument("--out", metavar="FILE", help="write the table: .csv or .parquet; a sweep "
                                                  "started again with the same file resumes")
     sw.add_argument("--plot", metavar="FILE", help="scaling curve (sweeps over cluster.chips) or "
@@ -175,6 +182,9 @@ def _add_plan(sub: Any) -> None:
     pl.add_argument("--batch-tokens", default="4M", help="tokens per step (default 4M = 4,194,304)")
     pl.add_argument("--precision", choices=PRECISIONS, default="bf16")
     pl.add_argument("--framework", help="software.framework (default: the chip's)")
+    pl.add_argument("--kernel-tables", metavar="DIR",
+                    help="your own kernel tables (clustersim bench --out DIR) for the plan's GPU "
+                         "topologies, which must all run that GPU")
     pl.add_argument("--max-chips", type=_positive_int, default=16384, help="largest cluster tried")
     pl.add_argument("--recovery", choices=("restart", "hot_spare", "replica", "in_memory_checkpoint"),
                     default="restart", help="failures.recovery the time to train assumes (default "
@@ -189,9 +199,11 @@ def _add_plan(sub: Any) -> None:
 def _add_whatif(sub: Any) -> None:
     wi = sub.add_parser("whatif", help="replay a measured per-op trace; the straggler-free step, "
                                        "the slowdown S and who caused it")
-    wi.add_argument("trace", help="trace file (.parquet: the StragglerAnalysis per-op format)")
+    wi.add_argument("trace", help="trace: .parquet (the StragglerAnalysis per-op format), or PyTorch profiler "
+                                  "(Kineto) JSON: a folder with one .json/.json.gz per rank, or one rank's file")
     wi.add_argument("--meta", help="job layout YAML (dp_size, pp_size, tp_size, vpp_size, world_size); "
-                                   "default: meta-NAME.yaml beside trace-NAME.parquet")
+                                   "default: meta-NAME.yaml beside trace-NAME.parquet; Kineto traces: "
+                                   "pure data parallel over the ranks read")
     wi.add_argument("--json", action="store_true", help="one JSON object on stdout")
     wi.add_argument("--trace-out", metavar="FILE",
                     help="Perfetto timeline of one step: measured, replayed and straggler-free side by side")
@@ -214,6 +226,20 @@ def _add_topo(sub: Any) -> None:
     _cluster_flags(show)
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=commands.cmd_topo_show)
+
+
+def _add_bench(sub: Any) -> None:
+    be = sub.add_parser("bench", help="measure this GPU's kernel tables (needs PyTorch: "
+                                      "pip install 'clustersim[bench]')")
+    be.add_argument("--out", required=True, metavar="DIR",
+                    help="folder for the tables (validation/compute/<gpu>/'s files) and env.json")
+    be.add_argument("--quick", action="store_true", help="a smaller set (about 1 minute on an H100)")
+    be.add_argument("--only", metavar="GROUP,...",
+                    help="only these groups: gemm, fp8, attention, memory, optimizer, moe, nccl")
+    be.add_argument("--device", type=int, default=0, metavar="N", help="CUDA GPU index (default 0)")
+    be.add_argument("--yes", action="store_true",
+                    help="run a set estimated to take over 15 minutes (refused otherwise)")
+    be.set_defaults(func=commands.cmd_bench)
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version

@@ -8,7 +8,9 @@ to print as one line; notes go to stderr through ``warn``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from . import report
@@ -16,7 +18,7 @@ from .config import PLOT_SUFFIXES, check_output_path
 from .errors import EXIT_INFEASIBLE, ConfigError, one_line
 
 __all__ = ["cmd_run", "cmd_collective", "cmd_sweep", "cmd_plan", "cmd_whatif", "cmd_topo_show",
-           "batch_tokens", "warn"]
+           "cmd_bench", "batch_tokens", "warn"]
 
 
 def warn(line: str) -> None:
@@ -163,6 +165,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           "list each topology once")
     if unknown := sorted(set(prices) - set(topologies)):
         raise ConfigError(f"--price: {', '.join(unknown)} is not among --topology {args.topology}")
+    if args.kernel_tables is not None:
+        _check_plan_tables(topologies)
     per_step = batch_tokens(args.batch_tokens)
     if per_step < args.seq_len:
         raise ConfigError(f"--batch-tokens: {per_step:,.0f} tokens is less than one sequence of "
@@ -170,7 +174,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     req = PlanRequest(model=args.model, tokens=parse_tokens(args.tokens, "--tokens"), days=args.days,
                       topologies=topologies, prices=prices, seq_len=args.seq_len,
                       batch_tokens=per_step, precision=args.precision,
-                      max_chips=args.max_chips, framework=args.framework, recovery=args.recovery)
+                      max_chips=args.max_chips, framework=args.framework, recovery=args.recovery,
+                      kernel_tables=kernel_tables_dir(args.kernel_tables))
     if not args.yes:
         from .plan import MAX_SCREEN_S, screen_estimate
 
@@ -189,6 +194,63 @@ def cmd_plan(args: argparse.Namespace) -> int:
           else report.plan_text(plans, req, None if plot is None else str(plot)))
     # a valid plan no topology can meet (the deadline, memory) is answered, then exit 3
     return 0 if any(e.get("meets_deadline") for e in entries.values()) else EXIT_INFEASIBLE
+
+
+def _check_plan_tables(topologies: tuple[str, ...]) -> None:
+    """``plan --kernel-tables``: tables fit one GPU, so the plan's GPU topologies must share it."""
+    from .config import load_topology_spec
+
+    chips = [load_topology_spec(t, "--topology").chip for t in topologies]
+    gpus = {c.name for c in chips if not c.is_tpu}
+    if len(gpus) != 1:
+        raise ConfigError(f"--kernel-tables: the tables fit one GPU; the plan's GPU topologies run "
+                          f"{', '.join(sorted(gpus)) or 'none'}: plan them one GPU at a time")
+
+
+def kernel_tables_dir(path: str | None) -> str:
+    """``--kernel-tables DIR``: the folder, checked and absolute ("" when not given). A PyTorch
+    profiler (Kineto) trace, a ``.json``/``.json.gz`` file or a folder of them, stands for the
+    tables of its GEMM and attention ops (``sim.traces.kineto_tables``), written once into the
+    user's cache folder and said on stderr."""
+    if path is None:
+        return ""
+    from .compute.folder_fit import GEMM_FILES, check_tables_folder
+
+    p = Path(path)
+    trace = p.name.lower().endswith((".json", ".json.gz")) or (
+        p.is_dir() and not any((p / f).is_file() for f in GEMM_FILES)
+        and any(p.glob("*.json*")))
+    if trace and p.exists():
+        p = _tables_of_trace(p)
+    return str(check_tables_folder(p, "--kernel-tables"))
+
+
+def _tables_of_trace(trace: Path) -> Path:
+    """The kernel tables of a Kineto trace, in a cache folder named by the trace's content."""
+    import hashlib
+    import os
+
+    from .traces.kineto_tables import write_kernel_tables
+
+    files = sorted(trace.glob("*.json*")) if trace.is_dir() else [trace]
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode())
+        digest.update(f.read_bytes())
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    out = cache / "clustersim" / "trace-tables" / digest.hexdigest()[:16]
+    if not (out / "done").is_file():
+        rows = write_kernel_tables([trace], out)
+        (out / "done").write_text(json.dumps(rows))
+        warn(f"clustersim: kernel tables of {trace} ({', '.join(f'{n} {k}' for k, n in rows.items())} "
+             f"rows) written to {out}")
+    return out
+
+
+def kernel_tables_set(path: str | None) -> list[str]:
+    """``--kernel-tables DIR`` as the ``--set`` it stands for (the path quoted: a YAML string)."""
+    folder = kernel_tables_dir(path)
+    return [f"software.kernel_tables={json.dumps(folder)}"] if folder else []
 
 
 def batch_tokens(text: str) -> float:
@@ -219,7 +281,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     raw, source, _ = read_scenario_raw(args.scenario)
     axes = [parse_over(o, raw) for o in args.over]
     workers = args.workers or os.cpu_count() or 1
-    rows = run_sweep(raw, source, axes, sets=args.set, weak=args.weak, workers=workers,
+    rows = run_sweep(raw, source, axes, sets=args.set + kernel_tables_set(args.kernel_tables),
+                     weak=args.weak, workers=workers,
                      scheduler=args.scheduler, out=out,
                      max_events=None if args.yes else (args.max_events or DEFAULT_MAX_EVENTS),
                      progress=progress)
@@ -244,6 +307,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     prog = load_trace(args.trace, args.meta)
     for why in prog.skipped:
         warn(f"clustersim: warning: {args.trace}: partial step skipped, not scored: {why}")
+    for note in prog.notes:
+        warn(f"clustersim: warning: {args.trace}: {note}")
     w = what_if(prog)
     files = []
     if trace_out is not None:
@@ -272,6 +337,17 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Measure this GPU's kernel tables into --out (``sim.bench``)."""
+    from .bench import bench, open_torch
+    from .progress import progress
+
+    if args.device < 0:
+        raise ConfigError(f"--device: expected a CUDA GPU index >= 0, got {args.device}")
+    return bench(args.out, args.quick, args.yes, args.only, lambda: open_torch(args.device), warn,
+                 progress)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .config import load_scenario
     from .job import DEFAULT_MAX_EVENTS
@@ -279,7 +355,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
-    scn = load_scenario(args.scenario, args.set)
+    scn = load_scenario(args.scenario, args.set + kernel_tables_set(args.kernel_tables))
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed: must be >= 0, got {args.seed}")
     per_rank = args.trace_ranks == "all"

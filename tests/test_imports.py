@@ -68,7 +68,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("training",),                                     # one step of a job -> StepResult
     ("run",),                                          # the one entry: scenario -> RunResult
     ("plan",),                                         # searches clusters with run's steps
-    ("report", "plots", "trace"),                      # views of the records
+    ("report", "plots", "trace", "bench"),             # views of the records; measuring a GPU's tables
     ("sweep_store",),                                  # a sweep's table on disk
     ("sweep",),                                        # many scenarios
     ("validate",),                                     # predictions against measurements

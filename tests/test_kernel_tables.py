@@ -185,3 +185,43 @@ def test_tables_and_chip_files_are_for_gpus(tmp_path: Path, capsys) -> None:
     assert main(["plan", "--model", "llama3-8b", "--tokens", "1T", "--days", "30",
                  "--topology", "dgx-h100,dgx-b200", "--kernel-tables", str(H100)]) == 2
     assert "plan them one GPU at a time" in capsys.readouterr().err
+
+
+def _mm_trace(path: Path, shapes_us: list[tuple[int, int, int, float]]) -> Path:
+    """A one-rank Kineto trace of bf16 ``aten::mm`` calls, each launching one kernel of the given
+    microseconds (the JSON torch.profiler exports, with record_shapes)."""
+    events: list[dict[str, object]] = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1",
+                                        "pid": 1, "tid": 1, "ts": 0, "dur": 1e6, "args": {}}]
+    t = 10.0
+    for i, (m, n, k, us) in enumerate(shapes_us):
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t, "dur": 5,
+             "args": {"Input Dims": [[m, k], [k, n]], "Input type": ["c10::BFloat16"] * 2}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 1,
+             "dur": 2, "args": {"correlation": i + 1}},
+            {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16", "pid": 0, "tid": 7, "ts": t + 10,
+             "dur": us, "args": {"correlation": i + 1, "stream": 7}}]
+        t += us + 20
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path
+
+
+def test_a_profiler_trace_stands_for_kernel_tables(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``run --kernel-tables TRACE.json``: the trace's GEMMs (shapes recorded) are the tables; GEMMs
+    timed 30% slower than the bundled H100 model predicts them make a slower step."""
+    from sim.compute.kernels import gemm_time_s
+
+    h100 = CATALOGUE["H100-SXM"]
+    assert h100.sms is not None
+    shapes = [(4096, 4096, 4096), (8192, 4096, 14336), (8192, 14336, 4096), (8192, 6144, 4096),
+              (2048, 4096, 4096), (16384, 8192, 8192)]
+    timed = [(m, n, k, 1.3e6 * gemm_time_s(m, n, k, 2.0, h100.bf16_flops, h100.sms, h100.hbm_Bps,
+                                            cal.GEMM_HOPPER["bf16"], isolated=True)) for m, n, k in shapes]
+    trace = _mm_trace(tmp_path / "rank-0.json", timed)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert main(["run", DEFAULT, "--kernel-tables", str(trace), "--json"]) == 0
+    out = capsys.readouterr()
+    assert "kernel tables of" in out.err and "6 gemm_shapes.csv rows" in out.err
+    assert json.loads(out.out)["step_time_s"] > 1.1 * _step()
+    assert main(["run", DEFAULT, "--kernel-tables", str(trace), "--json"]) == 0      # cached: no note
+    assert capsys.readouterr().err == ""

@@ -52,6 +52,7 @@ class Program:
     start_s: np.ndarray
     end_s: np.ndarray
     skipped: tuple[str, ...] = field(default=())   # partial steps left out, each with the reason
+    notes: tuple[str, ...] = field(default=())     # the reader's warnings (OpTable.notes)
 
     @property
     def n_ops(self) -> int:
@@ -101,7 +102,8 @@ def build_program(table: OpTable, meta: TraceMeta) -> Program:
         own[m] = np.maximum(end[m] - gstart, 0.0)
     return Program(meta=meta, stage=t_stage, optype=t_type, seq=t_seq, rank=rank, deps=dep_t,
                    group_of=group_of, groups=tuple(groups), order=node_order, steps=np.array(steps),
-                   own_s=own, start_s=start, end_s=end, skipped=tuple(skipped))
+                   own_s=own, start_s=start, end_s=end, skipped=tuple(skipped),
+                   notes=table.notes)
 
 
 def _complete_steps(table: OpTable, meta: TraceMeta, code: np.ndarray, dps: list[int], names: np.ndarray,

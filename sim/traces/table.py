@@ -66,6 +66,7 @@ class OpTable:
     gchunk: np.ndarray
     start_s: np.ndarray
     dur_s: np.ndarray
+    notes: tuple[str, ...] = ()     # what the reader could not map or had to assume, one line each
 
     def __len__(self) -> int:
         return int(self.dp.shape[0])
