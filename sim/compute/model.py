@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from .. import calibration as cal
 from ..errors import ConfigError
@@ -18,7 +19,6 @@ from ..hardware import Chip
 from ..precision import active_recipe
 from ..software import SoftwareProfile
 from ..workload.transformer import Op
-from .folder_fit import KernelFit, fit_folder
 from .kernels import (
     GEMM_DTYPE_BYTES,
     AttentionParams,
@@ -34,6 +34,9 @@ from .kernels import (
     mxu_fill,
     mxu_share,
 )
+
+if TYPE_CHECKING:
+    from .folder_fit import KernelFit
 
 __all__ = ["ComputeModel", "stack_key", "memory_class", "gemm_params_of", "flash_params_of"]
 
@@ -184,6 +187,8 @@ class ComputeModel:
             assert chip.sms, chip.name
             self.gemm = gemm_params_of(chip)
             if profile.kernel_tables:
+                from .folder_fit import fit_folder
+
                 self.fit = fit_folder(profile.kernel_tables, chip, flash_params_of)
                 self.gemm = {**self.gemm, **self.fit.gemm}
 

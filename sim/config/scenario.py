@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..compute.folder_fit import check_tables_folder
 from ..errors import ConfigError
 from ..hardware import get_chip
 from ..models import PRESETS
@@ -120,6 +119,8 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
 def _kernel_tables(s: Section, cluster: ClusterConfig, source: str) -> str:
     """``software.kernel_tables``: a folder of the user's kernel tables (``clustersim bench``),
     relative to the scenario file's folder; checked here, fitted by the compute model."""
+    from ..compute.folder_fit import check_tables_folder  # PERF: the table reader, only when used
+
     where = s.at("kernel_tables")
     folder = Path(s.text("kernel_tables"))
     if not folder.is_absolute():
