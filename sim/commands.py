@@ -151,7 +151,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             price = float(value)
         except ValueError:
             price = -1.0
-        if not sep or not (math.isfinite(price) and 0 < price <= 10_000):
+        if not sep or not name.strip() or not (math.isfinite(price) and 0 < price <= 10_000):
             raise ConfigError(f"--price: expected TOPOLOGY=USD_PER_CHIP_HOUR (0 < USD <= 10000), got {item!r}")
         if name.strip() in prices:
             raise ConfigError(f"--price: {name.strip()!r} is priced twice; give each topology one price")
@@ -193,7 +193,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(report.dump_json(entries) if args.json
           else report.plan_text(plans, req, None if plot is None else str(plot)))
     # a valid plan no topology can meet (the deadline, memory) is answered, then exit 3
-    return 0 if any(e.get("meets_deadline") for e in entries.values()) else EXIT_INFEASIBLE
+    if any(e.get("meets_deadline") for e in entries.values()):
+        return 0
+    warn(f"clustersim: infeasible: no topology of --topology {args.topology} trains "
+         f"{args.tokens} tokens within {args.days:g} days (the answer above says how close each comes)")
+    return EXIT_INFEASIBLE
 
 
 def _check_plan_tables(topologies: tuple[str, ...]) -> None:
@@ -215,7 +219,9 @@ def kernel_tables_dir(path: str | None) -> str:
     if path is None:
         return ""
     from .compute.folder_fit import GEMM_FILES, check_tables_folder
+    from .config.paths import check_name
 
+    check_name(path, "--kernel-tables")
     p = Path(path)
     trace = p.name.lower().endswith((".json", ".json.gz")) or (
         p.is_dir() and not any((p / f).is_file() for f in GEMM_FILES)
@@ -280,6 +286,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     plot = check_output_path(args.plot, "--plot", PLOT_SUFFIXES) if args.plot is not None else None
     raw, source, _ = read_scenario_raw(args.scenario)
     axes = [parse_over(o, raw) for o in args.over]
+    if both := sorted({s.partition("=")[0].strip() for s in args.set} & {a.key for a in axes}):
+        raise ConfigError(f"--set {both[0]}: also swept by --over (which would override it); give it once")
     workers = args.workers or os.cpu_count() or 1
     rows = run_sweep(raw, source, axes, sets=args.set + kernel_tables_set(args.kernel_tables),
                      weak=args.weak, workers=workers,

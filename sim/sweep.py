@@ -79,11 +79,16 @@ def parse_over(text: str, base: Mapping[str, Any]) -> SweepAxis:
         values = [parse_value(x, where) for x in spec.split(",") if x.strip()]
         if not values:
             raise ConfigError(f"{where}: no values; give V1,V2,... or A..BxF")
-    if len(set(map(repr, values))) != len(values):
+    if len({_same(v) for v in values}) != len(values):
         raise ConfigError(f"{where}: a value appears twice in {spec!r}")
     for v in values:
         _check_value(base, key, v, where)
     return SweepAxis(key, tuple(values))
+
+
+def _same(v: Any) -> Any:
+    """What makes two swept values the same point: 8 and 8.0 are one number."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
 
 
 def _check_value(base: Mapping[str, Any], key: str, value: Any, where: str) -> None:
@@ -95,7 +100,7 @@ def _check_value(base: Mapping[str, Any], key: str, value: Any, where: str) -> N
         scenario_from_dict(data, where)
     except ConfigError as e:
         msg = str(e)
-        if any(f"{key}: {w}" in msg for w in ("expected", "got", "must be", "required")):
+        if any(f"{key}: {w}" in msg for w in ("expected", "got", "must be", "required", "unknown")):
             raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
     except SimError:
         pass

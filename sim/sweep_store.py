@@ -30,19 +30,30 @@ def read_table(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".parquet":
         pq = _pyarrow(path)
         try:
-            rows = [{k: "" if v is None else v for k, v in r.items()}
-                    for r in pq.read_table(path).to_pylist()]
+            table = pq.read_table(path)
+            rows = [{k: "" if v is None else v for k, v in r.items()} for r in table.to_pylist()]
         except Exception as e:                   # noqa: BLE001 - any unreadable file, named
             raise ConfigError(f"--out: cannot read {str(path)!r} to resume ({e})") from None
+        _check_sweep_table(path, table.column_names if table.num_rows else [ROW_HASH])
         return [_unhashed(r) for r in rows if r.get(ROW_HASH) == _row_hash(r)]
     try:
         with path.open(newline="", encoding="utf-8") as fh:
-            cells = list(csv.DictReader(fh))
+            reader = csv.DictReader(fh)
+            cells = list(reader)
+            header = list(reader.fieldnames or [ROW_HASH])       # an empty file: a new table
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ConfigError(f"--out: cannot read {str(path)!r} to resume ({e})") from None
+    _check_sweep_table(path, header)
     # a short row has None for its missing cells (and a long one a None key): never whole
     return [_unhashed({k: _typed(v) for k, v in r.items()}) for r in cells
             if None not in r and None not in r.values() and r.get(ROW_HASH) == _row_hash(r)]
+
+
+def _check_sweep_table(path: Path, columns: list[str]) -> None:
+    """A file a sweep would resume is a sweep table: overwriting any other table would lose it."""
+    if ROW_HASH not in columns:
+        raise ConfigError(f"--out: {str(path)!r} is not a sweep table (no {ROW_HASH} column) and "
+                          "the sweep would overwrite it; give a new file, or remove this one")
 
 
 def _unhashed(row: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +170,15 @@ def locked(out: Path | None) -> Iterator[None]:
         yield
         return
     lock = out.with_name(out.name + ".lock")
-    with lock.open("a") as fh:
+    if lock.exists() and not lock.is_file():
+        # opening a named pipe waits for a writer; a folder cannot be locked
+        raise ConfigError(f"--out: {str(lock)!r} (the table's lock) is not a regular file; remove it "
+                          "or give another --out")
+    try:
+        fh = lock.open("a")
+    except OSError as e:
+        raise ConfigError(f"--out: cannot create the table's lock {str(lock)!r} ({e.strerror})") from None
+    with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -168,3 +168,84 @@ def test_a_gpu_with_some_nvlinks_down_runs_and_with_none_left_is_infeasible(tmp_
     assert main(["run", str(_nvlinks_down(tmp_path, range(4)))]) == 3
     err = capsys.readouterr().err
     assert "chip 0: every NVLink to its node's NVSwitches is down" in err and err.count("\n") == 1
+
+
+# The second audit of the new surfaces (issue 34): each case one line on stderr, exit 2 (3 where
+# a valid plan cannot be met), never an internal error, a hang or a value silently changed.
+_D = str(Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml")
+_NINES = "9" * 5000
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", _D, "--set", f"training.seq_len={_NINES}"], "an integer of 5000 digits"),
+    (["run", _D, "--set", f"training.tokens={_NINES[:500]}"], "an integer of 500 digits"),
+    (["run", _D, "--set", "model.mtp_layers=1000000000"], "model.mtp_layers: must be <= 100"),
+    (["run", _D, "--set", "model=gpt-oss-20b", "--set", "parallelism.ep=4", "--set", "model.moe.every=1000"],
+     "model.moe.every: 1000 leaves no MoE layer"),
+    (["run", _D, "--set", "cluster.topology=" + "T" * 300], "longer than a file name can be"),
+    (["run", _D, "--trace", "/tmp/" + "L" * 300 + ".json"], "--trace: "),
+    (["run", _D, "--trace", "o/ctl\x1b[2J.json"], "--trace: the path holds a control character"),
+    (["run", _D, "--set", "cluster.chips=8", "--set", "cluster.chips=16"], "given more than once"),
+    (["sweep", _D, "--over", "cluster.chips=8,8.0"], "a value appears twice"),
+    (["sweep", _D, "--over", "training.remat_policy=full,bogus"], "training.remat_policy"),
+    (["sweep", _D, "--set", "training.micro_batch=4", "--over", "training.micro_batch=1,2"],
+     "also swept by --over"),
+    (["plan", "--model", "llama3-8b", "--tokens", "1T", "--days", "30", "--topology", "dgx-h100",
+      "--price", "=2"], "expected TOPOLOGY=USD_PER_CHIP_HOUR"),
+])
+def test_second_audit_cases_are_one_line(args, words, capsys) -> None:
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+
+
+def test_yaml_numbers_read_as_yaml_1_2_and_base_60_is_refused(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "b60.yaml"
+    path.write_text(SCENARIO.format(name="b60", extra="").replace("seq_len: 8192", "seq_len: 1:30"))
+    assert main(["run", str(path)]) == 2
+    assert "'1:30' is a base-60 number" in capsys.readouterr().err
+    from sim.config.yamlio import load_value
+    assert load_value("1e-3", "x") == 0.001 and load_value("2e6", "x") == 2e6   # YAML 1.1: text
+
+
+def test_a_model_name_with_a_control_character_is_refused(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(SCENARIO.format(name="m", extra="").replace("model: llama3-8b",
+                                                                'model: {preset: llama3-8b, name: "x\\ey"}'))
+    assert main(["run", str(path)]) == 2
+    assert "model.name" in capsys.readouterr().err
+
+
+def test_a_lock_that_is_no_file_and_a_foreign_table_are_refused(tmp_path: Path, capsys) -> None:
+    import os
+
+    out = tmp_path / "x.csv"
+    os.mkfifo(tmp_path / "x.csv.lock")
+    sweep = ["sweep", _D, "--over", "training.micro_batch=1,2", "--workers", "1"]
+    assert main(sweep + ["--out", str(out)]) == 2
+    assert "is not a regular file" in capsys.readouterr().err
+    (tmp_path / "y.csv.lock").mkdir()
+    assert main(sweep + ["--out", str(tmp_path / "y.csv")]) == 2
+    capsys.readouterr()
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("name,value\nalice,1\n")
+    assert main(sweep + ["--out", str(foreign)]) == 2
+    assert "is not a sweep table" in capsys.readouterr().err
+    assert foreign.read_text() == "name,value\nalice,1\n"
+
+
+def test_a_broken_neighbour_scenario_says_its_own_error(tmp_path: Path, capsys) -> None:
+    (tmp_path / "nb.yaml").write_text("name: nb\ncluster: {topology: dgx-h100, chips: 8\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(name="s", extra="").replace(
+        "chips: 8}", "chips: 8, shared_with: nb.yaml}"))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "not valid YAML" in err and "neither a scenario file" not in err
+
+
+def test_an_impossible_plan_says_so_on_stderr(capsys) -> None:
+    assert main(["plan", "--model", "llama3-8b", "--tokens", "1T", "--days", "0.001",
+                 "--topology", "dgx-h100", "--max-chips", "8"]) == 3
+    out = capsys.readouterr()
+    assert out.out and out.err.count("\n") == 1 and "infeasible: no topology" in out.err

@@ -209,3 +209,17 @@ def test_columns_of_the_wrong_kind_and_a_meta_of_another_schedule(tmp_path: Path
     assert "column 'duration' holds" in _cli_error(capsys, str(_write(tmp_path, dur, name="d")))
     vpp = _write(tmp_path, good, META.replace("vpp_size: 1", "vpp_size: 2"), name="v")
     assert "meta says vpp_size 2" in _cli_error(capsys, str(vpp))
+
+
+def test_absurd_times_and_meta_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 34's second audit: an op of 1e300 s, a clock at 1e308 s, a meta of 1e20 ranks and a
+    trial name with an escape sequence were accepted (and printed in full)."""
+    good = _rows(_tiny(tmp_path, steps=2))
+    for col, value in (("duration", 1e300), ("start_ts", 1e308)):
+        bad = [dict(r) for r in good]
+        bad[3][col] = value
+        assert "<= 86400 s" in _cli_error(capsys, str(_write(tmp_path, bad, name=col)))
+    huge = META.replace("tp_size: 1", "tp_size: 100000000000000000000")
+    assert "tp: expected a positive integer up to" in _cli_error(capsys, str(_write(tmp_path, good, huge, "tp")))
+    escape = META.replace("trial_name: tiny", 'trial_name: "x\\e[2Jy"')
+    assert "trial_name" in _cli_error(capsys, str(_write(tmp_path, good, escape, "esc")))

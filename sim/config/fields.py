@@ -59,6 +59,9 @@ class Section:
         v = self.raw.get(key, default)
         if v is None:
             raise ConfigError(f"{self.at(key)}: required (a number)")
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10**300:
+            raise ConfigError(f"{self.at(key)}: expected a finite number, got an integer of "
+                              f"{len(str(abs(v)))} digits")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise ConfigError(f"{self.at(key)}: expected a finite number, got {show(v)}")
         if minimum is not None and (v < minimum or (strict_min and v == minimum)):
@@ -79,6 +82,15 @@ class Section:
             raise ConfigError(f"{self.at(key)}: expected a string, got {show(v)}")
         if choices is not None and v not in choices:
             raise ConfigError(f"{self.at(key)}: got {v!r}; valid: {', '.join(choices)}")
+        return v
+
+    def label(self, key: str, default: str) -> str:
+        """A name printed at the head of tables: printable (no control character reaches a
+        terminal) and at most 200 characters."""
+        v = self.text(key, default)
+        if not v.isprintable() or len(v) > 200:
+            raise ConfigError(f"{self.at(key)}: {show(v)} holds a control character or is over 200 "
+                              "characters; give a printable name")
         return v
 
     def flag(self, key: str, default: bool) -> bool:
@@ -141,6 +153,7 @@ _MAX_INT: dict[str, int] = {
     "system_groups": 100_000, "global_ports": 64,
     "max_gpus": 10_000_000, "cube": 1_024, "wrap_len": 100_000, "chips_per_host": 1_024,
     "default_chips": 10_000_000,
+    "mtp_layers": 100,               # multi-token prediction: DeepSeek-V3 has 1, proposals a few
 }
 _MAX_NUMBER: dict[str, float] = {
     "compute_jitter_sigma": 1.0,     # log-normal sigma: 1 already spreads steps over e^+-2
@@ -191,6 +204,8 @@ _TOKEN_SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
 
 def parse_tokens(v: object, where: str) -> float:
     """A token count: a number, or text like ``15T``, ``300B``, ``2.5e12`` (K/M/B/T = 10^3/6/9/12)."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10**18:
+        raise ConfigError(f"{where}: must be <= 1e18 tokens, got an integer of {len(str(abs(v)))} digits")
     if isinstance(v, str):
         t = v.strip().upper()
         if not re.fullmatch(r"\d+(\.\d*)?(E[+-]?\d+)?[KMBGTP]?", t, re.ASCII):

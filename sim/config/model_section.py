@@ -148,7 +148,7 @@ def read_model(raw: object) -> ModelSpec:
 
     layers = pick("layers")
     spec = ModelSpec(
-        name=s.text("name", base.name if base else "custom"),
+        name=s.label("name", base.name if base else "custom"),
         layers=layers, hidden=pick("hidden"), ffn_hidden=pick("ffn_hidden"),
         heads=pick("heads"), kv_heads=pick("kv_heads"), vocab=pick("vocab"),
         mlp=s.text("mlp", base.mlp if base else "swiglu", ("swiglu", "gelu", "relu2")),
@@ -185,6 +185,10 @@ def _check(m: ModelSpec, s: Section) -> None:
     if moe is not None and m.layer_pattern is None and moe.first_dense_layers >= m.layers:
         raise ConfigError(f"model.moe.first_dense_layers: {moe.first_dense_layers} leaves no MoE "
                           f"layer of model.layers = {m.layers}; valid: 0 .. {m.layers - 1}")
+    if moe is not None and m.layer_pattern is None and moe.every > m.layers - moe.first_dense_layers:
+        rest = m.layers - moe.first_dense_layers
+        raise ConfigError(f"model.moe.every: {moe.every} leaves no MoE layer among the {rest} layers "
+                          f"after the first {moe.first_dense_layers}; valid: 1 .. {rest}")
     att = m.attention
     if att.global_every and att.window is None:
         raise ConfigError(f"model.attention.global_every: {att.global_every} without "

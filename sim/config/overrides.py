@@ -64,9 +64,13 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],
                     flag: str = "--set") -> dict[str, Any]:
     """A copy of *raw* with each ``KEY=VALUE`` of *overrides* applied (values as YAML scalars)."""
     out = dict(raw)
+    seen: set[str] = set()
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"{flag}: expected KEY=VALUE (e.g. cluster.chips=2048), got {item!r}")
+        if key.strip() in seen:     # the last would win, silently
+            raise ConfigError(f"{flag} {key.strip()}: given more than once; give each key once")
+        seen.add(key.strip())
         set_key(out, key.strip(), parse_value(text, f"{flag} {key.strip()}"), f"{flag} {key.strip()}")
     return out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 
-__all__ = ["DATA_DIR", "PLOT_SUFFIXES", "check_output_path", "scenario_dir", "topology_dir"]
+__all__ = ["DATA_DIR", "PLOT_SUFFIXES", "check_name", "check_output_path", "scenario_dir", "topology_dir"]
 
 # The bundled data ships inside the package (sim/data/; the repository's top-level topologies/,
 # scenarios/ and validation/ are links to it), so an installed clustersim finds it anywhere.
@@ -29,11 +29,29 @@ def scenario_dir() -> Path:
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
+# What a file name may be (Linux: NAME_MAX bytes a component, PATH_MAX bytes in all); longer
+# ones make every file-system call fail (ENAMETOOLONG), so they are refused by name first.
+_NAME_MAX_B = 255
+_PATH_MAX_B = 4096
+
+
+def check_name(path: str, where: str) -> None:
+    """A path given by the user that the file system can take: printable (it is echoed on the
+    terminal), within the length limits; a ConfigError naming *where* otherwise."""
+    if not path.isprintable():
+        raise ConfigError(f"{where}: the path holds a control character; give a printable file name")
+    raw = os.fsencode(path)
+    if len(raw) > _PATH_MAX_B or any(len(part) > _NAME_MAX_B for part in raw.split(b"/")):
+        raise ConfigError(f"{where}: {path[:60]!r}... is longer than a file name can be ({_NAME_MAX_B} "
+                          f"bytes a name, {_PATH_MAX_B} in all)")
+
+
 def check_output_path(path: str, flag: str, suffixes: Sequence[str] = ()) -> Path:
     """An output file the command can write (with one of *suffixes*, when given), checked before
     any work: a ConfigError otherwise."""
     if not path:
         raise ConfigError(f"{flag}: empty file name; give the path of the file to write")
+    check_name(path, flag)
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{flag}: {path!r} is a folder; give a file name inside it")

@@ -24,7 +24,7 @@ from .fields import Section, parse_tokens, show
 from .model_section import check_model_sequence, read_model
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan
-from .paths import scenario_dir
+from .paths import check_name, scenario_dir
 from .remat import LOGIT_BYTES, OPTIMIZER_STATES, RECOMPUTE_MODULES, parse_remat_policy
 from .schema import (
     CLUSTER_KEYS,
@@ -45,6 +45,7 @@ __all__ = ["load_cluster", "load_scenario", "read_scenario_raw", "scenario_from_
 
 def read_scenario_raw(path: str | os.PathLike[str]) -> tuple[Mapping[str, Any], str, str]:
     """(parsed mapping, source path, default name) of a scenario file or bundled scenario name."""
+    check_name(os.fspath(path), "scenario")
     p = Path(path)
     if not p.is_file():
         bundled = scenario_dir() / f"{p}.yaml"
@@ -122,6 +123,7 @@ def _kernel_tables(s: Section, cluster: ClusterConfig, source: str) -> str:
     from ..compute.folder_fit import check_tables_folder  # PERF: the table reader, only when used
 
     where = s.at("kernel_tables")
+    check_name(s.text("kernel_tables"), where)
     folder = Path(s.text("kernel_tables"))
     if not folder.is_absolute():
         folder = _relative_to(source) / folder
@@ -142,6 +144,7 @@ def _cluster(s: Section, base: Path = Path(".")) -> ClusterConfig:
         if not isinstance(spec, GpuClusterSpec):
             raise ConfigError(f"{s.at('chip')}: a chip file describes a GPU; {spec.name} is a TPU "
                               "topology (its chip is the catalogue's)")
+        check_name(s.text("chip"), s.at("chip"))
         path = Path(s.text("chip"))
         spec = replace(spec, chip=load_chip_file(path if path.is_absolute() else base / path,
                                                  s.at("chip")))
@@ -244,12 +247,15 @@ def _shared_with(value: object, source: str, cluster: ClusterConfig) -> Scenario
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where}: expected a scenario file or bundled scenario name, got "
                           f"{show(value)}")
+    check_name(value, where)
     path = Path(value)
     if not path.is_absolute() and source not in ("<dict>", "") and (Path(source).parent / path).is_file():
         path = Path(source).parent / path
     try:
         other_raw, other_source, other_name = read_scenario_raw(path)
-    except ConfigError:
+    except ConfigError as e:
+        if path.is_file():              # the neighbour's own error, not "no such file"
+            raise ConfigError(f"{where}: {e}") from None
         raise ConfigError(f"{where}: {value!r} is neither a scenario file (relative to "
                           f"{source}) nor a bundled scenario") from None
     if isinstance(other_raw.get("cluster"), Mapping) and other_raw["cluster"].get("shared_with"):

@@ -16,7 +16,7 @@ from ..hardware import Chip, get_chip
 from ..topology_spec import NCCL_PROTOCOLS, TRANSPORTS, GpuClusterSpec, TopologySpec, TpuPodSpec
 from ..units import GB, Gbps_to_Bps, us_to_s
 from .fields import Section
-from .paths import topology_dir
+from .paths import check_name, topology_dir
 from .yamlio import parse_yaml, read_text
 
 __all__ = ["load_topology_spec", "resolve_topology_path"]
@@ -51,6 +51,7 @@ def bundled_topologies() -> list[str]:
 
 def resolve_topology_path(name_or_path: str, where: str = "cluster.topology") -> Path:
     """A bundled topology name (``dgx-h100``) or a path to a YAML file."""
+    check_name(name_or_path, where)
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():

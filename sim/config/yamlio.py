@@ -7,6 +7,7 @@ that names the file (and line, where yaml gives one).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,31 @@ MAX_YAML_DEPTH = 50
 MAX_YAML_VALUES = 100_000
 
 
+# Longest integer a file may write (a seed is 19 digits; Python refuses to read over 4,300).
+MAX_INT_DIGITS = 30
+
+
 class _StrictLoader(yaml.SafeLoader):
     """yaml.SafeLoader that rejects duplicate keys, nesting deeper than MAX_YAML_DEPTH, and
-    aliases that refer to their own value or expand past MAX_YAML_VALUES values."""
+    aliases that refer to their own value or expand past MAX_YAML_VALUES values; integers over
+    MAX_INT_DIGITS digits and YAML 1.1's base-60 numbers (``1:30`` = 90) are refused, and
+    ``1e-3`` is a number (YAML 1.2; YAML 1.1 reads it as text, ``--set`` as a number)."""
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        text = str(node.value).replace("_", "")
+        if ":" in text:
+            raise ConfigError(f"line {node.start_mark.line + 1}: {text[:40]!r} is a base-60 number "
+                              "in YAML 1.1; write the number itself, or quote it for text")
+        if len(text.lstrip("+-")) > MAX_INT_DIGITS:
+            raise ConfigError(f"line {node.start_mark.line + 1}: an integer of {len(text)} digits; "
+                              f"no clustersim value needs more than {MAX_INT_DIGITS}")
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: Any) -> Any:
+        if ":" in str(node.value):
+            raise ConfigError(f"line {node.start_mark.line + 1}: {str(node.value)[:40]!r} is a base-60 "
+                              "number in YAML 1.1; write the number itself, or quote it for text")
+        return super().construct_yaml_float(node)
 
     _depth = 0
 
@@ -101,6 +124,13 @@ class _StrictLoader(yaml.SafeLoader):
                                   f"(first on line {seen[key]}); each key may appear once")
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                    re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                                    list("-+0123456789"))
 
 
 def _expanded_size(node: Any, sizes: dict[int, int], open_: set[int]) -> int:
@@ -147,4 +177,5 @@ def load_value(text: str, where: str) -> Any:
     try:
         return yaml.load(text, Loader=_StrictLoader)      # noqa: S506 - a SafeLoader subclass
     except (yaml.YAMLError, ConfigError) as e:
-        raise ConfigError(f"{where}: cannot read value {text!r} ({e})") from None
+        shown = text if len(text) <= 60 else text[:60] + "..."
+        raise ConfigError(f"{where}: cannot read value {shown!r} ({e})") from None

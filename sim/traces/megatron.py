@@ -28,6 +28,8 @@ _META_KEYS = {"trial_name", "run_id", "dp_size", "dsp_size", "pp_size", "tp_size
 # The artifact records Megatron's garbage-collection point as a zero-length marker op; every other
 # op must have a positive duration.
 ZERO_LENGTH_OPTYPES = frozenset({"gc"})
+MAX_OP_S = 86_400.0
+MAX_CLOCK_S = 1e10
 
 
 def default_meta_path(trace: Path) -> Path:
@@ -48,7 +50,11 @@ def read_meta(path: Path) -> TraceMeta:
         if k not in raw:
             raise ConfigError(f"{path}: {k}: missing; a meta file needs dp_size, pp_size, tp_size, world_size")
     try:
-        return TraceMeta(name=str(raw.get("trial_name", path.stem)), dp=raw["dp_size"], pp=raw["pp_size"],
+        name = str(raw.get("trial_name", path.stem))
+        if not name.isprintable() or len(name) > 200:
+            raise ConfigError(f"trial_name: {show(name)} holds a control character or is over 200 "
+                              "characters; give a printable name")
+        return TraceMeta(name=name, dp=raw["dp_size"], pp=raw["pp_size"],
                          tp=raw["tp_size"], vpp=raw.get("vpp_size", 1), dsp=raw.get("dsp_size", 1),
                          world_size=raw["world_size"])
     except ConfigError as e:
@@ -93,10 +99,13 @@ def read_megatron_parquet(path: Path, meta: TraceMeta) -> OpTable:
     dur = df["duration"].to_numpy(dtype=np.float64)
     zero_ok = np.isin(optype, list(ZERO_LENGTH_OPTYPES))
     bad = ~np.isfinite(dur) | ~np.isfinite(start) | (dur < 0) | ((dur == 0) & ~zero_ok)
+    # an op over a day, or a clock over 1e10 s (year 2286 of Unix time), is no measurement
+    bad |= (dur > MAX_OP_S) | (np.abs(start) > MAX_CLOCK_S)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ConfigError(f"{path}: {_where(df, i)}: duration {float(dur[i]):g} s, start {float(start[i]):g} s; "
                           f"every op needs a finite duration > 0 (0 only for {sorted(ZERO_LENGTH_OPTYPES)}) "
+                          f"and <= {MAX_OP_S:g} s, and a start within +-{MAX_CLOCK_S:g} s "
                           f"({int(bad.sum())} such op(s))")
     _check_layout(path, meta, ints["dp_rank"], ints["stage"], ints["rank"])
     chunks = sorted(set(ints["mc"][ints["mc"] >= 0].tolist()))      # -1: not a chunk's op

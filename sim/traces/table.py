@@ -19,6 +19,10 @@ from ..errors import ConfigError
 __all__ = ["OpTable", "TraceMeta", "TraceReader"]
 
 
+# Most ranks a measured job may have (the largest jobs traced run ~100k GPUs).
+MAX_RANKS = 10_000_000
+
+
 @dataclass(frozen=True, slots=True)
 class TraceMeta:
     """The measured job's layout. ``dsp`` (the artifact's ``dsp_size``) multiplies the data-parallel
@@ -35,9 +39,13 @@ class TraceMeta:
     def __post_init__(self) -> None:
         for f in ("dp", "pp", "tp", "vpp", "dsp"):
             v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"trace meta {self.name!r}: {f}: expected a positive integer, got {v!r}")
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_RANKS:
+                raise ConfigError(f"trace meta {self.name!r}: {f}: expected a positive integer up to "
+                                  f"{MAX_RANKS:,}, got {v!r}")
         want = self.dp * self.dsp * self.pp * self.tp
+        if want > MAX_RANKS:
+            raise ConfigError(f"trace meta {self.name!r}: dp x dsp x pp x tp = {want:,} ranks; at most "
+                              f"{MAX_RANKS:,}")
         if self.world_size != want:
             raise ConfigError(
                 f"trace meta {self.name!r}: world_size {self.world_size} != dp x dsp x pp x tp = "
