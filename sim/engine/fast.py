@@ -31,9 +31,7 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
                 for s in layer if s.kind != "compute") and not _exposed_load(sp, kind, delays)
             if fused:
                 per_rank += micro * (layers + 3 * vs)
-                handed = ((not sp.dp_per_microbatch and sp.dp_layer_s + sp.replica_layer_s > 0)
-                          or (sp.dp_per_microbatch and sp.replica_layer_s > 0))
-                if kind == "B" and handed:
+                if kind == "B" and sp.handed_layer() is not None:
                     per_rank += layers * 3
             else:
                 per_rank += micro * (layers * (len(layer) + 0.5) + 2 * vs)
@@ -123,13 +121,10 @@ def _shape(sp: StagePlan, lane: _Lane, kind: str, c: int, g: int, reduce: bool,
     else:
         extra = (sp.first_bwd if g == 0 else 0.0) + (sp.last_bwd if g == n_chunks - 1 else 0.0)
     comp, comm = lane.seg_s[kind]
-    expo = 0.0
-    if sp.fsdp_layer_gather_s:
-        traffic = sp.fsdp_layer_gather_s + (sp.dp_layer_s if kind == "B" else 0.0)
-        expo = max(0.0, traffic - comp)
+    expo = sp.fsdp_exposure(kind)[0]
     layer = comp + comm + expo
-    item = ((sp.dp_layer_s + sp.replica_layer_s) if not sp.dp_per_microbatch
-            else sp.replica_layer_s) if reduce else 0.0
+    handed = sp.handed_layer() if reduce else None
+    item = handed[0] if handed is not None else 0.0
     before = extra if extra and kind == "F" and g == 0 else 0.0
     after = extra if extra and not (kind == "F" and g == 0) else 0.0
     n_layers = sp.layers_of(c)

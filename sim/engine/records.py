@@ -71,6 +71,16 @@ class StagePlan:
         """Layers of all the stage's *vs* chunks."""
         return sum(self.chunk_layers) if self.chunk_layers else self.layers_per_chunk * vs
 
+    def handed_layer(self) -> tuple[float, Traffic | None] | None:
+        """What each backward layer hands to the data-parallel stream, (seconds, load), or None:
+        the layer's gradient reduction (with the replica sync) once a step, or only the replica
+        sync when the reduction runs every micro-batch (``dp_per_microbatch``)."""
+        if not self.dp_per_microbatch and self.dp_layer_s + self.replica_layer_s > 0:
+            return self.dp_layer_s + self.replica_layer_s, self.dp_traffic
+        if self.dp_per_microbatch and self.replica_layer_s > 0:
+            return self.replica_layer_s, self.replica_traffic
+        return None
+
     def fsdp_exposure(self, kind: str) -> tuple[float, Traffic | None]:
         """ZeRO-3 in pass *kind* ("F" or "B"): the seconds a layer's weight gather (and, in the
         backward, its gradient reduce-scatter) takes beyond the layer's compute, which the step

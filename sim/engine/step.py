@@ -200,10 +200,7 @@ class StepEngine:
             yield from self.segments(r, (Segment("compute", extra),), "embed", (n_step, -1))
         item = None
         if kind == "B" and reduce_into is not None:
-            if not sp.dp_per_microbatch and sp.dp_layer_s + sp.replica_layer_s > 0:
-                item = (sp.dp_layer_s + sp.replica_layer_s, sp.dp_traffic)
-            elif sp.dp_per_microbatch and sp.replica_layer_s:
-                item = (sp.replica_layer_s, sp.replica_traffic)
+            item = sp.handed_layer()
         expo, expo_load = self._exposure(r, kind)
         comm = self._comm_of(layer) if not self.trace and self.groups is None else None
         if comm is not None and self._delay(expo_load):
@@ -214,9 +211,7 @@ class StepEngine:
                 comp = 0.0
                 for seg in layer:
                     if seg.kind == "compute":
-                        comp += seg.seconds * (self.jitter(r.rank, r.computed) if self.jitter
-                                               else 1.0)
-                        r.computed += 1
+                        comp += self._compute_s(r, seg)
                 yield self.env.timeout(comp + (comm + expo))
                 r.busy["compute"] += comp
                 r.busy["comm"] += comm + expo
@@ -258,6 +253,12 @@ class StepEngine:
             hit = self._expo_cache[key] = (expo, load)
         return hit
 
+    def _compute_s(self, r: Rank, seg: Segment) -> float:
+        """A compute segment's seconds on rank *r*: its straggler jitter draw (the rank's next) applied."""
+        dt = seg.seconds * (self.jitter(r.rank, r.computed) if self.jitter else 1.0)
+        r.computed += 1
+        return dt
+
     def _plain(self, seg: Segment) -> bool:
         """Whether a segment is a plain delay for this process: compute, or a representative
         rank's transfer that shares no link."""
@@ -275,9 +276,7 @@ class StepEngine:
                 while i < n and self._plain(segs[i]):
                     seg = segs[i]
                     if seg.kind == "compute":
-                        end = t + seg.seconds * (self.jitter(r.rank, r.computed) if self.jitter
-                                                 else 1.0)
-                        r.computed += 1
+                        end = t + self._compute_s(r, seg)
                         busy["compute"] += end - t
                     else:
                         end = t + seg.seconds
@@ -289,8 +288,7 @@ class StepEngine:
             seg = segs[i]
             i += 1
             if seg.kind == "compute":
-                dt = seg.seconds * (self.jitter(r.rank, r.computed) if self.jitter else 1.0)
-                r.computed += 1
+                dt = self._compute_s(r, seg)
                 t0 = env.now
                 yield env.timeout(dt)
                 self._record(r, "compute", label, t0)

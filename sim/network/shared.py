@@ -254,10 +254,6 @@ class SharedLinks:
         return np.concatenate(cs), (np.cumsum(seen) - 1)[k], np.concatenate(rs), hot[seen]
 
 
-def _succeed(event: simpy.Event, _trigger: object = None) -> None:
-    event.succeed()
-
-
 def succeed_after(env: simpy.Environment, event: simpy.Event, delay: float) -> None:
     """*event* succeeds *delay* s from now: scheduled as a timeout is, without a timer of its own
     (PERF: one simpy event fewer per transfer with a latency; the same time, ``now + delay``)."""
