@@ -207,8 +207,9 @@ def _check_plan_tables(topologies: tuple[str, ...]) -> None:
     chips = [load_topology_spec(t, "--topology").chip for t in topologies]
     gpus = {c.name for c in chips if not c.is_tpu}
     if len(gpus) != 1:
-        raise ConfigError(f"--kernel-tables: the tables fit one GPU; the plan's GPU topologies run "
-                          f"{', '.join(sorted(gpus)) or 'none'}: plan them one GPU at a time")
+        said = (f"the plan's GPU topologies run {', '.join(sorted(gpus))}: plan them one GPU at a time"
+                if gpus else "the plan has no GPU topology to fit them to")
+        raise ConfigError(f"--kernel-tables: the tables fit one GPU; {said}")
 
 
 def kernel_tables_dir(path: str | None) -> str:
@@ -273,11 +274,10 @@ def batch_tokens(text: str) -> float:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    import os
 
     from .config import read_scenario_raw
     from .job import DEFAULT_MAX_EVENTS
-    from .progress import progress
+    from .progress import available_cores, progress
     from .sweep import parse_over, run_sweep
 
     if not args.over:
@@ -288,7 +288,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     axes = [parse_over(o, raw) for o in args.over]
     if both := sorted({s.partition("=")[0].strip() for s in args.set} & {a.key for a in axes}):
         raise ConfigError(f"--set {both[0]}: also swept by --over (which would override it); give it once")
-    workers = args.workers or os.cpu_count() or 1
+    workers = args.workers or available_cores()
     rows = run_sweep(raw, source, axes, sets=args.set + kernel_tables_set(args.kernel_tables),
                      weak=args.weak, workers=workers,
                      scheduler=args.scheduler, out=out,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .collectives import CollectiveModel
-from .config import Scenario
+from .config import ClusterConfig, Scenario
 from .engine import Schedule, StagePlan, estimate_events, private_loads
 from .errors import ConfigError
 from .stages import StackEfficiency, plan_stages
@@ -78,6 +78,13 @@ class Job:
 
     def ranks_per_stage(self, per_rank: bool) -> int:
         return ranks_per_stage(self.scenario, per_rank)
+
+
+def network_of(cluster: ClusterConfig) -> tuple[Topology, CollectiveModel]:
+    """The graph of *cluster* and its collective model: what a run builds, and what the points
+    of a sweep or the runs of a validation suite on one cluster share."""
+    topo = build_topology(cluster)
+    return topo, CollectiveModel(topo)
 
 
 def ranks_per_stage(scn: Scenario, per_rank: bool) -> int:

@@ -137,9 +137,10 @@ def _search_space(req: PlanRequest, topology: str
     sizes = _sizes(spec, req.max_chips)
     if not sizes:
         raise ConfigError(f"--max-chips: {req.max_chips} is below the smallest {topology} cluster")
-    probe = scenario_from_dict(_scenario(req, topology, sizes[0], _PROBE_LAYOUT, req.global_batch),
+    gpu = not spec.chip.is_tpu
+    probe = scenario_from_dict(_scenario(req, topology, sizes[0], _PROBE_LAYOUT, req.global_batch, gpu),
                                "plan")
-    m, gpu = probe.model, not spec.chip.is_tpu
+    m = probe.model
 
     def size_layouts(chips: int) -> Iterable[dict[str, Any]]:
         return layouts(chips, m.layers, m.heads, gpu, getattr(spec, "gpus_per_node", 8),
@@ -192,7 +193,7 @@ def layouts(chips: int, layers: int, heads: int, gpu: bool, gpus_per_node: int,
 
 
 def _scenario(req: PlanRequest, topology: str, chips: int, lay: Mapping[str, Any],
-              global_batch: int) -> dict[str, Any]:
+              global_batch: int, gpu: bool) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "name": f"plan-{topology}-{chips}", "cluster": {"topology": topology, "chips": chips},
         "model": req.model, "training": {"seq_len": req.seq_len,
@@ -204,7 +205,7 @@ def _scenario(req: PlanRequest, topology: str, chips: int, lay: Mapping[str, Any
         raw["cost"] = {"usd_per_chip_hour": req.prices[topology]}
     if req.framework is not None:
         raw["software"] = {"framework": req.framework}
-    if req.kernel_tables and not load_topology_spec(topology).chip.is_tpu:
+    if req.kernel_tables and gpu:                  # the user's tables fit their GPU, not a TPU
         raw.setdefault("software", {})["kernel_tables"] = req.kernel_tables
     return raw
 
@@ -213,13 +214,11 @@ def plan(req: PlanRequest,
          progress: Callable[[Iterable[Any], int, str], Iterable[Any]] | None = None
          ) -> list[TopologyPlan]:
     """Search every topology of *req* (see the module docstring)."""
-    from .collectives import CollectiveModel
     from .cost import energy_MWh, time_to_train
     from .engine import fast_step
-    from .job import schedule_of
+    from .job import network_of, schedule_of
     from .run import run
     from .stages import plan_stages
-    from .topology import build_topology
     from .workload.memory import check_fits, memory_per_chip
     from .workload.transformer import build_workload
 
@@ -231,6 +230,7 @@ def plan(req: PlanRequest,
     for topology in req.topologies:
         sizes, probe, size_layouts = _search_space(req, topology)
         chip = probe.cluster.chip
+        gpu = not chip.is_tpu
         tp_plan = _topology_plan(req, topology, probe)
         price = tp_plan.usd_per_chip_hour
         for chips in track(sizes, len(sizes), f"plan {topology}"):
@@ -239,7 +239,7 @@ def plan(req: PlanRequest,
             topo = net = None
             for lay in size_layouts(chips):
                 try:
-                    scn = scenario_from_dict(_scenario(req, topology, chips, lay, global_batch), "plan")
+                    scn = scenario_from_dict(_scenario(req, topology, chips, lay, global_batch, gpu), "plan")
                     wl = build_workload(scn)
                     mem = memory_per_chip(wl)
                     check_fits(wl, mem)
@@ -247,8 +247,7 @@ def plan(req: PlanRequest,
                     reasons.append(str(e))
                     continue
                 if topo is None:
-                    topo = build_topology(scn.cluster)
-                    net = CollectiveModel(topo)
+                    topo, net = network_of(scn.cluster)
                 assert net is not None
                 eng = fast_step(plan_stages(wl, net, traffic=False), schedule_of(scn, wl))
                 tps = wl.tokens_per_step / eng.step_time_s
@@ -263,7 +262,8 @@ def plan(req: PlanRequest,
             tp_plan.by_size[chips] = cands
             best = cands[0]
             # Confirm with the simpy engine (the screening path equals it without stragglers).
-            scn = scenario_from_dict(_scenario(req, topology, chips, best.layout, global_batch), "plan")
+            scn = scenario_from_dict(_scenario(req, topology, chips, best.layout, global_batch, gpu),
+                                     "plan")
             step = run(scn, topo=topo, net=net).step
             by_recovery = _goodput_by_recovery(req, scn, step.step_time_s, topology)
             goodput = by_recovery[req.recovery]

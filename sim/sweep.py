@@ -16,6 +16,7 @@ a pure function of its inputs and seed, so the rows are the same whatever runs t
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -132,23 +133,15 @@ def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-# This process's last cluster, built (PERF: the points of a sweep over anything but the cluster
-# share its topology and collective model, as a validation suite's runs do; one kept, so a sweep
-# over sizes holds one large graph at a time).
-_NETWORK: dict[Any, tuple[Any, Any]] = {}
-
-
+@functools.lru_cache(maxsize=1)
 def _network(cluster: Any) -> tuple[Any, Any]:
-    """(Topology, CollectiveModel) of *cluster*, built once while the points ask for it."""
-    hit = _NETWORK.get(cluster)
-    if hit is None:
-        from .collectives import CollectiveModel
-        from .topology import build_topology
+    """``sim.job.network_of`` for this process's last cluster (PERF: the points of a sweep over
+    anything but the cluster share its topology and collective model, as a validation suite's
+    runs do; a memo of a pure function, one cluster kept, so a sweep over sizes holds one large
+    graph at a time)."""
+    from .job import network_of
 
-        _NETWORK.clear()
-        topo = build_topology(cluster)
-        hit = _NETWORK[cluster] = (topo, CollectiveModel(topo))
-    return hit
+    return network_of(cluster)
 
 
 def run_point(payload: tuple[Mapping[str, Any], str, dict[str, Any], bool, int | None]) -> dict[str, Any]:

@@ -47,14 +47,11 @@ from .tables import (
     load_head_dim_cases,
 )
 
-__all__ = ["KernelFit", "TABLE_FILES", "fit_folder", "check_tables_folder"]
+__all__ = ["GEMM_FILES", "KernelFit", "fit_folder", "check_tables_folder"]
 
-# The tables a folder may hold (validation/compute/README.md); any one of the GEMM tables is needed.
+# The GEMM tables a folder may hold (validation/compute/README.md); it needs one of them.
 GEMM_FILES = ("gemm_layers_bf16.csv", "gemm_square.csv", "gemm_layers_fp8.csv",
               "gemm_layers_fp8_bwd.csv", "gemm_shapes.csv", "gemm_fp4.csv")
-TABLE_FILES = GEMM_FILES + ("attention.csv", "attention_extra.csv", "memory_bound.csv",
-                            "quantize_compiled.csv", "optimizer.csv", "moe_grouped_gemm.csv",
-                            "moe_routing.csv")
 _MIN_ROWS = 4
 
 
@@ -70,7 +67,6 @@ class KernelFit:
     optimizer_fraction: Mapping[str, float]
     moe_memory: Mapping[str, MemoryParams]
     grouped_group_s: float | None
-    rows: int
     fitted: tuple[str, ...]        # what was fitted, e.g. "gemm bf16 (40 rows)"
     kept: tuple[str, ...]          # what keeps the bundled constant, and why
 
@@ -85,10 +81,6 @@ class KernelFit:
             p = self.attention.get(("flash-attention-2", passname))
             return None if p is None else replace(p, efficiency=p.efficiency / cal.FA2_VS_TRITON)
         return self.attention.get((family, passname))
-
-    def describe(self) -> dict[str, object]:
-        """What the run reports about its kernel constants."""
-        return {"kernel_tables": self.folder, "fitted": list(self.fitted), "kept_bundled": list(self.kept)}
 
 
 def check_tables_folder(folder: Path, where: str) -> Path:
@@ -155,7 +147,7 @@ def _fit(folder: str, files: tuple[tuple[str, int, int], ...], chip: Chip,
         fitted.append(f"optimizer {', '.join(optimizer)}")
     moe_memory, group_s = _fit_moe(path, cases, chip, gemm["bf16"], fitted, kept)
     return KernelFit(str(path), chip.name, gemm, attention, memory, optimizer, moe_memory, group_s,
-                     len(cases), tuple(fitted), tuple(kept))
+                     tuple(fitted), tuple(kept))
 
 
 def _gemm_rows(cases: list[KernelCase], dtype: str) -> int:

@@ -85,13 +85,8 @@ class Section:
         return v
 
     def label(self, key: str, default: str) -> str:
-        """A name printed at the head of tables: printable (no control character reaches a
-        terminal) and at most 200 characters."""
-        v = self.text(key, default)
-        if not v.isprintable() or len(v) > 200:
-            raise ConfigError(f"{self.at(key)}: {show(v)} holds a control character or is over 200 "
-                              "characters; give a printable name")
-        return v
+        """A name printed at the head of tables (``check_label``)."""
+        return check_label(self.text(key, default), self.at(key))
 
     def flag(self, key: str, default: bool) -> bool:
         v = self.raw.get(key, default)
@@ -179,6 +174,15 @@ _MAX_NUMBER: dict[str, float] = {
 # slower than anything an accelerator has been attached with.
 _MIN_NUMBER: dict[str, float] = {"nic_Gbps": 1.0, "ib_port_Gbps": 1.0, "port_Gbps": 1.0,
                                  "pcie_GBps": 0.1}
+
+
+def check_label(v: str, where: str) -> str:
+    """*v*, a name printed at the head of tables: printable (no control character reaches a
+    terminal) and at most 200 characters; a ConfigError naming *where* otherwise."""
+    if not v.isprintable() or len(v) > 200:
+        raise ConfigError(f"{where}: {show(v)} holds a control character or is over 200 "
+                          "characters; give a printable name")
+    return v
 
 
 def show(v: object) -> str:

@@ -3,7 +3,6 @@ values read as YAML scalars, each key checked against the schema before anything
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,8 +16,6 @@ __all__ = ["apply_overrides", "parse_value", "set_key"]
 
 def parse_value(text: str, where: str) -> Any:
     """A command-line value as a YAML scalar: ``2048`` int, ``0.5`` float, ``true``, ``bf16``."""
-    if re.fullmatch(r"\s*[-+]?\d+(\.\d*)?[eE][-+]?\d+\s*", text, re.ASCII):
-        return float(text)               # 1e12: YAML 1.1 would read it as text
     v = load_value(text, where) if text.strip() else ""
     if isinstance(v, (dict, list)):
         raise ConfigError(f"{where}: expected one value (a number, true/false or a name), got {text!r}")

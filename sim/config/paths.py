@@ -35,15 +35,23 @@ _NAME_MAX_B = 255
 _PATH_MAX_B = 4096
 
 
-def check_name(path: str, where: str) -> None:
-    """A path given by the user that the file system can take: printable (it is echoed on the
-    terminal), within the length limits; a ConfigError naming *where* otherwise."""
+# An output's name leaves room for the files written beside it (a sweep's ``.lock`` and
+# ``.<pid>.tmp``).
+_OUTPUT_SPARE_B = 16
+
+
+def check_name(path: str, where: str, spare_B: int = 0) -> str:
+    """*path*, given by the user, if the file system can take it: printable (it is echoed on the
+    terminal), within the length limits less *spare_B* bytes a name; a ConfigError naming
+    *where* otherwise."""
     if not path.isprintable():
         raise ConfigError(f"{where}: the path holds a control character; give a printable file name")
     raw = os.fsencode(path)
-    if len(raw) > _PATH_MAX_B or any(len(part) > _NAME_MAX_B for part in raw.split(b"/")):
-        raise ConfigError(f"{where}: {path[:60]!r}... is longer than a file name can be ({_NAME_MAX_B} "
-                          f"bytes a name, {_PATH_MAX_B} in all)")
+    limit = _NAME_MAX_B - spare_B
+    if len(raw) > _PATH_MAX_B - spare_B or any(len(part) > limit for part in raw.split(b"/")):
+        raise ConfigError(f"{where}: {path[:60]!r}... is longer than a file name can be here ({limit} "
+                          f"bytes a name, {_PATH_MAX_B - spare_B} in all)")
+    return path
 
 
 def check_output_path(path: str, flag: str, suffixes: Sequence[str] = ()) -> Path:
@@ -51,8 +59,7 @@ def check_output_path(path: str, flag: str, suffixes: Sequence[str] = ()) -> Pat
     any work: a ConfigError otherwise."""
     if not path:
         raise ConfigError(f"{flag}: empty file name; give the path of the file to write")
-    check_name(path, flag)
-    p = Path(path)
+    p = Path(check_name(path, flag, _OUTPUT_SPARE_B))
     if p.is_dir():
         raise ConfigError(f"{flag}: {path!r} is a folder; give a file name inside it")
     parent = p.parent if str(p.parent) else Path(".")

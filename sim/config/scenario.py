@@ -105,11 +105,7 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     cost_s = top.section("cost", SECTION_KEYS["cost"])
     cost = CostConfig(cost_s.number("usd_per_chip_hour") if cost_s.has("usd_per_chip_hour")
                       else cluster.chip.usd_per_chip_hour)     # None: no price known
-    name = top.text("name", default_name)
-    if not name.isprintable() or len(name) > 200:
-        # the name heads every table a command prints: no control character reaches a terminal
-        raise ConfigError(f"{top.at('name')}: {show(name)} holds a control character or is over "
-                          "200 characters; give a printable name")
+    name = top.label("name", default_name)
     seed = top.integer("seed", 0, minimum=0)
     par = resolve_plan(par, model, training, source)
     return Scenario(name=name, source=source, cluster=cluster, model=model, training=training,
@@ -123,8 +119,7 @@ def _kernel_tables(s: Section, cluster: ClusterConfig, source: str) -> str:
     from ..compute.folder_fit import check_tables_folder  # PERF: the table reader, only when used
 
     where = s.at("kernel_tables")
-    check_name(s.text("kernel_tables"), where)
-    folder = Path(s.text("kernel_tables"))
+    folder = Path(check_name(s.text("kernel_tables"), where))
     if not folder.is_absolute():
         folder = _relative_to(source) / folder
     if cluster.chip.is_tpu:
@@ -144,8 +139,7 @@ def _cluster(s: Section, base: Path = Path(".")) -> ClusterConfig:
         if not isinstance(spec, GpuClusterSpec):
             raise ConfigError(f"{s.at('chip')}: a chip file describes a GPU; {spec.name} is a TPU "
                               "topology (its chip is the catalogue's)")
-        check_name(s.text("chip"), s.at("chip"))
-        path = Path(s.text("chip"))
+        path = Path(check_name(s.text("chip"), s.at("chip")))
         spec = replace(spec, chip=load_chip_file(path if path.is_absolute() else base / path,
                                                  s.at("chip")))
     elif s.has("chip"):
@@ -249,8 +243,8 @@ def _shared_with(value: object, source: str, cluster: ClusterConfig) -> Scenario
                           f"{show(value)}")
     check_name(value, where)
     path = Path(value)
-    if not path.is_absolute() and source not in ("<dict>", "") and (Path(source).parent / path).is_file():
-        path = Path(source).parent / path
+    if not path.is_absolute() and (_relative_to(source) / path).is_file():
+        path = _relative_to(source) / path
     try:
         other_raw, other_source, other_name = read_scenario_raw(path)
     except ConfigError as e:

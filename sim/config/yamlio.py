@@ -64,7 +64,7 @@ class _StrictLoader(yaml.SafeLoader):
     """yaml.SafeLoader that rejects duplicate keys, nesting deeper than MAX_YAML_DEPTH, and
     aliases that refer to their own value or expand past MAX_YAML_VALUES values; integers over
     MAX_INT_DIGITS digits and YAML 1.1's base-60 numbers (``1:30`` = 90) are refused, and
-    ``1e-3`` is a number (YAML 1.2; YAML 1.1 reads it as text, ``--set`` as a number)."""
+    ``1e-3`` and ``1.5e3`` are numbers (YAML 1.2; YAML 1.1 reads them as text)."""
 
     def construct_yaml_int(self, node: Any) -> Any:
         text = str(node.value).replace("_", "")
@@ -90,14 +90,11 @@ class _StrictLoader(yaml.SafeLoader):
             _expanded_size(node, {}, set())
         return node
 
+    anchors_seen = False
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             self.anchors_seen = True
-        return self._compose_node(parent, index)
-
-    anchors_seen = False
-
-    def _compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
         if self._depth > MAX_YAML_DEPTH:
             mark = self.peek_event().start_mark
@@ -129,7 +126,7 @@ class _StrictLoader(yaml.SafeLoader):
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float",
-                                    re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                                    re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$"),
                                     list("-+0123456789"))
 
 

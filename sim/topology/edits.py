@@ -54,7 +54,8 @@ def apply_link_edits(topo: Topology, edits: Sequence[tuple[Hashable, Hashable, f
         import networkx as nx
 
         # the chips outside the part of the fabric that holds most of them
-        parts = sorted(nx.connected_components(g), key=lambda c: -sum(1 for d in out.devices if d in c))
+        devices = set(out.devices)
+        parts = sorted(nx.connected_components(g), key=lambda c: -len(devices & c))
         if cut := [d for d in out.devices if d not in parts[0]]:
             more = f" and {len(cut) - 5} more" if len(cut) > 5 else ""
             raise InfeasibleError(f"{where}: chip {', '.join(map(str, cut[:5]))}{more} is cut off "

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config.fields import show
+from ..config.fields import check_label, show
 from ..config.yamlio import read_yaml
 from ..errors import ConfigError
 from .table import OpTable, TraceMeta
@@ -50,10 +50,7 @@ def read_meta(path: Path) -> TraceMeta:
         if k not in raw:
             raise ConfigError(f"{path}: {k}: missing; a meta file needs dp_size, pp_size, tp_size, world_size")
     try:
-        name = str(raw.get("trial_name", path.stem))
-        if not name.isprintable() or len(name) > 200:
-            raise ConfigError(f"trial_name: {show(name)} holds a control character or is over 200 "
-                              "characters; give a printable name")
+        name = check_label(str(raw.get("trial_name", path.stem)), "trial_name")
         return TraceMeta(name=name, dp=raw["dp_size"], pp=raw["pp_size"],
                          tp=raw["tp_size"], vpp=raw.get("vpp_size", 1), dsp=raw.get("dsp_size", 1),
                          world_size=raw["world_size"])

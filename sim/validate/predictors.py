@@ -17,6 +17,7 @@ from typing import Any
 from ..calibration import NCCL_TESTS_LAUNCH_PER_GPU_S, TORCH_CALL_OVERHEAD_S
 from ..collectives import CollectiveModel
 from ..config import load_cluster, scenario_from_dict
+from ..job import network_of
 from ..results import StepResult
 from ..run import run
 from ..topology import Topology, build_topology
@@ -99,8 +100,7 @@ class TrainingPredictor:
         scn = scenario_from_dict(raw, str(raw.get("name", "<validation>")))
         c = scn.cluster                          # frozen: the cluster is its own cache key
         if c not in self._nets:
-            topo = build_topology(c)
-            self._nets[c] = (topo, CollectiveModel(topo))
+            self._nets[c] = network_of(c)
         topo, net = self._nets[c]
         return run(scn, topo=topo, net=net, stack_efficiency=self.stack_efficiency,
                    extras=False).step
