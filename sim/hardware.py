@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .errors import ConfigError
 from .units import GB, TFLOPS, Gbps_to_Bps, GiB, MiB
 
-__all__ = ["Chip", "CATALOGUE", "get_chip"]
+__all__ = ["Chip", "CATALOGUE", "chip_of_device_name", "get_chip"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,3 +369,19 @@ def get_chip(name: str, where: str = "chip") -> Chip:
     except KeyError:
         raise ConfigError(f"{where}: unknown chip {name!r}; valid: {', '.join(sorted(CATALOGUE))}"
                           ) from None
+
+
+# CUDA device names -> catalogue chips, the most specific first (a GB200 name holds "B200").
+_DEVICE_NAMES = (("GB300", "GB300"), ("B300", "B300"), ("GB200", "GB200"), ("B200", "B200"),
+                 ("H200", "H200"), ("H100 80GB HBM3", "H100-SXM"), ("H100 SXM", "H100-SXM"),
+                 ("A100-SXM4-80GB", "A100-SXM-80GB"), ("A100 80GB", "A100-SXM-80GB"),
+                 ("A100-SXM4-40GB", "A100-SXM-40GB"))
+
+
+def chip_of_device_name(device: str) -> str | None:
+    """The catalogue chip of a CUDA device name, None where the catalogue has no such part
+    (an H100 PCIe or NVL is not the SXM part: its clocks and power differ)."""
+    for key, chip in _DEVICE_NAMES:
+        if key.lower() in device.lower():
+            return chip
+    return None

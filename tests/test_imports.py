@@ -58,6 +58,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("workload", "traces", "recovery"),                # scenario -> per-rank ops; measured trace ->
     #                                                    per-worker program, replay, what-if
     ("compute.model",),                                # workload's ops -> seconds on a chip
+    ("compute.rows",),                                 # a kernel-table row's modelled time
     ("network",),                                      # routing, links, fluid sharing
     ("collectives", "engine", "stragglers", "faults", "cost"),
     ("goodput",),                                      # a scenario's failures: units, rates, recovery

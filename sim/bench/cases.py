@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..collectives.nccl import busbw_factor
 from ..compute.kernels import AttentionShape
-from ..hardware import CATALOGUE, Chip
+from ..hardware import CATALOGUE, Chip, chip_of_device_name
 from ..models import PRESETS
 from .specs import (
+    REPS,
     WARMUP,
     Attention,
     Gemm,
@@ -197,16 +199,20 @@ def collective_table(op: str, gpus: int, chip_name: str) -> str:
     return f"nccl_{op}_{gpus}x{chip_name}_bench.csv"
 
 
-# GPU name fragments (as CUDA reports them) -> catalogue chip, most specific first.
-_NAMES = (("GB300", "GB300"), ("B300", "B300"), ("GB200", "GB200"), ("B200", "B200"),
-          ("H200", "H200"), ("H100", "H100-SXM"), ("H800", "H100-SXM"), ("A100", "A100-SXM-80GB"))
+# Parts the catalogue lacks whose nearest catalogue chip is close enough for a time estimate
+# (an H100 PCIe or NVL, an H800; an A100 PCIe by its memory), by name fragment.
+_NEAR = (("H100", "H100-SXM"), ("H800", "H100-SXM"), ("A100", "A100-SXM-80GB"))
 
 
 def nearest_chip(gpu_name: str, memory_B: float = 0.0) -> tuple[Chip, bool]:
-    """The catalogue chip a GPU's estimate uses, and whether its name matched one (else H100-SXM)."""
-    name = gpu_name.upper()
-    for fragment, chip in _NAMES:
-        if fragment in name:
+    """The catalogue chip a GPU's estimate uses, and whether its name matched one (else H100-SXM):
+    the catalogue part its CUDA name names (``sim.hardware.chip_of_device_name``), else the
+    nearest one."""
+    exact = chip_of_device_name(gpu_name)
+    if exact is not None:
+        return CATALOGUE[exact], True
+    for fragment, chip in _NEAR:
+        if fragment in gpu_name.upper():
             if chip == "A100-SXM-80GB" and 0 < memory_B < 60 * 2**30:
                 chip = "A100-SXM-40GB"
             return CATALOGUE[chip], True
@@ -220,8 +226,7 @@ def _case_s(k: Kernel, chip: Chip) -> float:
 
 def _collective_s(op: str, nbytes: int, gpus: int, chip: Chip) -> float:
     """One call on NVLink: a bus-bandwidth model at 70% of the chip's NVLink rate, plus 20 us."""
-    factor = 2.0 * (gpus - 1) / gpus if op == "allreduce" else (gpus - 1) / gpus
-    return 20e-6 + factor * nbytes / (0.7 * chip.scaleup_Bps)
+    return 20e-6 + busbw_factor(op, gpus) * nbytes / (0.7 * chip.scaleup_Bps)
 
 
 def estimate_s(cases: Sequence[Case], chip: Chip, gpus: int = 1, sizes: Sequence[int] = (),
@@ -232,6 +237,6 @@ def estimate_s(cases: Sequence[Case], chip: Chip, gpus: int = 1, sizes: Sequence
     total = STARTUP_S + sum(_case_s(c.kernel, chip) for c in cases)
     if gpus > 1:
         for op in ops:
-            total += NCCL_SPAWN_S + sum((WARMUP + 10) * (_collective_s(op, s, gpus, chip) + CALL_HOST_S)
+            total += NCCL_SPAWN_S + sum((WARMUP + REPS) * (_collective_s(op, s, gpus, chip) + CALL_HOST_S)
                                         for s in sizes)
     return total

@@ -17,11 +17,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .runner import CaseSkipped
+from .specs import REPS, WARMUP
 
 __all__ = ["collective_times"]
 
-_WARMUP = 3
-_REPS = 10
 _FLOAT_B = 4
 # Seconds to wait for the next size: the first includes starting the processes, importing PyTorch
 # and NCCL's communicator set-up.
@@ -67,10 +66,11 @@ def collective_times(op: str, sizes: Sequence[int], gpus: int) -> Iterator[tuple
 def _worker(rank: int, world: int, port: int, op: str, sizes: tuple[int, ...], results: Any) -> None:
     """One rank of the sweep (runs in its own process)."""
     import functools
-    import statistics
 
     import torch  # type: ignore[import-not-found, unused-ignore]
     import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
+
+    from .torch_backend import median_call_s
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dev = torch.device("cuda", rank)
@@ -83,19 +83,11 @@ def _worker(rank: int, world: int, port: int, op: str, sizes: tuple[int, ...], r
             call = (functools.partial(dist.all_reduce, out) if op == "allreduce" else
                     functools.partial(dist.all_gather_into_tensor, out,
                                       torch.ones(count // world, device=dev, dtype=torch.float32)))
-            for _ in range(_WARMUP):
+            for _ in range(WARMUP):
                 call()
             torch.cuda.synchronize(dev)
             dist.barrier()
-            times = []
-            for _ in range(_REPS):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                call()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1e-3)
-            slowest = torch.tensor([statistics.median(times)], device=dev)
+            slowest = torch.tensor([median_call_s(torch.cuda, call, REPS)], device=dev)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
             if rank == 0:
                 results.put((count * _FLOAT_B, count, float(slowest.item())))

@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Protocol
 
+from ..collectives.nccl import busbw_factor
 from ..config import check_output_path
+from ..config.paths import check_name
 from ..errors import EXIT_INFEASIBLE, ConfigError, InfeasibleError
 from .cases import (
     COLLECTIVE_COLUMNS,
@@ -120,7 +122,7 @@ def check_out_dir(path: str) -> Path:
     before any work; created only once the GPU is known to be usable)."""
     if not path:
         raise ConfigError("--out: empty folder name; give the folder to write the tables to")
-    p = Path(path)
+    p = Path(check_name(path, "--out"))
     if p.exists() and not p.is_dir():
         raise ConfigError(f"--out: {path!r} is a file, not a folder; give a folder to write the tables to")
     probe = p
@@ -226,7 +228,7 @@ def _run_collective(op: str, sizes: Sequence[int], gpus: int, chip_name: str, gp
                     tables: TableWriter, warn: Callable[[str], None]) -> None:
     """nccl-tests' bandwidths: algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce,
     (n-1)/n for all-gather (nccl-tests doc/PERFORMANCE.md)."""
-    factor = 2 * (gpus - 1) / gpus if op == "allreduce" else (gpus - 1) / gpus
+    factor = busbw_factor(op, gpus)
     table = collective_table(op, gpus, chip_name)
     try:
         for size, count, t in gpu.collective_s(op, sizes, gpus):

@@ -11,21 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import calibration as cal
-from ..compute.kernels import (
-    GEMM_DTYPE_BYTES,
-    AttentionShape,
-    attention_flops,
-    attention_time_s,
-    gemm_time_s,
-    grouped_gemm_time_s,
-    memory_time_s,
-)
-from ..compute.model import flash_params_of, gemm_params_of
+from ..compute.kernels import GEMM_DTYPE_BYTES, AttentionShape, attention_flops
+from ..compute.rows import predict_case
+from ..compute.tables import BACKENDS, KernelCase
 from ..hardware import Chip
 
-__all__ = ["WARMUP", "REPS", "REPS_FWD_BWD", "GEMM_LAYOUTS", "MEMORY_OPS", "OPTIMIZERS",
-           "ATTENTION_BACKENDS", "Gemm", "GroupedGemm", "Attention", "Memory", "Optimizer", "Kernel",
-           "flops", "need_bytes", "reps", "cells", "predict_s"]
+__all__ = ["WARMUP", "REPS", "REPS_FWD_BWD", "GEMM_LAYOUTS", "ATTENTION_BACKENDS", "Gemm", "GroupedGemm",
+           "Attention", "Memory", "Optimizer", "Kernel", "flops", "need_bytes", "reps", "cells",
+           "predict_s"]
 
 WARMUP = 3
 REPS = 10
@@ -33,10 +26,9 @@ REPS_FWD_BWD = 5
 # How a GEMM's operands are laid out (the training pass of a linear layer, or a plain a @ b):
 # fwd y = x W^T (F.linear), dgrad dx = dy W, wgrad dW = dy^T x, square a @ b.
 GEMM_LAYOUTS = ("fwd", "dgrad", "wgrad", "square")
-MEMORY_OPS = ("copy", "rmsnorm_fwd", "rmsnorm_fwd+bwd", "swiglu_fwd", "residual_add")
-OPTIMIZERS = ("adamw_fused", "adamw_foreach")
-# PyTorch SDPA backends (torch.nn.attention.SDPBackend names) -> the model's kernel family.
-ATTENTION_BACKENDS = {"CUDNN_ATTENTION": "cudnn", "FLASH_ATTENTION": "flash-attention-2"}
+# The PyTorch SDPA backends measured (torch.nn.attention.SDPBackend names) -> the model's kernel
+# family (``sim.compute.tables.BACKENDS``, which the table's rows are read back with).
+ATTENTION_BACKENDS = {b: BACKENDS[b] for b in ("CUDNN_ATTENTION", "FLASH_ATTENTION")}
 # Optimizer state the runs allocate per parameter: fp32 param, grad, exp_avg, exp_avg_sq (16 B),
 # and what a step moves: those four read, three written (README: 28 B).
 _ADAM_STATE_B = 16
@@ -76,7 +68,7 @@ class Attention:
 
 @dataclass(frozen=True, slots=True)
 class Memory:
-    """An eager memory-bound op (``MEMORY_OPS``) over a bf16 [rows, cols] tensor (``copy``: a
+    """An eager memory-bound op (``sim.compute.tables.MEMORY_OPS``) over a bf16 [rows, cols] tensor (``copy``: a
     vector of *rows* elements, cols 1; ``swiglu_fwd``: u and v each [rows, cols / 2])."""
 
     op: str
@@ -86,7 +78,7 @@ class Memory:
 
 @dataclass(frozen=True, slots=True)
 class Optimizer:
-    """One AdamW step (``OPTIMIZERS``) over *params* fp32 parameters in *tensors* tensors."""
+    """One AdamW step (``sim.software.OPTIMIZERS``) over *params* fp32 parameters in *tensors* tensors."""
 
     impl: str
     params: int
@@ -170,31 +162,20 @@ def cells(k: Kernel, time_s: float) -> dict[str, str | int | float]:
 
 
 def predict_s(k: Kernel, chip: Chip) -> float:
-    """The compute model's time for one call of *k* on *chip* as a table times it (one isolated
-    call: the GEMM call latency included; ``sim.calibration``'s constants), for the estimate."""
-    assert chip.sms is not None, chip.name
-    call_s = cal.TORCH_CALL_OVERHEAD_S
+    """The compute model's time for one call of *k* on *chip* as a table times it
+    (``sim.compute.rows.predict_case`` on the row it will be; beyond a GEMM's call latency, the
+    harness's per-call overhead), for the estimate."""
     if isinstance(k, Gemm):
         dtype = k.dtype if chip.fp8_flops is not None else "bf16"   # a chip with no FP8: as bf16
-        return gemm_time_s(k.m, k.n, k.k, GEMM_DTYPE_BYTES[dtype], chip.peak_flops(dtype),
-                           chip.sms, chip.hbm_Bps, gemm_params_of(chip)[dtype], isolated=True)
+        return predict_case(KernelCase("", "gemm", dtype, "", 0.0, m=k.m, n=k.n, k=k.k), chip)
     if isinstance(k, GroupedGemm):
-        return grouped_gemm_time_s(k.tokens_per_expert, k.n, k.k, 2.0, chip.bf16_flops, chip.sms,
-                                   chip.hbm_Bps, gemm_params_of(chip)["bf16"], k.experts,
-                                   cal.GROUPED_GEMM_GROUP_S, isolated=True)
+        return predict_case(KernelCase("", "gemm", "bf16", "", 0.0, m=k.tokens_per_expert, n=k.n,
+                                       k=k.k, batch=k.experts), chip)
     if isinstance(k, Attention):
-        family = ATTENTION_BACKENDS[k.backend]
-        t = attention_time_s(k.shape, False, flash_params_of(chip, family, "fwd"), chip.bf16_flops,
-                             chip.sms, chip.hbm_Bps)
-        if k.backward:
-            t += attention_time_s(k.shape, True, flash_params_of(chip, family, "bwd"),
-                                  chip.bf16_flops, chip.sms, chip.hbm_Bps)
-        return t + call_s
-    if isinstance(k, Optimizer):
-        return memory_time_s(bytes_moved(k), chip.hbm_Bps, cal.OPTIMIZER_FRACTION[k.impl]) + call_s
-    nbytes = bytes_moved(k)
-    if k.op == "rmsnorm_fwd+bwd":        # 2 of the 5 tensors forward, 3 backward (README)
-        return (memory_time_s(0.4 * nbytes, chip.hbm_Bps, cal.MEMORY_FRACTION["rmsnorm_fwd"])
-                + memory_time_s(0.6 * nbytes, chip.hbm_Bps, cal.MEMORY_FRACTION["rmsnorm_bwd"])
-                + call_s)
-    return memory_time_s(nbytes, chip.hbm_Bps, cal.MEMORY_FRACTION[k.op]) + call_s
+        key = f"{ATTENTION_BACKENDS[k.backend]} {'fwd+bwd' if k.backward else 'fwd'}"
+        case = KernelCase("", "attention", key, "", 0.0, attention=k.shape)
+    elif isinstance(k, Optimizer):
+        case = KernelCase("", "optimizer", k.impl, "", 0.0, nbytes=bytes_moved(k))
+    else:
+        case = KernelCase("", "memory", k.op, "", 0.0, nbytes=bytes_moved(k))
+    return predict_case(case, chip) + cal.TORCH_CALL_OVERHEAD_S

@@ -26,6 +26,20 @@ _E4M3_MAX = 448.0
 _SMI_FIELDS = "name,clocks.max.sm,clocks.max.memory,power.limit,driver_version"
 
 
+def median_call_s(cuda: Any, fn: Callable[[], object], reps: int) -> float:
+    """The median of *reps* calls of *fn*, each timed by CUDA events around it (the README's method;
+    warm-up calls are the caller's)."""
+    times = []
+    for _ in range(reps):
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3)      # ms -> s
+    return statistics.median(times)
+
+
 def open_torch(device: int) -> TorchBackend:
     """The backend on CUDA GPU *device*: ``InfeasibleError`` without PyTorch or a CUDA GPU,
     ``ConfigError`` for a device index the machine does not have."""
@@ -121,19 +135,10 @@ class TorchBackend:
             return self._time_fn(fn, warmup, reps)
 
     def _time_fn(self, fn: Callable[[], object], warmup: int, reps: int) -> float:
-        cuda = self.torch.cuda
         for _ in range(warmup):
             fn()
-        cuda.synchronize(self.dev)
-        times = []
-        for _ in range(reps):
-            start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e-3)      # ms -> s
-        return statistics.median(times)
+        self.torch.cuda.synchronize(self.dev)
+        return median_call_s(self.torch.cuda, fn, reps)
 
     def _randn(self, *shape: int) -> Any:
         return self.torch.randn(*shape, device=self.dev, dtype=self.torch.bfloat16)

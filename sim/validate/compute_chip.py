@@ -10,25 +10,9 @@ from pathlib import Path
 
 from ..config.chip_file import is_chip_file, load_chip_file
 from ..errors import ConfigError
-from ..hardware import Chip, get_chip
+from ..hardware import Chip, chip_of_device_name, get_chip
 
-__all__ = ["chip_of_folder", "chip_of_device_name"]
-
-# CUDA device names -> catalogue chips, the most specific first (a GB200 name holds "B200").
-_DEVICE_NAMES = (("GB300", "GB300"), ("B300", "B300"), ("GB200", "GB200"), ("B200", "B200"),
-                 ("H200", "H200"), ("H100 80GB HBM3", "H100-SXM"), ("H100 SXM", "H100-SXM"),
-                 ("A100-SXM4-80GB", "A100-SXM-80GB"), ("A100 80GB", "A100-SXM-80GB"),
-                 ("A100-SXM4-40GB", "A100-SXM-40GB"))
-
-
-def chip_of_device_name(device: str) -> str | None:
-    """The catalogue chip of a CUDA device name, None where the catalogue has no such part
-    (an H100 PCIe or NVL is not the SXM part: its clocks and power differ)."""
-    for key, chip in _DEVICE_NAMES:
-        if key.lower() in device.lower():
-            return chip
-    return None
-
+__all__ = ["chip_of_folder"]
 
 def chip_of_folder(folder: Path, chip_arg: str | None) -> Chip:
     """The chip of *folder*'s tables (see the module docstring)."""
