@@ -15,6 +15,7 @@ from typing import Any
 
 from . import report
 from .config import PLOT_SUFFIXES, check_output_path
+from .config.paths import check_name
 from .errors import EXIT_INFEASIBLE, ConfigError, one_line
 
 __all__ = ["cmd_run", "cmd_collective", "cmd_sweep", "cmd_plan", "cmd_whatif", "cmd_topo_show",
@@ -219,39 +220,13 @@ def kernel_tables_dir(path: str | None) -> str:
     user's cache folder and said on stderr."""
     if path is None:
         return ""
-    from .compute.folder_fit import GEMM_FILES, check_tables_folder
-    from .config.paths import check_name
+    from .compute.folder_fit import check_tables_folder
+    from .traces.kineto_tables import cached_trace_tables, is_trace
 
-    check_name(path, "--kernel-tables")
-    p = Path(path)
-    trace = p.name.lower().endswith((".json", ".json.gz")) or (
-        p.is_dir() and not any((p / f).is_file() for f in GEMM_FILES)
-        and any(p.glob("*.json*")))
-    if trace and p.exists():
-        p = _tables_of_trace(p)
+    p = Path(check_name(path, "--kernel-tables"))
+    if is_trace(p):
+        p = cached_trace_tables(p, warn)
     return str(check_tables_folder(p, "--kernel-tables"))
-
-
-def _tables_of_trace(trace: Path) -> Path:
-    """The kernel tables of a Kineto trace, in a cache folder named by the trace's content."""
-    import hashlib
-    import os
-
-    from .traces.kineto_tables import write_kernel_tables
-
-    files = sorted(trace.glob("*.json*")) if trace.is_dir() else [trace]
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.name.encode())
-        digest.update(f.read_bytes())
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    out = cache / "clustersim" / "trace-tables" / digest.hexdigest()[:16]
-    if not (out / "done").is_file():
-        rows = write_kernel_tables([trace], out)
-        (out / "done").write_text(json.dumps(rows))
-        warn(f"clustersim: kernel tables of {trace} ({', '.join(f'{n} {k}' for k, n in rows.items())} "
-             f"rows) written to {out}")
-    return out
 
 
 def kernel_tables_set(path: str | None) -> list[str]:
@@ -310,6 +285,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_whatif(args: argparse.Namespace) -> int:
     from .traces import Replay, load_trace, what_if
 
+    check_name(args.trace, "trace")
     trace_out = check_output_path(args.trace_out, "--trace-out") if args.trace_out else None
     heatmap = check_output_path(args.heatmap, "--heatmap", PLOT_SUFFIXES) if args.heatmap else None
     prog = load_trace(args.trace, args.meta)

@@ -17,8 +17,8 @@ from sim.cli import main
 from sim.compute.tables import load_cases
 from sim.errors import ConfigError
 from sim.traces import load_trace, what_if
-from sim.traces.kineto import read_kineto, roles
-from sim.traces.kineto_events import read_rank
+from sim.traces.kineto import is_kineto, kineto_files, read_kineto, roles
+from sim.traces.kineto_events import innermost, read_rank
 from sim.traces.kineto_tables import gemm_shape, write_kernel_tables
 
 DATA = Path(__file__).resolve().parent / "data" / "kineto"
@@ -127,7 +127,7 @@ def test_ops_and_replay_worked_out_by_hand(tmp_path: Path) -> None:
     320-500 (bucket 1 starts at 500), 500-500; all-reduces 320-380 and 500-600 (waiting for rank 1,
     whose backward is 50 us longer: its second all-reduce starts at 550); optimizer 600-640.
     Transfer time of all-reduce 1: 600 - 550 = 50 us. Step: 640 - 10 = 630 us, replayed the same."""
-    table = read_kineto(_pair(tmp_path))
+    table, _ = read_kineto(_pair(tmp_path))
     r0 = (table.dp == 0) & (table.step == 1)
     ops = {(t, int(q)): (round(a * 1e6, 6), round((a + d) * 1e6, 6))
            for t, q, a, d in zip(table.optype[r0], table.seq[r0], table.start_s[r0], table.dur_s[r0])}
@@ -292,3 +292,87 @@ def test_too_large_is_refused_before_parsing(tmp_path: Path, monkeypatch: pytest
     q = _write(tmp_path, {"s": ddp_rank(0, world=1)}) / "s.json"
     with pytest.raises(ConfigError, match="is over the"):
         load_trace(q)
+
+
+def test_innermost_is_the_latest_starting_span_that_holds_the_time() -> None:
+    """Against the definition: of the spans (sorted by start, the longer first) that hold t, the last."""
+    rng = np.random.default_rng(5)
+    starts = rng.integers(0, 200, 300).astype(float)
+    spans = [(a, a + float(rng.integers(0, 40))) for a in starts] + [(10.0, 20.0), (10.0, 20.0)]
+    times = rng.integers(-5, 250, 500).astype(float).tolist() + [10.0, 20.0]
+    order = sorted(range(len(spans)), key=lambda k: (spans[k][0], -spans[k][1]))
+    want = [next((k for k in reversed(order) if spans[k][0] <= t <= spans[k][1]), -1) for t in times]
+    assert innermost(spans, times) == want
+    assert innermost([], [1.0]) == [-1] and innermost([(0.0, 1.0)], []) == []
+
+
+def test_kernel_tables_link_kernels_by_ac2g_flows(tmp_path: Path) -> None:
+    """A kernel without ``args.correlation`` is linked to its launch by the flow arrow, as
+    ``read_rank`` links it."""
+    t = _gemm_trace()
+    k = next(e for e in t.events if e["name"] == "sgemm")
+    corr = k["args"].pop("correlation")
+    t.events += [{"ph": "s", "cat": "ac2g", "id": corr, "pid": 1, "tid": 1, "ts": 61},
+                 {"ph": "f", "cat": "ac2g", "id": corr, "pid": k["pid"], "tid": k["tid"], "ts": k["ts"]}]
+    write_kernel_tables([_write(tmp_path / "t", {"r": t})], tmp_path / "out")
+    assert "256,64,128,5.0," in (tmp_path / "out" / "gemm_other.csv").read_text()   # the fp32 mm's kernel
+
+
+def test_odd_ids_and_args_count_as_absent(tmp_path: Path) -> None:
+    """A list as correlation or flow id, a string as ``Input type``, a dict as ``Concrete Inputs``:
+    no TypeError; the kernel has no launch, the op no types / no is_causal."""
+    t = _gemm_trace()
+    for e in t.events:
+        if e["name"] == "sgemm" or (e["name"] == "cudaLaunchKernel" and e["ts"] == 61):
+            e["args"]["correlation"] = [3]
+        if e["name"] == "aten::mm":
+            e["args"]["Input type"] = "float"
+        if e["name"].startswith("aten::_scaled_dot"):
+            e["args"]["Concrete Inputs"] = {"is_causal": True}
+    t.events.append({"ph": "s", "cat": "ac2g", "id": [1], "pid": 1, "tid": 1, "ts": 5})
+    p = _write(tmp_path / "t", {"r": t})
+    assert [k.context for k in read_rank(p / "r.json").kernels if k.name == "sgemm"] == ["?"]
+    assert write_kernel_tables([p], tmp_path / "out") == {"gemm_shapes.csv": 1}
+
+
+@pytest.mark.parametrize("pas, causal", [("fwd", True), ("fwd", False), ("bwd", True), ("bwd", False)])
+def test_attention_rows_count_flops_as_the_kernel_model(tmp_path: Path, pas: str, causal: bool) -> None:
+    """tflops = 4 b h s^2 d (halved when causal), 2.5x backward (sim.compute.kernels.attention_flops)."""
+    t = _Trace(0, 1)
+    b, h, hk, s, d = 2, 16, 8, 1024, 128
+    q, kv = [b, h, s, d], [b, hk, s, d]
+    if pas == "fwd":
+        name, dims, ci = "aten::_scaled_dot_product_flash_attention", [q, kv, kv], 4
+    else:
+        name, dims, ci = "aten::_scaled_dot_product_flash_attention_backward", [q, q, kv, kv], 11
+    concrete = [""] * 12
+    concrete[ci] = str(causal)
+    t.cpu(name, 10, 10, cat="cpu_op", **{"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims),
+                                         "Concrete Inputs": concrete})
+    t.gpu("flash_kernel", 20, 400, 11)
+    write_kernel_tables([_write(tmp_path / "t", {"r": t})], tmp_path / "out")
+    row = (tmp_path / "out" / "attention.csv").read_text().splitlines()[1].split(",")
+    flops = 4 * b * h * s * s * d / (2 if causal else 1) * (2.5 if pas == "bwd" else 1)
+    assert row[6:8] == [str(int(causal)), pas] and float(row[9]) == round(flops / 400 / 1e6, 3)
+
+
+def test_kernel_tables_refuse_a_bad_time_naming_the_event(tmp_path: Path) -> None:
+    t = _gemm_trace()
+    t.events[3]["dur"] = float("nan")
+    with pytest.raises(ConfigError, match=r"r\.json: traceEvents\[3\] \('aten::linear'\): field 'dur'"):
+        write_kernel_tables([_write(tmp_path / "t", {"r": t})], tmp_path / "out")
+
+
+def test_kineto_files_and_is_kineto(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    d.mkdir()
+    for name in ("rank-10.json.gz", "rank-2.JSON", "notes.txt"):
+        (d / name).write_text("")
+    (d / "sub.json").mkdir()
+    assert [p.name for p in kineto_files(d)] == ["rank-2.JSON", "rank-10.json.gz"]
+    assert kineto_files(d / "notes.txt") == [d / "notes.txt"]
+    assert is_kineto(d) and is_kineto(tmp_path / "absent.json.gz") and not is_kineto(d / "notes.txt")
+    (tmp_path / "empty").mkdir()
+    for bad, words in ((tmp_path / "empty", "no trace files"), (tmp_path / "absent", "no such trace file")):
+        with pytest.raises(ConfigError, match=words):
+            kineto_files(bad)

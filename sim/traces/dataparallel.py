@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .dependencies import AG, BWD, FWD, OPT, RS, Group
-from .program import Program
+from .program import Program, measured_times, own_times
 from .table import OpTable, TraceMeta
 
 __all__ = ["DP_OPTYPES", "build_dp_program"]
@@ -59,21 +59,27 @@ def _deps(tmpl: list[tuple[str, int]]) -> tuple[tuple[int, ...], ...]:
     return tuple(deps)
 
 
+def _collective_counts(table: OpTable) -> dict[tuple[int, int], tuple[int, int]]:
+    """(step, dp) -> (parameter gathers, gradient syncs) of each (step, dp) that records ops."""
+    order = np.lexsort((table.dp, table.step))
+    key = np.stack([table.step, table.dp], axis=1)[order]
+    firsts = np.concatenate([[0], np.flatnonzero(np.any(np.diff(key, axis=0) != 0, axis=1)) + 1])
+    n_ag = np.add.reduceat((table.optype == AG)[order].astype(np.int64), firsts)
+    n_rs = np.add.reduceat((table.optype == RS)[order].astype(np.int64), firsts)
+    return {(int(key[a, 0]), int(key[a, 1])): (int(g), int(r)) for a, g, r in zip(firsts, n_ag, n_rs)}
+
+
 def build_dp_program(table: OpTable, meta: TraceMeta) -> Program:
     """The program of a data-parallel *table* (one stage; ops as in the module docstring)."""
     src = table.source
     if unknown := sorted(set(table.optype.tolist()) - DP_OPTYPES):
         raise ConfigError(f"{src}: op type(s) {unknown} are not data-parallel step ops {sorted(DP_OPTYPES)}")
-    dps = sorted(set(table.dp.tolist()))
-    counts: dict[tuple[int, int], tuple[int, int]] = {}
-    for step in sorted(set(table.step.tolist())):
-        for d in dps:
-            m = (table.step == step) & (table.dp == d)
-            if m.any():
-                counts[(step, d)] = (int((table.optype[m] == AG).sum()), int((table.optype[m] == RS).sum()))
+    dps = np.unique(table.dp).tolist()
+    all_steps = np.unique(table.step).tolist()
+    counts = _collective_counts(table)
     n_ag, n_rs = Counter(counts.values()).most_common(1)[0][0]
     steps, skipped = [], []
-    for step in sorted(set(table.step.tolist())):
+    for step in all_steps:
         bad = [(d, counts.get((step, d))) for d in dps if counts.get((step, d)) != (n_ag, n_rs)]
         if bad:
             d, c = bad[0]
@@ -86,27 +92,17 @@ def build_dp_program(table: OpTable, meta: TraceMeta) -> Program:
         raise ConfigError(f"{src}: no step in which every rank records the same collectives: {skipped[0]}")
     tmpl = _template(n_ag, n_rs)
     at = {op: k for k, op in enumerate(tmpl)}
-    K, S, D = len(tmpl), len(steps), len(dps)
-    start = np.full((K, S, D), np.nan)
-    dur = np.full((K, S, D), np.nan)
-    rank = np.zeros((1, D), dtype=np.int64)
     keep = np.isin(table.step, steps)
-    s_of = np.searchsorted(np.array(steps), table.step[keep])
-    d_of = np.searchsorted(np.array(dps), table.dp[keep])
     k_of = np.array([at[(str(t), int(q))] for t, q in zip(table.optype[keep], table.seq[keep])], dtype=np.int64)
-    start[k_of, s_of, d_of] = table.start_s[keep]
-    dur[k_of, s_of, d_of] = table.dur_s[keep]
+    K = len(tmpl)
+    start, dur, end, d_of = measured_times(table, keep, k_of, steps, dps, K)
+    rank = np.zeros((1, len(dps)), dtype=np.int64)
     rank[0, d_of] = table.rank[keep]
-    assert not np.isnan(start).any() and not np.isnan(dur).any(), "complete steps have every op"
-    start -= start.min(axis=(0, 2), keepdims=True)
-    end = start + dur
     groups = tuple(Group((k,), across_dp=True) for k, (t, _) in enumerate(tmpl) if t in (AG, RS))
     group_of = np.full(K, -1, dtype=np.int64)
-    own = dur.copy()
     for g, grp in enumerate(groups):
-        k = grp.members[0]
-        group_of[k] = g
-        own[k] = np.maximum(end[k] - start[k].max(axis=1, keepdims=True), 0.0)
+        group_of[grp.members[0]] = g
+    own = own_times(start, dur, end, groups)
     order = tuple(K + int(group_of[k]) if group_of[k] >= 0 else k for k in range(K))
     return Program(meta=meta, stage=np.zeros(K, dtype=np.int64), optype=np.array([t for t, _ in tmpl], dtype=object),
                    seq=np.array([q for _, q in tmpl], dtype=np.int64), rank=rank, deps=_deps(tmpl),

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_right
 from pathlib import Path
 
 import numpy as np
@@ -56,16 +57,29 @@ _TOP = 5
 
 
 def is_kineto(path: Path) -> bool:
-    """A folder, or a ``.json`` / ``.json.gz`` file: read as Kineto traces."""
-    return path.is_dir() or path.name.lower().endswith(KINETO_SUFFIXES)
+    """Whether *path* is read as Kineto traces: a folder, or a file named ``*.json`` /
+    ``*.json.gz`` (any case). Looks only at the name and whether the path is a folder; never
+    raises (a path that cannot be looked at is not a folder)."""
+    try:
+        is_dir = path.is_dir()
+    except OSError:
+        is_dir = False
+    return is_dir or path.name.lower().endswith(KINETO_SUFFIXES)
 
 
 def kineto_files(path: Path) -> list[Path]:
-    """The trace files: *path* itself, or the ``.json`` / ``.json.gz`` files of the folder in
-    natural order (``rank-2`` before ``rank-10``)."""
+    """The trace files at *path*: ``[path]`` for a file (of any name), or the ``*.json`` /
+    ``*.json.gz`` files of a folder (not its subfolders) in natural order (``rank-2`` before
+    ``rank-10``). ConfigError when *path* does not exist, or is a folder that cannot be listed or
+    holds no trace file. The files are not opened (``kineto_events.read_trace_json`` checks them)."""
     if not path.is_dir():
+        if not path.exists():
+            raise ConfigError(f"{path}: no such trace file or folder")
         return [path]
-    files = [p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(KINETO_SUFFIXES)]
+    try:
+        files = [p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(KINETO_SUFFIXES)]
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot list the trace folder: {e.strerror}") from None
     if not files:
         raise ConfigError(f"{path}: no trace files (*.json, *.json.gz) in the folder")
     return sorted(files, key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)])
@@ -130,7 +144,7 @@ def _by_step(ev: RankEvents) -> dict[int, list[Kernel]]:
     out: dict[int, list[Kernel]] = {n: [] for n in nums}
     for k in ev.kernels:
         t = k.ts_us if math.isnan(k.launch_us) else k.launch_us
-        i = int(np.searchsorted(starts, t, side="right")) - 1
+        i = bisect_right(starts, t) - 1
         if i >= 0 and t < ev.steps[nums[i]][1]:
             out[nums[i]].append(k)
     return out
@@ -215,12 +229,13 @@ def _unmapped_note(kernels: list[Kernel], role: list[str]) -> str:
             f"their time counts toward the op span they ran in. Largest: {top}")
 
 
-def read_kineto(path: Path, meta: TraceMeta | None = None) -> OpTable:
-    """The ops of the Kineto trace(s) at *path* (a folder or one file); ConfigError names the
-    file and field of bad input."""
+def read_kineto(path: Path, meta: TraceMeta | None = None) -> tuple[OpTable, TraceMeta]:
+    """The ops of the Kineto trace(s) at *path* (a folder or one file) and the job layout
+    (``kineto_meta``: *meta* checked, or pure data parallel over the ranks read); ConfigError
+    names the file and field of bad input."""
     evs = [read_rank(p) for p in kineto_files(path)]
     ranks, notes = _align(path, evs)
-    kineto_meta(path, len(evs), meta)
+    layout = kineto_meta(path, len(evs), meta)
     cols: dict[str, list[object]] = {c: [] for c in ("dp", "rank", "step", "optype", "seq", "start", "dur")}
     all_k: list[Kernel] = []
     all_r: list[str] = []
@@ -250,8 +265,9 @@ def read_kineto(path: Path, meta: TraceMeta | None = None) -> OpTable:
         notes.append(note)
     n = len(cols["dp"])
     ints = {c: np.array(cols[c], dtype=np.int64) for c in ("dp", "rank", "step", "seq")}
-    return OpTable(source=str(path), dp=ints["dp"], stage=np.zeros(n, dtype=np.int64), rank=ints["rank"],
-                   step=ints["step"], optype=np.array(cols["optype"], dtype=object), seq=ints["seq"],
-                   chunk=np.full(n, -1, dtype=np.int64), gchunk=np.full(n, -1, dtype=np.int64),
-                   start_s=np.array(cols["start"], dtype=np.float64), dur_s=np.array(cols["dur"], dtype=np.float64),
-                   notes=tuple(notes))
+    table = OpTable(source=str(path), dp=ints["dp"], stage=np.zeros(n, dtype=np.int64), rank=ints["rank"],
+                  step=ints["step"], optype=np.array(cols["optype"], dtype=object), seq=ints["seq"],
+                  chunk=np.full(n, -1, dtype=np.int64), gchunk=np.full(n, -1, dtype=np.int64),
+                  start_s=np.array(cols["start"], dtype=np.float64), dur_s=np.array(cols["dur"], dtype=np.float64),
+                  notes=tuple(notes))
+    return table, layout

@@ -4,7 +4,8 @@ load_cases`` reads them like the measured microbenchmarks.
 
 A trace recorded with ``record_shapes=True`` gives each CPU op its ``Input Dims`` and
 ``Input type``; a GPU kernel belongs to the innermost such op that encloses the CUDA call that
-launched it (same thread, linked by ``args.correlation``). An op's time is the sum of the
+launched it (same thread; linked by ``args.correlation`` or the ``ac2g`` flow,
+``sim.traces.kineto_events.index_events``). An op's time is the sum of the
 durations of its kernels (one call; a split-K GEMM's reduction kernel included). Rows written:
 - ``gemm_shapes.csv`` (dtype, m, n, k, time_us, tflops, source): 2-D GEMMs in bf16 from
   ``aten::mm`` ([m,k] x [k,n]), ``aten::addmm`` (bias, [m,k], [k,n]), ``aten::linear`` (x[..., k],
@@ -18,25 +19,26 @@ durations of its kernels (one call; a split-K GEMM's reduction kernel included).
   ``..._backward`` (``bwd``), where the query and key shapes ([batch, heads, seq, head_dim]) and
   ``is_causal`` (``Concrete Inputs``, PyTorch >= 2.3) are recorded; self-attention only (query
   and key of one length).
-FLOPs: 2mnk; attention 4 b h s^2 d (halved when causal) forward, 2.5x that backward (the
-README's count). Not derived: elementwise, normalisation and optimizer rows (their bytes moved
-are not in the trace).
+FLOPs: 2mnk; attention as ``sim.compute.kernels.attention_flops`` counts them (4 b h s^2 d,
+halved when causal, forward; 2.5x that backward: the README's count). Not derived: elementwise,
+normalisation and optimizer rows (their bytes moved are not in the trace).
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..compute import kernels
+from ..compute.folder_fit import GEMM_FILES
 from ..errors import ConfigError
-from .kineto import kineto_files
-from .kineto_events import GPU_CATS, LAUNCH_CATS, read_trace_json
+from .kineto import is_kineto, kineto_files
+from .kineto_events import CpuEvent, Thread, index_events, innermost
 
-__all__ = ["GEMM_OPS", "write_kernel_tables"]
+__all__ = ["GEMM_OPS", "cached_trace_tables", "is_trace", "write_kernel_tables"]
 
 GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul"})
 # op name -> (backend, pass, index of is_causal among the op's inputs) (aten/native_functions.yaml)
@@ -52,51 +54,43 @@ ATTN_COLS = ("backend", "batch", "seq", "heads", "kv_heads", "head_dim", "causal
              "source")
 
 
+def _is_shape_op(cat: str, name: str) -> bool:
+    return cat in ("cpu_op", "operator") and (name in GEMM_OPS or name in ATTENTION_OPS)
+
+
 def _ops_with_kernels(path: Path) -> list[tuple[str, dict[str, Any], float]]:
-    """(name, args, kernel time in us) of every recorded GEMM / attention op that launched kernels."""
-    doc = read_trace_json(path)
-    ops: dict[tuple[Any, Any], list[tuple[float, float, str, dict[str, Any]]]] = {}
-    launches: dict[Any, tuple[float, tuple[Any, Any]]] = {}
-    kernels: list[tuple[Any, float]] = []
-    for e in doc["traceEvents"]:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            continue
-        cat, args = str(e.get("cat", "")).lower(), e.get("args")
-        args = args if isinstance(args, dict) else {}
-        ts, dur = e.get("ts"), e.get("dur")
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
-            continue
-        name = str(e.get("name"))
-        if cat in GPU_CATS and cat.endswith("kernel"):
-            kernels.append((args.get("correlation"), float(dur)))
-        elif cat in LAUNCH_CATS and "correlation" in args:
-            launches[args["correlation"]] = (float(ts), (e.get("pid"), e.get("tid")))
-        elif cat in ("cpu_op", "operator") and (name in GEMM_OPS or name in ATTENTION_OPS):
-            ops.setdefault((e.get("pid"), e.get("tid")), []).append((float(ts), float(ts + dur), name, args))
-    for v in ops.values():
-        v.sort(key=lambda o: (o[0], -o[1]))
-    starts = {th: [o[0] for o in v] for th, v in ops.items()}
-    time_us: dict[tuple[tuple[Any, Any], int], float] = {}
-    for corr, dur in kernels:
-        if corr not in launches:
-            continue
-        t, th = launches[corr]
-        if not (v := ops.get(th, [])):
-            continue
-        # the innermost enclosing op: the latest-starting op whose span holds the launch
-        i = bisect_right(starts[th], t) - 1
-        while i >= 0 and not v[i][0] <= t <= v[i][1]:
-            i -= 1
+    """(name, args, kernel time in us) of every recorded GEMM / attention op that launched kernels,
+    in the order of their first kernel; a kernel counts toward the innermost such op that holds
+    its launch on the launching thread."""
+    ix = index_events(path, _is_shape_op)
+    ops: dict[Thread, list[CpuEvent]] = {}
+    for c in ix.cpu:
+        ops.setdefault(c.thread, []).append(c)
+    kernels = [(g.launch, g.dur_us) for g in ix.gpu if g.cat == "kernel" and g.launch is not None]
+    on: dict[Thread, list[int]] = {}                  # thread -> the kernels it launched
+    for j, ((_, th), _) in enumerate(kernels):
+        on.setdefault(th, []).append(j)
+    op_of = [-1] * len(kernels)
+    for th, js in on.items():
+        if v := ops.get(th):
+            hit = innermost([(o.ts_us, o.ts_us + o.dur_us) for o in v], [kernels[j][0][0] for j in js])
+            for j, i in zip(js, hit):
+                op_of[j] = i
+    time_us: dict[tuple[Thread, int], float] = {}
+    for ((_, th), dur), i in zip(kernels, op_of):
         if i >= 0:
             time_us[(th, i)] = time_us.get((th, i), 0.0) + dur
-    return [(ops[th][i][2], ops[th][i][3], us) for (th, i), us in time_us.items()]
+    return [(ops[th][i].name, ops[th][i].args, us) for (th, i), us in time_us.items()]
+
+
+def _list(args: dict[str, Any], key: str) -> list[Any]:
+    """The list at *key* of an op's ``args``; [] where it is absent or not a list."""
+    v = args.get(key)
+    return v if isinstance(v, list) else []
 
 
 def _dims(args: dict[str, Any]) -> list[list[int]]:
-    d = args.get("Input Dims")
-    if not isinstance(d, list):
-        return []
-    return [x if isinstance(x, list) and all(isinstance(v, int) for v in x) else [] for x in d]
+    return [x if isinstance(x, list) and all(isinstance(v, int) for v in x) else [] for x in _list(args, "Input Dims")]
 
 
 def gemm_shape(name: str, dims: list[list[int]]) -> tuple[int, int, int, int] | None:
@@ -119,8 +113,8 @@ def gemm_shape(name: str, dims: list[list[int]]) -> tuple[int, int, int, int] | 
 def _attention_row(name: str, args: dict[str, Any], us: float, src: str) -> dict[str, object] | None:
     backend, pas, ci = ATTENTION_OPS[name]
     dims = _dims(args)
-    types = args.get("Input type") or []
-    concrete = args.get("Concrete Inputs") or []
+    types = _list(args, "Input type")
+    concrete = _list(args, "Concrete Inputs")
     off = 1 if pas == "bwd" else 0                        # grad_out comes first
     if len(dims) < off + 2 or len(dims[off]) != 4 or len(dims[off + 1]) != 4 or len(concrete) <= ci:
         return None
@@ -130,7 +124,8 @@ def _attention_row(name: str, args: dict[str, Any], us: float, src: str) -> dict
     causal = {"True": 1, "False": 0}.get(str(concrete[ci]))
     if causal is None or s != sk or min(b, h, hk, s, d) <= 0:
         return None
-    flops = 4 * b * h * s * s * d / (2 if causal else 1) * (2.5 if pas == "bwd" else 1.0)
+    shape = kernels.AttentionShape(batch=b, heads=h, kv_heads=hk, seq_q=s, seq_k=s, head_dim=d, causal=bool(causal))
+    flops = kernels.attention_flops(shape, backward=pas == "bwd")
     return {"backend": backend, "batch": b, "seq": s, "heads": h, "kv_heads": hk, "head_dim": d, "causal": causal,
             "pass": pas, "time_us": round(us, 3), "tflops": round(flops / us / 1e6, 3), "source": src}
 
@@ -161,7 +156,7 @@ def write_kernel_tables(trace_paths: Sequence[str | Path], out_dir: str | Path) 
                     attn.append(arow)
                 continue
             shape = gemm_shape(name, _dims(args))
-            types = args.get("Input type") or [""]
+            types = _list(args, "Input type") or [""]
             dt = str(types[1] if name == "aten::addmm" and len(types) > 1 else types[0])
             if shape is None or min(shape) <= 0:
                 continue
@@ -186,3 +181,44 @@ def write_kernel_tables(trace_paths: Sequence[str | Path], out_dir: str | Path) 
             _write(out / name, cols, rows)
             written[name] = len(rows)
     return written
+
+
+def is_trace(p: Path) -> bool:
+    """A Kineto trace file, or a folder of them that holds no kernel table."""
+    if p.is_file():
+        return is_kineto(p)
+    if not p.is_dir() or any((p / f).is_file() for f in GEMM_FILES):
+        return False
+    try:
+        return bool(kineto_files(p))
+    except ConfigError:                          # no trace file in it: a tables folder's error
+        return False
+
+
+def cached_trace_tables(trace: Path, note: Callable[[str], None]) -> Path:
+    """The kernel tables of a Kineto trace (a file, or a folder with one file per rank), written
+    once into the user's cache folder, named by the trace files' names, sizes and modification
+    times (``run --kernel-tables TRACE``); *note* says where the first time."""
+    import hashlib
+    import json
+    import os
+
+    digest = hashlib.sha256()
+    try:
+        for f in kineto_files(trace):
+            st = f.stat()
+            digest.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except (OSError, RuntimeError) as e:          # RuntimeError: no home folder to cache in
+        raise ConfigError(f"--kernel-tables: {trace}: {getattr(e, 'strerror', None) or e}") from None
+    out = cache / "clustersim" / "trace-tables" / digest.hexdigest()[:16]
+    if not (out / "done").is_file():
+        try:
+            rows = write_kernel_tables([trace], out)
+            (out / "done").write_text(json.dumps(rows))
+        except OSError as e:
+            raise ConfigError(f"--kernel-tables: cannot write the trace's tables to {out} "
+                              f"({e.strerror or e}); set XDG_CACHE_HOME to a writable folder") from None
+        note(f"clustersim: kernel tables of {trace} ({', '.join(f'{n} {k}' for k, n in rows.items())} "
+             f"rows) written to {out}")
+    return out

@@ -13,6 +13,7 @@ its group's latest start (the wait excluded), as the artifact has it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +22,7 @@ from ..errors import ConfigError
 from .dependencies import AG, BWD, CLIP, EMB, FWD, GC, LN, OPT, P2P, RS, SEP, Group, dependencies
 from .table import OpTable, TraceMeta
 
-__all__ = ["COMM_OPTYPES", "KNOWN_OPTYPES", "Group", "Program", "build_program"]
+__all__ = ["COMM_OPTYPES", "KNOWN_OPTYPES", "Group", "Program", "build_program", "measured_times", "own_times"]
 
 KNOWN_OPTYPES = frozenset({FWD, BWD, *P2P, AG, RS, SEP, LN, EMB, CLIP, OPT, GC})
 # Communication op types: their "typical" duration is a median (the artifact's
@@ -93,13 +94,7 @@ def build_program(table: OpTable, meta: TraceMeta) -> Program:
     start, dur, end, rank, chunk, gchunk = _measured(table, meta, code, tcode, steps, dps)
     dep_t, groups, group_of, node_order = dependencies(src, meta, t_stage, t_type, t_seq, start, end,
                                                        chunk, gchunk)
-    own = dur.copy()
-    for grp in groups:
-        m = list(grp.members)
-        gstart = start[m].max(axis=0)
-        if grp.across_dp:
-            gstart = gstart.max(axis=1, keepdims=True)
-        own[m] = np.maximum(end[m] - gstart, 0.0)
+    own = own_times(start, dur, end, groups)
     return Program(meta=meta, stage=t_stage, optype=t_type, seq=t_seq, rank=rank, deps=dep_t,
                    group_of=group_of, groups=tuple(groups), order=node_order, steps=np.array(steps),
                    own_s=own, start_s=start, end_s=end, skipped=tuple(skipped),
@@ -143,23 +138,44 @@ def _complete_steps(table: OpTable, meta: TraceMeta, code: np.ndarray, dps: list
     return expected, steps, skipped
 
 
-def _measured(table: OpTable, meta: TraceMeta, code: np.ndarray, tcode: np.ndarray, steps: list[int],
-              dps: list[int]) -> tuple[np.ndarray, ...]:
-    """Starts (from the step's first op), durations and ends of the template ops (ops, steps, dp
-    ranks) over the complete *steps*; the rank of each (stage, dp); each op's chunk and model chunk."""
-    K, S, n_dp = len(tcode), len(steps), len(dps)
-    keep = np.isin(table.step, steps)
-    k_of = np.searchsorted(tcode, code[keep])
+def measured_times(table: OpTable, keep: np.ndarray, k_of: np.ndarray, steps: list[int],
+                   dps: list[int], n_ops: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Starts (from the step's first op), durations and ends (ops, steps, dp ranks) of the rows
+    *keep* of *table*, the i-th of them op ``k_of[i]`` of a template of *n_ops*, over the complete
+    *steps*; and the dp index (into *dps*) of each of those rows."""
     s_of = np.searchsorted(np.array(steps), table.step[keep])
     d_of = np.searchsorted(np.array(dps), table.dp[keep])
-    start = np.full((K, S, n_dp), np.nan)
-    dur = np.full((K, S, n_dp), np.nan)
+    start = np.full((n_ops, len(steps), len(dps)), np.nan)
+    dur = np.full((n_ops, len(steps), len(dps)), np.nan)
     start[k_of, s_of, d_of] = table.start_s[keep]
     dur[k_of, s_of, d_of] = table.dur_s[keep]
     assert not np.isnan(start).any() and not np.isnan(dur).any(), "complete steps have every op"
     start -= start.min(axis=(0, 2), keepdims=True)
-    end = start + dur
-    rank = np.zeros((meta.pp, n_dp), dtype=np.int64)
+    return start, dur, start + dur, d_of
+
+
+def own_times(start: np.ndarray, dur: np.ndarray, end: np.ndarray, groups: Sequence[Group]) -> np.ndarray:
+    """``Program.own_s``: an op's duration; for a group op, its end minus the group's latest start
+    (over its members, and over the dp ranks when ``across_dp``), the wait excluded."""
+    own = dur.copy()
+    for grp in groups:
+        m = list(grp.members)
+        gstart = start[m].max(axis=0)
+        if grp.across_dp:
+            gstart = gstart.max(axis=1, keepdims=True)
+        own[m] = np.maximum(end[m] - gstart, 0.0)
+    return own
+
+
+def _measured(table: OpTable, meta: TraceMeta, code: np.ndarray, tcode: np.ndarray, steps: list[int],
+              dps: list[int]) -> tuple[np.ndarray, ...]:
+    """``measured_times`` of the template ops *tcode*; the rank of each (stage, dp); each op's
+    chunk and model chunk."""
+    K = len(tcode)
+    keep = np.isin(table.step, steps)
+    k_of = np.searchsorted(tcode, code[keep])
+    start, dur, end, d_of = measured_times(table, keep, k_of, steps, dps, K)
+    rank = np.zeros((meta.pp, len(dps)), dtype=np.int64)
     rank[table.stage[keep], d_of] = table.rank[keep]
     chunk = np.zeros(K, dtype=np.int64)
     gchunk = np.zeros(K, dtype=np.int64)
