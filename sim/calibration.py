@@ -9,7 +9,7 @@ Constants taken from a publication rather than fitted say so and cite it.
 
 from __future__ import annotations
 
-from .compute.kernels import AttentionParams, GemmParams, MemoryParams
+from .compute.kernels import AttentionParams, GemmParams, GroupedGemmParams, MemoryParams
 
 # Achievable fraction of a link's line rate for bulk collective traffic, by link kind.
 #
@@ -310,14 +310,19 @@ MOE_MEMORY_HOPPER: dict[str, MemoryParams] = {
     "moe_gather": MemoryParams(fraction=0.9004, fixed_s=1.5e-6),
     "moe_unpermute": MemoryParams(fraction=0.1109, fixed_s=76.9e-6),
 }
-# Grouped GEMM (sim.compute.kernels.grouped_gemm_time_s): fixed time per group (local expert) of
-# one grouped kernel, fitted by sim.compute.moe_tables.fit_grouped_group_s on moe_grouped_gemm.csv's
-# grouped_mm rows (H100, torch._grouped_mm bf16; 2-32 experts x 256-4,096 tokens each), with
-# GEMM_HOPPER["bf16"] for the rest (least squares in log time). Without it the grouped model runs
-# 7% fast at 256 tokens per expert (median), 0.1% with it; it is the likely cost of the grouped
-# tile scheduler walking the groups' problem sizes. Only 2-32 groups were measured: beyond 32 it
-# is extrapolated linearly.
-GROUPED_GEMM_GROUP_S = 1.34e-6
+# Grouped GEMM (sim.compute.kernels.grouped_gemm_time_s, torch._grouped_mm bf16 on sm90): the
+# kernel's fixed time per group (local expert), its time per output tile, and the rate one SM
+# streams its operands at, fitted together by sim.compute.moe_tables.fit_grouped on the H100's
+# 468 single-kernel grouped rows (least squares in log time, GEMM_HOPPER["bf16"] for the rest):
+# moe_grouped_gemm.csv (2-32 experts x 256-4,096 tokens) and moe_grouped_small.csv (8-128 experts
+# x 8-1,024 tokens, forward, dgrad and wgrad, measured 2026-11-27). At a few tokens per expert the
+# kernel reads every expert's weights for a few rows, and it does so at the same ~2.6-2.8 TB/s on
+# the H100 (3.35 TB/s HBM) and the H200 (4.8 TB/s): a limit of the SMs' loads (132 x 19.6 GB/s),
+# not of HBM, so the H200's faster memory does not speed it up (the HBM roofline alone ran the H200
+# rows at <= 128 tokens per expert a median 18% fast). Test: the H200's rows, never fitted.
+# Other architectures keep their own GEMM tile time and the HBM roofline (no grouped GEMM of
+# theirs was measured) and take the Hopper time per group (assumed).
+GROUPED_GEMM_HOPPER = GroupedGemmParams(group_s=0.45e-6, tile_s=2.34e-6, stream_Bps_per_sm=19.6e9)
 # TPU: a copy reaches 6.42 of ~7.37 TB/s on TPU7x (compute_and_tpu.md A2): 0.87; XLA fuses
 # elementwise work, so every memory-bound op runs at that fraction.
 TPU_MEMORY_FRACTION = 0.87

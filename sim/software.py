@@ -91,6 +91,8 @@ class SoftwareProfile:
                                        # micro-batch's compute (Megatron's combined 1F1B)
     kernel_tables: str = ""            # software.kernel_tables: a folder of the user's own kernel
                                        # tables the compute model is fitted on ("": the bundled fits)
+    expert_gemm_per_expert: bool = False  # the host issues one GEMM per local expert (Transformer
+                                          # Engine's GroupedLinear), not one grouped kernel
 
     def __post_init__(self) -> None:
         for value, valid in ((self.attention, ATTENTION_KERNELS + ("auto",)),
@@ -157,7 +159,7 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
                     optimizer="adamw_fused", host_kernel_s=_TE_HOST_S, runs_on_tpu=False,
                     eager_autograd=False, sdpa_output_copy=False, selective_recompute="scores",
                     offload_overlap=True, quantized_params=("fp8", "mxfp8"),
-                    ep_comm_overlap=True),
+                    ep_comm_overlap=True, expert_gemm_per_expert=True),
     # Megatron-LM before Transformer Engine (2020-2022 papers): attention through Megatron's fused
     # scale-mask-softmax between two batched GEMMs (--use-flash-attn came later and is off by
     # default); Apex fused LayerNorm, bias-GeLU and bias-dropout-add fusions; Apex FusedAdam.

@@ -34,6 +34,7 @@ from sim.cli import main
 from sim.compute.kernels import (
     AttentionParams,
     GemmParams,
+    GroupedGemmParams,
     attention_time_s,
     gemm_time_s,
     grouped_gemm_time_s,
@@ -106,7 +107,7 @@ def _true_s(k: Kernel) -> float:
                            c.hbm_Bps, GEMM[k.dtype], isolated=True)
     if isinstance(k, GroupedGemm):
         return grouped_gemm_time_s(k.tokens_per_expert, k.n, k.k, 2.0, c.bf16_flops, c.sms, c.hbm_Bps,
-                                   GEMM["bf16"], k.experts, 1e-6, isolated=True)
+                                   GEMM["bf16"], k.experts, GroupedGemmParams(1e-6, None, None), isolated=True)
     if isinstance(k, Attention):
         fam = ATTENTION_BACKENDS[k.backend]
         t = attention_time_s(k.shape, False, ATTN[fam, "fwd"], c.bf16_flops, c.sms, c.hbm_Bps)

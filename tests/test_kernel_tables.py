@@ -72,7 +72,9 @@ def test_the_bundled_h100_tables_give_back_the_bundled_constants() -> None:
     for key, want in cal.MOE_MEMORY_HOPPER.items():
         assert fit.moe_memory[key].fraction == pytest.approx(want.fraction, abs=1e-4)
         assert fit.moe_memory[key].fixed_s == pytest.approx(want.fixed_s, abs=0.1e-6)
-    assert fit.grouped_group_s == pytest.approx(cal.GROUPED_GEMM_GROUP_S)
+    assert fit.grouped == cal.GROUPED_GEMM_HOPPER or fit.grouped is not None and all(
+        getattr(fit.grouped, f) == pytest.approx(getattr(cal.GROUPED_GEMM_HOPPER, f), rel=1e-9)
+        for f in ("group_s", "tile_s", "stream_Bps_per_sm"))
     assert not fit.kept
 
 

@@ -2,7 +2,8 @@
 
 The routing kernels (router softmax + top-k, permute, unpermute and the gather of the unpermute's
 backward) as eager PyTorch runs them, ``moe_routing.csv``, and the grouped expert GEMMs,
-``moe_grouped_gemm.csv``: their constants are re-derived by the fits of ``sim.compute.moe_tables``,
+``moe_grouped_gemm.csv`` and ``moe_grouped_small.csv`` (the H200's rows of the latter are a test of
+a chip the fit never saw): their constants are re-derived by the fits of ``sim.compute.moe_tables``,
 each class's time is re-predicted through ``ComputeModel`` (as a step charges it, plus what timing
 one call adds) within a stated error budget, and times grow with bytes and tokens.
 """
@@ -81,32 +82,55 @@ def test_routing_class_within_budget(eager, routing, op_class) -> None:
     assert max(abs_errors) <= worst_budget, (op_class, max(abs_errors))
 
 
-def test_grouped_group_s_is_the_h100_fit(chip) -> None:
-    fitted = moe_tables.fit_grouped_group_s(moe_tables.grouped_cases(H100), chip.bf16_flops, chip.sms,
-                                            chip.hbm_Bps, gemm_params_of(chip)["bf16"])
-    assert fitted == pytest.approx(cal.GROUPED_GEMM_GROUP_S, abs=0.01e-6)
+def test_grouped_constants_are_the_h100_fit(chip) -> None:
+    fitted = moe_tables.fit_grouped(moe_tables.grouped_cases(H100), chip.bf16_flops, chip.sms, chip.hbm_Bps,
+                                    gemm_params_of(chip)["bf16"])
+    want = cal.GROUPED_GEMM_HOPPER
+    assert fitted.group_s == pytest.approx(want.group_s, abs=0.01e-6)
+    assert fitted.tile_s == pytest.approx(want.tile_s, abs=0.01e-6)
+    assert fitted.stream_Bps_per_sm == pytest.approx(want.stream_Bps_per_sm, abs=0.1e9)
 
 
-def _grouped_errors(model: ComputeModel, grouped: bool) -> dict[int, list[float]]:
-    """Error per tokens per expert of the grouped_mm rows, as the model runs an expert GEMM."""
+def _grouped_errors(model: ComputeModel, grouped: bool, folder: Path = H100,
+                    table: str = "moe_grouped_gemm.csv") -> dict[int, list[float]]:
+    """Error per tokens per expert of a table's grouped_mm rows, as the model runs an expert GEMM."""
     by: dict[int, list[float]] = {}
-    for c in moe_tables.grouped_cases(H100):
-        predicted = CALL_S + model.gemm_s(c.m, c.n, c.k, batch=c.batch, grouped=grouped)
-        by.setdefault(c.m, []).append(predicted / c.time_s - 1.0)
+    for c in moe_tables.grouped_cases(folder):
+        if c.table == table:
+            predicted = CALL_S + model.gemm_s(c.m, c.n, c.k, batch=c.batch, grouped=grouped)
+            by.setdefault(int(c.label.rsplit("x", 1)[1]), []).append(predicted / c.time_s - 1.0)
     return by
 
 
 def test_grouped_gemm_within_budget(eager) -> None:
-    """Grouped model: median |error| 4.5%, worst 17% over the 36 grouped_mm rows; at 256 tokens
-    per expert median -0.1% (the batched cuBLAS model: -9.8%, worst 42%)."""
+    """Grouped model over the 36 grouped_mm rows of moe_grouped_gemm.csv (256-4,096 tokens per
+    expert): median |error| 3.8%, worst 21.8% (16.8% when fitted on these rows alone); at 256
+    tokens per expert median within 3% (the batched cuBLAS model: -9.8%, worst 42%)."""
     grouped = _grouped_errors(eager, grouped=True)
     everything = [abs(e) for errors in grouped.values() for e in errors]
     assert len(everything) == 36
     assert statistics.median(everything) <= 0.05
-    assert max(everything) <= 0.18
-    assert abs(statistics.median(grouped[256])) <= 0.02
+    assert max(everything) <= 0.23
+    assert abs(statistics.median(grouped[256])) <= 0.03
     batched = _grouped_errors(eager, grouped=False)
     assert max(abs(e) for e in grouped[256]) < max(abs(e) for e in batched[256])
+
+
+@pytest.mark.parametrize(("gpu", "median_budget", "fast_budget"), [("h100-sxm-80gb", 0.07, -0.05),
+                                                                    ("h200-sxm-141gb", 0.10, -0.05)])
+def test_grouped_gemm_at_few_tokens_per_expert(gpu, median_budget, fast_budget) -> None:
+    """moe_grouped_small.csv, the balanced single-kernel rows (8-1,024 tokens per expert; forward,
+    dgrad and wgrad). H100 (fitted): median |error| 5.2%; H200 (never fitted): 8.1%, and at <= 128
+    tokens per expert its median error is +5%, where the HBM roofline alone ran it 18% fast: the
+    weights stream no faster on the H200's faster memory. At the time of writing."""
+    chip = CATALOGUE["H100-SXM" if gpu.startswith("h100") else "H200"]
+    model = ComputeModel(chip, "bf16", resolve_software("pytorch-eager", None, chip))
+    by = _grouped_errors(model, True, H100.parent / gpu, "moe_grouped_small.csv")
+    everything = [e for errors in by.values() for e in errors]
+    assert len(everything) >= 380
+    assert statistics.median(abs(e) for e in everything) <= median_budget
+    few = [e for tpe, errors in by.items() if tpe <= 128 for e in errors]
+    assert statistics.median(few) >= fast_budget
 
 
 def test_grouped_gemm_grows_with_tokens_and_experts(eager) -> None:
@@ -118,12 +142,13 @@ def test_grouped_gemm_grows_with_tokens_and_experts(eager) -> None:
 
 
 def test_grouped_pads_each_expert_to_the_tile(eager, chip) -> None:
-    """130 tokens per expert cost as 256 (the 128-row tile, twice); a few tokens per expert cost at
-    least every expert's weights read once."""
-    assert eager.gemm_s(130, 4096, 2048, batch=16, grouped=True) == eager.gemm_s(256, 4096, 2048, batch=16,
-                                                                                 grouped=True)
-    weights_s = 16 * 2.0 * 4096 * 2048 / chip.hbm_Bps
-    assert eager.gemm_s(1, 4096, 2048, batch=16, grouped=True) > weights_s
+    """Where the tiles' work bounds the kernel, 1,000 tokens per expert cost as 1,024 (eight 128-row
+    tiles each); a few tokens per expert cost at least every expert's weights read once, at the
+    grouped kernel's streaming rate (below the HBM's on an H100)."""
+    assert eager.gemm_s(1000, 4096, 2048, batch=16, grouped=True) == eager.gemm_s(1024, 4096, 2048, batch=16,
+                                                                                  grouped=True)
+    streaming = 16 * 2.0 * 4096 * 2048 / (chip.sms * cal.GROUPED_GEMM_HOPPER.stream_Bps_per_sm)
+    assert eager.gemm_s(1, 4096, 2048, batch=16, grouped=True) > streaming > 16 * 2.0 * 4096 * 2048 / chip.hbm_Bps
 
 
 def test_batched_and_single_gemms_are_unchanged(eager, chip) -> None:
@@ -159,3 +184,59 @@ def test_fused_stacks_run_routing_as_a_copy(chip) -> None:
 def test_routing_bytes_count_the_workload_way() -> None:
     assert kernels.moe_topk_bytes(8192, 64, 8) == 2 * 8192 * 64 + 12 * 8192 * 8
     assert kernels.moe_permute_bytes(8192 * 8, 4096) == 2 * (8192 * 8) * 4096 * 2
+
+
+def test_expected_row_tiles_of_a_routed_group() -> None:
+    """A group of exactly 256 rows fills two 128-row tiles; a router's draw around 256 (sd ~16)
+    lands past 256 about half the time and takes a third tile; far from a tile edge the draws cost
+    what their mean does."""
+    assert kernels.row_tiles_expected(256, 1, 128) == 2.0                  # one group: no spread
+    around_edge = kernels.row_tiles_expected(256, 128, 128)
+    assert 2.4 < around_edge < 2.6
+    assert kernels.row_tiles_expected(192, 128, 128) == pytest.approx(2.0, abs=1e-3)
+    tiles = [kernels.row_tiles_expected(m, 64, 128) for m in range(16, 2048, 37)]
+    assert tiles == sorted(tiles)
+
+
+@pytest.mark.parametrize(("gpu", "median_budget"), [("h100-sxm-80gb", 0.06), ("h200-sxm-141gb", 0.10)])
+def test_randomly_routed_groups_cost_their_extra_tiles(gpu, median_budget) -> None:
+    """moe_grouped_small.csv's ``multinomial`` rows (each routed row to a uniformly drawn expert):
+    run as uneven groups around the mean tokens per expert, the model's median |error| is 5.1%
+    (H100) and 8.7% (H200), and at 128+ tokens per expert its median error -3.1% / -0.8%, where
+    the same mean as equal groups ran -11.2% / -9.7%. At the time of writing."""
+    import csv
+
+    chip = CATALOGUE["H100-SXM" if gpu.startswith("h100") else "H200"]
+    model = ComputeModel(chip, "bf16", resolve_software("pytorch-eager", None, chip))
+    errors: dict[bool, list[float]] = {False: [], True: []}
+    big: dict[bool, list[float]] = {False: [], True: []}
+    with open(H100.parent / gpu / "moe_grouped_small.csv") as f:
+        for r in csv.DictReader(f):
+            if r["impl"] != "grouped_mm" or r["routing"] != "multinomial" or r["pass"] == "wgrad":
+                continue
+            e, per, n, k = (int(r[c]) for c in ("experts_local", "tokens_per_expert", "n", "k"))
+            for uneven in (False, True):
+                err = (CALL_S + model.gemm_s(per, n, k, batch=e, grouped=True, uneven=uneven)) / (
+                    float(r["time_us"]) * 1e-6) - 1.0
+                errors[uneven].append(err)
+                if per >= 128:
+                    big[uneven].append(err)
+    assert len(errors[True]) >= 250
+    assert statistics.median(abs(e) for e in errors[True]) <= median_budget
+    assert abs(statistics.median(big[True])) < abs(statistics.median(big[False]))
+    assert statistics.median(abs(e) for e in errors[True]) < statistics.median(abs(e) for e in errors[False])
+
+
+def test_transformer_engine_issues_one_gemm_per_expert(chip) -> None:
+    """Megatron-TE's GroupedLinear launches a GEMM per local expert (and, in FP8 with per-tensor
+    scaling, each split's amax and cast): the host's issue time bounds a stretch of few-token
+    expert GEMMs that one grouped kernel (PyTorch's _grouped_mm) would not."""
+    te = resolve_software("megatron-te", None, chip)
+    eager = resolve_software("pytorch-eager", None, chip)
+    up = Op("expert-up", "gemm", 0.0, 0.0, (16, 1536, 2048), "linear", batch=64, uneven=True)
+    bf16_te, fp8_te = ComputeModel(chip, "bf16", te), ComputeModel(chip, "fp8", te)
+    assert bf16_te.kernels(up) == 64
+    assert fp8_te.kernels(up) == 64 * 3
+    assert ComputeModel(chip, "bf16", eager).kernels(up) == 1
+    assert bf16_te.stream_time_s([up]) == pytest.approx(64 * te.host_kernel_s)
+    assert bf16_te.op_time_s(up) < 64 * te.host_kernel_s

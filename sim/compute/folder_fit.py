@@ -17,7 +17,7 @@ that fit needs and keeps the bundled constant otherwise, said in ``KernelFit.kep
   FlashAttention-3 and Triton are derived from the fitted cuDNN and FlashAttention-2 as the bundled
   ones are (``sim.compute.model.flash_params_of``);
 - memory-bound op classes, the AdamW step, the MoE routing kernels and the grouped GEMM's time per
-  group, each where its table is in the folder.
+  group, per tile and streaming rate per SM, each where its table is in the folder.
 
 Fits are cached per process by folder contents (file names, sizes and modification times) and chip.
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 from .. import calibration as cal
 from ..errors import ConfigError
 from ..hardware import Chip
-from .kernels import AttentionParams, GemmParams, MemoryParams
+from .kernels import AttentionParams, GemmParams, GroupedGemmParams, MemoryParams
 from .tables import (
     BACKENDS,
     FIT_MIN_S,
@@ -66,7 +66,7 @@ class KernelFit:
     memory_fraction: Mapping[str, float]
     optimizer_fraction: Mapping[str, float]
     moe_memory: Mapping[str, MemoryParams]
-    grouped_group_s: float | None
+    grouped: GroupedGemmParams | None
     fitted: tuple[str, ...]        # what was fitted, e.g. "gemm bf16 (40 rows)"
     kept: tuple[str, ...]          # what keeps the bundled constant, and why
 
@@ -145,8 +145,8 @@ def _fit(folder: str, files: tuple[tuple[str, int, int], ...], chip: Chip,
     optimizer = fit_optimizer_fractions(cases, hbm)
     if optimizer:
         fitted.append(f"optimizer {', '.join(optimizer)}")
-    moe_memory, group_s = _fit_moe(path, cases, chip, gemm["bf16"], fitted, kept)
-    return KernelFit(str(path), chip.name, gemm, attention, memory, optimizer, moe_memory, group_s,
+    moe_memory, grouped = _fit_moe(path, cases, chip, gemm["bf16"], fitted, kept)
+    return KernelFit(str(path), chip.name, gemm, attention, memory, optimizer, moe_memory, grouped,
                      tuple(fitted), tuple(kept))
 
 
@@ -191,8 +191,8 @@ def _fit_attention(path: Path, cases: list[KernelCase], chip: Chip, bundled_atte
 
 
 def _fit_moe(path: Path, cases: list[KernelCase], chip: Chip, bf16: GemmParams, fitted: list[str],
-             kept: list[str]) -> tuple[dict[str, MemoryParams], float | None]:
-    from .moe_tables import fit_grouped_group_s, fit_moe_memory, routing_cases
+             kept: list[str]) -> tuple[dict[str, MemoryParams], GroupedGemmParams | None]:
+    from .moe_tables import GROUPED_TABLES, fit_grouped, fit_moe_memory, routing_cases
 
     assert chip.sms is not None
     moe: dict[str, MemoryParams] = {}
@@ -203,11 +203,11 @@ def _fit_moe(path: Path, cases: list[KernelCase], chip: Chip, bf16: GemmParams, 
             fitted.append(f"MoE routing {', '.join(moe)}")
         except ConfigError as e:
             kept.append(f"MoE routing ({e})")
-    grouped = [c for c in cases if c.table == "moe_grouped_gemm.csv"]
-    group_s = None
+    grouped = [c for c in cases if c.table in GROUPED_TABLES]
+    params = None
     if len(grouped) >= _MIN_ROWS:
-        group_s = fit_grouped_group_s(grouped, chip.bf16_flops, chip.sms, chip.hbm_Bps, bf16)
-        fitted.append(f"grouped GEMM per group ({len(grouped)} rows)")
+        params = fit_grouped(grouped, chip.bf16_flops, chip.sms, chip.hbm_Bps, bf16)
+        fitted.append(f"grouped GEMM ({len(grouped)} rows)")
     elif grouped:
-        kept.append(f"grouped GEMM per group ({len(grouped)} rows, fewer than {_MIN_ROWS})")
-    return moe, group_s
+        kept.append(f"grouped GEMM ({len(grouped)} rows, fewer than {_MIN_ROWS})")
+    return moe, params

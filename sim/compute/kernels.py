@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["GemmParams", "AttentionParams", "AttentionShape", "MemoryParams", "gemm_time_s",
-           "gemm_curve_time_s", "grouped_gemm_tiles", "grouped_gemm_time_s", "attention_flops",
+__all__ = ["GemmParams", "GroupedGemmParams", "AttentionParams", "AttentionShape", "MemoryParams", "gemm_time_s",
+           "gemm_curve_time_s", "grouped_gemm_tiles", "grouped_gemm_time_s", "row_tiles_expected", "attention_flops",
            "attention_bytes", "attention_time_s", "memory_time_s", "fixed_memory_time_s", "moe_topk_bytes",
            "moe_permute_bytes", "GEMM_TILES", "GEMM_DTYPE_BYTES"]
 
@@ -62,6 +62,19 @@ class GemmParams:
     tile_s: float
     k0: float
     call_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class GroupedGemmParams:
+    """The grouped expert GEMM's own constants on one architecture (``sim.calibration``):
+    ``group_s``: fixed time per group (the tile scheduler walking the groups' problem sizes);
+    ``tile_s``: time per output tile in place of the single GEMM's (None: the GEMM's own);
+    ``stream_Bps_per_sm``: the bytes per second one SM moves when the kernel only streams its
+    operands (None: no such limit below the HBM roofline)."""
+
+    group_s: float
+    tile_s: float | None
+    stream_Bps_per_sm: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,16 +147,40 @@ def grouped_gemm_tiles(m: int, n: int) -> tuple[tuple[int, int], ...]:
 
 
 def grouped_gemm_time_s(m: int, n: int, k: int, dtype_bytes: float, peak_flops: float, sms: int,
-                        hbm_Bps: float, p: GemmParams, groups: int, group_s: float,
-                        isolated: bool = False) -> float:
+                        hbm_Bps: float, p: GemmParams, groups: int, g: GroupedGemmParams,
+                        isolated: bool = False, uneven: bool = False) -> float:
     """One grouped GEMM kernel over *groups* GEMMs C[m,n] = A[m,k] B[k,n] (a rank's experts, each
     over its *m* tokens): the tile/wave model over every group's tiles at the grouped kernel's one
-    tile (each group's m padded to it, the tiles of all groups in waves over the SMs), plus
-    *group_s* per group (``sim.calibration.GROUPED_GEMM_GROUP_S``)."""
+    tile (each group's m padded to it, the tiles of all groups in waves over the SMs) with the
+    grouped kernel's own time per tile, or, where the operands stream faster than the SMs can
+    load them (few tokens per expert: every expert's weights read once for a few rows; a wgrad
+    over few tokens: every expert's gradient written), the bytes at the grouped kernel's
+    streaming rate per SM; plus a fixed time per group (``sim.calibration.GROUPED_GEMM_HOPPER``).
+    *uneven*: each group's m is a router's draw around *m* (``row_tiles``), so a group just past
+    a multiple of the tile takes one more."""
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
-    return (gemm_time_s(m, n, k, dtype_bytes, peak_flops, sms, hbm_Bps, p, groups, isolated,
-                        grouped_gemm_tiles(m, n)) + groups * group_s)
+    ((tm, tn),) = grouped_gemm_tiles(m, n)
+    tile_s = p.tile_s if g.tile_s is None else g.tile_s
+    row_tiles = groups * (row_tiles_expected(m, groups, tm) if uneven else math.ceil(m / tm))
+    per_sm = peak_flops / sms * p.efficiency
+    t = math.ceil(row_tiles * math.ceil(n / tn) / sms) * (2.0 * tm * tn * (k + p.k0) / per_sm + tile_s)
+    nbytes = groups * (dtype_bytes * (m * k + k * n) + 2.0 * m * n)
+    t = max(t, nbytes / (0.9 * hbm_Bps))               # gemm_time_s's HBM roofline
+    if g.stream_Bps_per_sm is not None:
+        t = max(t, nbytes / (sms * g.stream_Bps_per_sm))
+    return t + groups * g.group_s + (p.call_s if isolated else 0.0)
+
+
+def row_tiles_expected(m: int, groups: int, tm: int) -> float:
+    """The expected *tm*-row tiles of one group whose rows are a binomial draw of mean *m* (the
+    rows of all *groups* each routed to one of them at random): the sum over j of P(rows > j tm),
+    the binomial read as a normal with a continuity correction."""
+    sd = math.sqrt(m * (1.0 - 1.0 / groups))
+    if sd == 0.0:
+        return float(math.ceil(m / tm))
+    top = int((m + 8.0 * sd) // tm) + 1
+    return sum(0.5 * math.erfc((j * tm + 0.5 - m) / (sd * math.sqrt(2.0))) for j in range(top + 1))
 
 
 def gemm_curve_time_s(flops: float, nbytes: float, peak_flops: float, e_max: float,

@@ -24,6 +24,7 @@ from .kernels import (
     AttentionParams,
     AttentionShape,
     GemmParams,
+    GroupedGemmParams,
     attention_flops,
     attention_time_s,
     fixed_memory_time_s,
@@ -38,7 +39,8 @@ from .kernels import (
 if TYPE_CHECKING:
     from .folder_fit import KernelFit
 
-__all__ = ["ComputeModel", "stack_key", "memory_class", "gemm_params_of", "flash_params_of"]
+__all__ = ["ComputeModel", "stack_key", "memory_class", "gemm_params_of", "grouped_params_of",
+           "flash_params_of"]
 
 # The GEMM input dtypes the model runs: bf16, per-tensor-scaled FP8 (Hopper-style), and the
 # Blackwell block-scaled formats MXFP8 (1x32, e8m0 scales) and NVFP4 (1x16, e4m3 scales).
@@ -134,6 +136,14 @@ def gemm_params_of(chip: Chip) -> dict[str, GemmParams]:
             for dt, p in cal.GEMM_HOPPER.items()}
 
 
+def grouped_params_of(chip: Chip) -> GroupedGemmParams:
+    """The grouped expert GEMM's constants on an NVIDIA *chip*: the Hopper fit on Hopper; elsewhere
+    the chip's own tile time, no streaming limit below HBM, and Hopper's time per group (assumed:
+    ``sim.calibration.GROUPED_GEMM_HOPPER``)."""
+    g = cal.GROUPED_GEMM_HOPPER
+    return g if chip.arch == "hopper" else GroupedGemmParams(g.group_s, None, None)
+
+
 def flash_params_of(chip: Chip, family: str, passname: str) -> AttentionParams:
     """The constants of one fused attention kernel family and pass (``fwd``, ``bwd``) on an NVIDIA
     *chip* (``sim.calibration``: the Hopper, Ampere, Blackwell and Blackwell Ultra entries)."""
@@ -194,12 +204,13 @@ class ComputeModel:
 
     # ------------------------------------------------------------------ kernels
     def gemm_s(self, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1, *,
-               fp8: bool = False, grouped: bool = False) -> float:
+               fp8: bool = False, grouped: bool = False, uneven: bool = False) -> float:
         """``batch`` GEMMs C[m,n] = A[m,k] B[k,n] with inputs in *dtype* (a training precision,
         ``sim.precision.PRECISIONS``) at the chip's peak for it (``Chip.peak_flops``);
         ``fp8=True`` is the older spelling of ``dtype="fp8"``. *grouped* (with ``batch > 1``):
         one grouped kernel over the batch (MoE experts: ``sim.compute.kernels.grouped_gemm_time_s``)
-        rather than a batched cuBLAS call. A TPU runs every GEMM on its bf16 curve. One line naming
+        rather than a batched cuBLAS call, *uneven* its groups' rows a router's draws around *m*.
+        A TPU runs every GEMM on its bf16 curve. One line naming
         the dtype where the chip cannot run it."""
         if not self.gpu:
             # the MXU's padded work at the dtype's peak (int8 at the int8 peak, its operands 1 B)
@@ -223,7 +234,8 @@ class ComputeModel:
                               f"({self.chip.arch.capitalize()}); valid there: {', '.join(self.gemm)}")
         if grouped and batch > 1:
             return grouped_gemm_time_s(m, n, k, GEMM_DTYPE_BYTES[dtype], peak, self.sms,
-                                       self.hbm_Bps, params, batch, self._group_s())
+                                       self.hbm_Bps, params, batch, self._grouped_params(),
+                                       uneven=uneven)
         return gemm_time_s(m, n, k, GEMM_DTYPE_BYTES[dtype], peak, self.sms, self.hbm_Bps, params,
                            batch)
 
@@ -243,9 +255,9 @@ class ComputeModel:
         fitted = self.fit.memory_fraction.get(measured) if self.fit else None
         return cal.MEMORY_FRACTION[measured] if fitted is None else fitted
 
-    def _group_s(self) -> float:
-        fitted = self.fit.grouped_group_s if self.fit else None
-        return cal.GROUPED_GEMM_GROUP_S if fitted is None else fitted
+    def _grouped_params(self) -> GroupedGemmParams:
+        fitted = self.fit.grouped if self.fit else None
+        return grouped_params_of(self.chip) if fitted is None else fitted
 
     def _flash_params(self, family: str, passname: str) -> AttentionParams:
         fitted = self.fit.attention_params(family, passname) if self.fit else None
@@ -300,8 +312,8 @@ class ComputeModel:
         recipe = self.recipe
         grouped = op.batch > 1 and op.cls == "linear"   # experts: one grouped kernel (Op.batch)
         if recipe is None or op.cls != "linear":
-            return self.gemm_s(m, n, k, batch=op.batch, grouped=grouped)
-        low = self.gemm_s(m, n, k, batch=op.batch, dtype=recipe.name, grouped=grouped)
+            return self.gemm_s(m, n, k, batch=op.batch, grouped=grouped, uneven=op.uneven)
+        low = self.gemm_s(m, n, k, batch=op.batch, dtype=recipe.name, grouped=grouped, uneven=op.uneven)
         quantized = self._quantized_elements(op)
         if quantized:               # a fused quantize kernel, whatever the stack's elementwise mode
             per_element = recipe.quantize_B(self.chip)
@@ -336,14 +348,22 @@ class ComputeModel:
     def kernels(self, op: Op) -> int:
         """Kernel launches one op takes: an unfused attention pass is its GEMMs and a softmax
         (3 forward, 5 backward), a flash kernel's recompute none, a low-precision linear its
-        quantization (where it has one) and GEMM."""
+        quantization (where it has one) and GEMM, MoE experts one such set per expert where the
+        stack issues them apart (``SoftwareProfile.expert_gemm_per_expert``)."""
         if op.kind == "attention":
             if self.profile.attention == "xla":
                 return 5 if op.cls == "bwd" else 3
             return 0 if op.cls == "recompute" else 1
-        if op.kind == "gemm" and self.recipe is not None and op.cls == "linear":
-            return 2 if self._quantized_elements(op) else 1
-        return 1
+        launches = 1
+        if op.kind == "gemm" and self.recipe is not None and op.cls == "linear" and self._quantized_elements(op):
+            # the quantization, and per-tensor scaling's amax of each expert's split apart
+            launches = 3 if op.batch > 1 and self.recipe.per_tensor else 2
+        if op.kind == "gemm" and op.batch > 1 and op.cls == "linear" and self.profile.expert_gemm_per_expert:
+            # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert, issued by the
+            # host round-robin over 4 streams (nvte_multi_stream_cublas_gemm, TE common/gemm/
+            # cublaslt_gemm.cu), each expert's split quantized apart
+            launches *= op.batch
+        return launches
 
     def optimizer_s(self, nbytes: float) -> float:
         """The optimizer step over *nbytes* of parameter state at its implementation's rate."""

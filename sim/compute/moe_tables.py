@@ -20,6 +20,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from .kernels import (
     GemmParams,
+    GroupedGemmParams,
     MemoryParams,
     fixed_memory_time_s,
     grouped_gemm_time_s,
@@ -29,7 +30,7 @@ from .kernels import (
 from .tables import KernelCase, _num, _rows, load_cases
 
 __all__ = ["RoutingCase", "MOE_MEMORY_OPS", "routing_cases", "routing_bytes",
-           "fit_moe_memory", "grouped_cases", "fit_grouped_group_s", "DISTURBED_FACTOR"]
+           "fit_moe_memory", "grouped_cases", "fit_grouped", "GROUPED_TABLES", "DISTURBED_FACTOR"]
 
 # Measured class (``sim.calibration.MOE_MEMORY_HOPPER`` key) -> the ``moe_routing.csv`` op it is
 # fitted on: softmax + top-k of the router; argsort + bincount + index_select (the eager permute);
@@ -108,25 +109,35 @@ def fit_moe_memory(cases: Sequence[RoutingCase], hbm_Bps: float, call_s: float) 
     return out
 
 
+# The grouped GEMM tables: expert GEMMs at 256-4,096 tokens per expert, and at 8-1,024 in the
+# forward, dgrad and wgrad (validation/compute/README.md).
+GROUPED_TABLES = ("moe_grouped_gemm.csv", "moe_grouped_small.csv")
+
+
 def grouped_cases(folder: Path) -> list[KernelCase]:
-    """The ``grouped_mm`` rows of *folder*'s ``moe_grouped_gemm.csv`` (``batch``: local experts,
-    ``m``: tokens per expert)."""
-    return [c for c in load_cases(folder) if c.table == "moe_grouped_gemm.csv"]
+    """The single grouped-kernel rows of *folder*'s grouped GEMM tables (``batch``: local experts;
+    ``m``, ``n``, ``k`` as the model runs the GEMM: ``sim.compute.tables.load_cases``)."""
+    return [c for c in load_cases(folder) if c.table in GROUPED_TABLES]
 
 
-def fit_grouped_group_s(cases: Sequence[KernelCase], peak_flops: float, sms: int, hbm_Bps: float,
-                        p: GemmParams) -> float:
-    """The fixed time per group of a grouped GEMM: least squares in log time of
-    ``grouped_gemm_time_s`` (isolated, with the bf16 GEMM constants *p*) over the grouped rows."""
+def fit_grouped(cases: Sequence[KernelCase], peak_flops: float, sms: int, hbm_Bps: float,
+                p: GemmParams) -> GroupedGemmParams:
+    """The grouped kernel's time per group, time per tile and streaming rate per SM: least squares
+    in log time of ``grouped_gemm_time_s`` (isolated, with the bf16 GEMM constants *p* for the
+    rest) over the grouped rows."""
     from scipy.optimize import least_squares
 
     if len(cases) < 4:
         raise ConfigError(f"kernel tables: {len(cases)} grouped GEMM rows to fit; need >= 4")
 
-    def residuals(x: Sequence[float]) -> list[float]:
-        return [math.log(grouped_gemm_time_s(c.m, c.n, c.k, 2.0, peak_flops, sms, hbm_Bps, p,
-                                             c.batch, x[0] * 1e-6, isolated=True) / c.time_s)
-                for c in cases]
+    def params(x: Sequence[float]) -> GroupedGemmParams:
+        return GroupedGemmParams(group_s=x[0] * 1e-6, tile_s=x[1] * 1e-6, stream_Bps_per_sm=x[2] * 1e9)
 
-    fit = least_squares(residuals, [1.0], bounds=([0.0], [100.0]))
-    return round(float(fit.x[0]), 2) * 1e-6
+    def residuals(x: Sequence[float]) -> list[float]:
+        g = params(x)
+        return [math.log(grouped_gemm_time_s(c.m, c.n, c.k, 2.0, peak_flops, sms, hbm_Bps, p, c.batch, g,
+                                             isolated=True) / c.time_s) for c in cases]
+
+    fit = least_squares(residuals, [1.0, 3.0, 20.0], bounds=([0.0, 0.0, 1.0], [100.0, 50.0, 500.0]))
+    group_us, tile_us, gbps = (float(v) for v in fit.x)
+    return GroupedGemmParams(round(group_us, 2) * 1e-6, round(tile_us, 2) * 1e-6, round(gbps, 1) * 1e9)

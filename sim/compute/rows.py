@@ -18,7 +18,7 @@ from .kernels import (
     grouped_gemm_time_s,
     memory_time_s,
 )
-from .model import flash_params_of, gemm_params_of
+from .model import flash_params_of, gemm_params_of, grouped_params_of
 from .tables import KernelCase
 
 __all__ = ["predict_case"]
@@ -31,9 +31,9 @@ def predict_case(c: KernelCase, chip: Chip, fit: KernelFit | None = None) -> flo
     if c.kind == "gemm":
         gemm = (fit.gemm if fit else {}).get(c.key) or gemm_params_of(chip)[c.key]
         if c.batch > 1:                # a grouped GEMM (moe_grouped_gemm.csv: one grouped kernel)
-            group_s = fit.grouped_group_s if fit and fit.grouped_group_s is not None else cal.GROUPED_GEMM_GROUP_S
+            grouped = fit.grouped if fit and fit.grouped is not None else grouped_params_of(chip)
             return grouped_gemm_time_s(c.m, c.n, c.k, GEMM_DTYPE_BYTES[c.key], chip.peak_flops(c.key),
-                                       chip.sms, chip.hbm_Bps, gemm, c.batch, group_s, isolated=True)
+                                       chip.sms, chip.hbm_Bps, gemm, c.batch, grouped, isolated=True)
         return gemm_time_s(c.m, c.n, c.k, GEMM_DTYPE_BYTES[c.key], chip.peak_flops(c.key),
                            chip.sms, chip.hbm_Bps, gemm, c.batch, isolated=True)
     if c.kind == "attention":

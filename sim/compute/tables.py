@@ -119,6 +119,26 @@ def _pick(row: dict[str, str], col: str, valid: frozenset[str] | set[str], path:
     return v
 
 
+def _grouped_small_cases(path: Path) -> list[KernelCase]:
+    """The balanced ``grouped_mm`` rows of ``moe_grouped_small.csv``: the forward and dgrad as
+    C[m,n] per expert over its tokens, the wgrad as dW[n,k] contracting over them (m, n, k = n,
+    k, tokens). Rows of ``multinomial`` routing (uneven groups) and Python loops are no single
+    grouped GEMM of equal groups and are not predicted."""
+    out: list[KernelCase] = []
+    if not path.exists():
+        return out
+    for r in _rows(path):
+        routing = _pick(r, "routing", {"balanced", "multinomial"}, path)
+        if _pick(r, "impl", {"grouped_mm", "loop"}, path) != "grouped_mm" or routing != "balanced":
+            continue
+        passname = _pick(r, "pass", {"fwd", "dgrad", "wgrad"}, path)
+        e, per, n, k = (int(_num(r, c, path)) for c in ("experts_local", "tokens_per_expert", "n", "k"))
+        m, n, k = (n, k, per) if passname == "wgrad" else (per, n, k)
+        out.append(KernelCase(path.name, "gemm", "bf16", f"{r.get('model')} {r.get('linear')} {passname} {e}x{per}",
+                              _num(r, "time_us", path) * 1e-6, m=m, n=n, k=k, batch=e))
+    return out
+
+
 def load_cases(folder: Path) -> list[KernelCase]:
     """Every row of every table in one GPU's folder that the model predicts."""
     out: list[KernelCase] = []
@@ -132,6 +152,7 @@ def load_cases(folder: Path) -> list[KernelCase]:
                                                               "n", "k"))
             out.append(KernelCase(path.name, "gemm", "bf16", f"{r.get('model')} {r.get('linear')} {e}x{per}",
                                   _num(r, "time_us", path) * 1e-6, m=per, n=n, k=k, batch=e))
+    out += _grouped_small_cases(folder / "moe_grouped_small.csv")
     path = folder / "attention.csv"
     if path.exists():
         out += [_attention_case(r, path, "head_dim") for r in _rows(path)]

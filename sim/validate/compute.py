@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import calibration as cal
 from ..compute.model import flash_params_of
+from ..compute.moe_tables import GROUPED_TABLES
 from ..compute.rows import predict_case
 from ..compute.tables import FIT_MIN_S, GPU_FOLDERS, KernelCase, load_cases
 from ..errors import ConfigError
@@ -80,13 +81,17 @@ def validate_folder(folder: Path, chip: Chip) -> tuple[list[ComputeRow], list[Co
             err = abs(pred / c.time_s - 1) * 100
             rows.append(ComputeRow(chip.name, split, c.table, c.kind, c.label, c.time_s, pred, err))
             groups.setdefault((chip.name, split, _group(c)), []).append(err)
-            if c.kind == "gemm" and c.time_s >= GEMM_MIN_S:
+            if _group(c).startswith("gemm-"):
                 groups.setdefault((chip.name, split, "gemm>=50us"), []).append(err)
     return rows, [ComputeSummary(g, s, grp, len(v), median(v), p90(v))
                   for (g, s, grp), v in sorted(groups.items())]
 
 
 def _group(c: KernelCase) -> str:
+    """The summary group of a row: MoE grouped GEMMs apart from the single GEMMs (their own
+    kernel and constants), a single GEMM by its length and dtype, else the row's kind."""
+    if c.table in GROUPED_TABLES:
+        return "grouped-gemm"
     if c.kind == "gemm":
         return "gemm<50us" if c.time_s < GEMM_MIN_S else f"gemm-{c.key}>=50us"
     return c.kind
@@ -120,7 +125,7 @@ def validate_compute(data_dir: Path) -> tuple[list[ComputeRow], list[ComputeSumm
             err = abs(pred / c.time_s - 1) * 100
             rows.append(ComputeRow(folder.name, split, c.table, c.kind, c.label, c.time_s, pred, err))
             groups.setdefault((folder.name, split, _group(c)), []).append(err)
-            if c.kind == "gemm" and c.time_s >= GEMM_MIN_S:
+            if _group(c).startswith("gemm-"):
                 groups.setdefault((folder.name, split, "gemm>=50us"), []).append(err)
             if c.kind == "gemm" and chip.arch == "blackwell" and c.time_s >= FIT_MIN_S:
                 # the published Blackwell GEMM tables are mostly shorter than 50 us

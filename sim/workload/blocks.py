@@ -225,9 +225,12 @@ def _routed(c: BlockContext) -> list[Item]:
     per_expert = max(1, math.ceil(received / local))
     f = m.expert_ffn // c.etp
     up = (2 if m.mlp == "swiglu" else 1) * f
-    out += [gemm("expert-up", per_expert, up, h, batch=local),
+    # Dropless learned routing gives each local expert its own draw of the rows (token drop pads
+    # every expert to its capacity; AutoModel's round-robin gate deals them out evenly).
+    uneven = moe.capacity_factor is None and moe.routing != "round_robin"
+    out += [gemm("expert-up", per_expert, up, h, batch=local, uneven=uneven),
             mem("activation", (3 if m.mlp == "swiglu" else 2) * received * f * BYTES, "act"),
-            gemm("expert-down", per_expert, h, f, batch=local)]
+            gemm("expert-down", per_expert, h, f, batch=local, uneven=uneven)]
     if c.dispatcher == "allgather":
         out.append(mem("unpermute", 2 * received * h * BYTES, "moe-unpermute"))
         out.append(Comm("ep-combine", "reducescatter", "ep", shard * h * BYTES * c.ep * c.etp))

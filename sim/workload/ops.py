@@ -33,6 +33,7 @@ class Op:
     cls: str = ""
     attn: AttentionShape | None = None
     batch: int = 1               # GEMMs of this shape in one grouped kernel (MoE experts)
+    uneven: bool = False         # the batch's row counts vary as a router draws them, around m
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +49,11 @@ class Comm:
 Item = Op | Comm
 
 
-def gemm(name: str, m: int, n: int, k: int, cls: str = "linear", batch: int = 1) -> Op:
-    """*batch* GEMMs C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs each; read A and B, write C (bf16)."""
+def gemm(name: str, m: int, n: int, k: int, cls: str = "linear", batch: int = 1, uneven: bool = False) -> Op:
+    """*batch* GEMMs C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs each; read A and B, write C (bf16).
+    *uneven*: the groups' m are a router's draws around *m* (dropless MoE experts), not all *m*."""
     return Op(name, "gemm", 2.0 * m * n * k * batch, BYTES * batch * (m * k + k * n + m * n),
-              (m, n, k), cls, batch=batch)
+              (m, n, k), cls, batch=batch, uneven=uneven)
 
 
 def mem(name: str, nbytes: float, cls: str) -> Op:

@@ -186,7 +186,9 @@ def _backward(fwd: list[Item], mlp: str) -> list[Item]:
         if isinstance(item, Op):
             if item.kind == "gemm":
                 mm, nn, kk = item.shape
-                bwd.append(gemm(item.name + "-dgrad", mm, kk, nn, item.cls, item.batch))
+                # the data gradient keeps the forward's rows per group; the weight gradient
+                # contracts over them (its output tiles do not follow the groups' rows)
+                bwd.append(gemm(item.name + "-dgrad", mm, kk, nn, item.cls, item.batch, item.uneven))
                 bwd.append(gemm(item.name + "-wgrad", kk, nn, mm, item.cls, item.batch))
             elif item.kind == "attention":
                 assert item.attn is not None
