@@ -31,13 +31,14 @@ backward), with the block's norm and residual left out (the benchmark has neithe
 - ``GEMM_HOPPER["bf16"].call_s`` once per row: what the harness adds to one timed call.
 
 Observed when written (grouped GEMM constants of ``GROUPED_GEMM_HOPPER``: 0.45 us a group, 2.34 us
-a tile, 19.6 GB/s per SM): every row predicted fast; median |error| 17.0% on the H100 (worst
-26.3%, Qwen3-30B-A3B 16,384 tokens fwd+bwd), 21.1% on the H200 (worst 32.1%, the same row). The
-grouped GEMMs are not where most of it goes: at the Qwen3 and DeepSeek shapes the model's expert
-GEMMs are within -28%..+24% (H100) and -18%..+46% (H200) of the same grouped kernels timed alone
-(``moe_grouped_small.csv``, multinomial rows; within 9% at 16,384 tokens), while the model's
-router, top-k, permute, activation, unpermute and sync idle come to 7-41% (H100) and 29-47% (H200)
-less than the rest of the layer (its time less those kernels). The eager layer moves the
+a tile, 19.6 GB/s per SM; experts' rows uneven, as routed): every row but gpt-oss at 2,048 tokens
+on the H200 predicted fast; median |error| 15.8% on the H100 (worst 25.4%, Qwen3-30B-A3B 16,384
+tokens fwd+bwd), 18.7% on the H200 (worst 31.1%, the same row); with equal rows per expert it was
+17.0% and 21.1%. The grouped GEMMs are not where most of it goes: at the Qwen3 and DeepSeek shapes
+the model's expert GEMMs are within -28%..+24% (H100) and -18%..+46% (H200) of the same grouped
+kernels timed alone (``moe_grouped_small.csv``, multinomial rows; within 9% at 16,384 tokens),
+while the model's router, top-k, permute, activation, unpermute and sync idle come to 7-41% (H100)
+and 29-47% (H200) less than the rest of the layer (its time less those kernels). The eager layer moves the
 routed rows more often than the workload's permute and unpermute count (a memset of the padded
 buffer and an index_copy into it after the gather; an index_select back out of it before the
 weighted index_add; autograd's zeros, scatters and adds for each in the backward); its padded
