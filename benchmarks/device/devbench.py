@@ -6,7 +6,10 @@ from __future__ import annotations
 import csv
 import os
 import statistics
+import sys
+import tempfile
 import time
+import traceback
 
 import torch
 
@@ -88,3 +91,48 @@ def rel_err(approx: torch.Tensor, ref: torch.Tensor) -> float:
 
 def short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def setup(out: str | None, dry_run: bool, prefix: str) -> bool:
+    """Where the run writes (a temporary folder for a dry run without --out) and on which device;
+    False, with a line on stderr, when a real run finds no CUDA device."""
+    S.out_dir = out or (tempfile.mkdtemp(prefix=prefix) if dry_run else ".")
+    os.makedirs(S.out_dir, exist_ok=True)
+    if not dry_run:
+        if not torch.cuda.is_available():
+            print("no CUDA device: use --dry-run on a CPU", file=sys.stderr)
+            return False
+        S.dev = torch.device("cuda")
+        torch.cuda.set_per_process_memory_fraction(0.85)  # stay well under 70 GiB of the card's 79
+    torch.manual_seed(0)
+    log(f"out={S.out_dir} device={S.dev} dry_run={dry_run}")
+    return True
+
+
+def run_sections(sections) -> None:
+    """Each (name, call) in turn until the deadline, a failing one logged and the rest run; then
+    the summary and the files written."""
+    for name, run in sections:
+        if late():
+            log(f"{name}: skipped, past the {S.deadline_s:.0f}s deadline")
+            continue
+        try:
+            run()
+        except Exception:
+            log(f"{name} FAILED:\n{traceback.format_exc()}")
+        if S.dev.type == "cuda":
+            log(f"{name}: peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+            torch.cuda.empty_cache()
+    summary()
+    log(f"finished in {time.monotonic() - S.start:.0f}s; files in {S.out_dir}: {sorted(os.listdir(S.out_dir))}")
+
+
+def summary() -> None:
+    """A short table last, since only the end of the output comes back: rows timed and rows with a note."""
+    for name in sorted(os.listdir(S.out_dir)):
+        if not name.endswith(".csv"):
+            continue
+        with open(os.path.join(S.out_dir, name)) as f:
+            rows = list(csv.DictReader(f))
+        notes = sorted({r["note"][:90] for r in rows if r.get("note") and not r.get("time_us")})
+        log(f"{name}: {len(rows)} rows, {sum(bool(r.get('time_us')) for r in rows)} timed; untimed: {notes[:4]}")

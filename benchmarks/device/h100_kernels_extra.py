@@ -24,17 +24,14 @@ forced, as attention.csv: MLA head dims 192/128, head_dim 64 and 256), env.json,
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 
 import torch
-from devbench import S, Table, bench, late, log, rel_err, rnd, short
+from devbench import S, Table, bench, late, log, rel_err, rnd, run_sections, setup, short
 from h100_extra_moe_attn import section_attention, section_moe
 
 E4M3 = torch.float8_e4m3fn
@@ -288,50 +285,19 @@ def plan(dry: bool):
                 compiled=[(8192, 8192), (16384, 16384)])
 
 
-def summary() -> None:
-    """A short table last, since only the end of the output comes back: rows timed and rows with a note."""
-    for name in sorted(os.listdir(S.out_dir)):
-        if not name.endswith(".csv"):
-            continue
-        with open(os.path.join(S.out_dir, name)) as f:
-            rows = list(csv.DictReader(f))
-        notes = sorted({r["note"][:90] for r in rows if r.get("note") and not r.get("time_us")})
-        log(f"{name}: {len(rows)} rows, {sum(bool(r.get('time_us')) for r in rows)} timed; untimed: {notes[:4]}")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT"))
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, every code path")
     args = ap.parse_args()
-    S.out_dir = args.out or (tempfile.mkdtemp(prefix="h100_extra_") if args.dry_run else ".")
-    os.makedirs(S.out_dir, exist_ok=True)
-    if not args.dry_run:
-        if not torch.cuda.is_available():
-            print("no CUDA device: use --dry-run on a CPU", file=sys.stderr)
-            return 2
-        S.dev = torch.device("cuda")
-        torch.cuda.set_per_process_memory_fraction(0.85)  # stay well under 70 GiB of the card's 79
-    torch.manual_seed(0)
-    log(f"out={S.out_dir} device={S.dev} dry_run={args.dry_run}")
+    if not setup(args.out, args.dry_run, "h100_extra_"):
+        return 2
     p = plan(args.dry_run)
     sections = [("env", lambda: write_env(args.dry_run)), ("quantize", lambda: section_quantize(p["quant"])),
                 ("fp8_gemm", lambda: section_fp8_gemm(p["gemm"])), ("moe", lambda: section_moe(*p["moe"])),
                 ("attention", lambda: section_attention(p["attn_backends"], p["attn"])),
                 ("quantize_compiled", lambda: section_quantize_compiled(p["compiled"]))]
-    for name, run in sections:
-        if late():
-            log(f"{name}: skipped, past the {S.deadline_s:.0f}s deadline")
-            continue
-        try:
-            run()
-        except Exception:
-            log(f"{name} FAILED:\n{traceback.format_exc()}")
-        if S.dev.type == "cuda":
-            log(f"{name}: peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
-            torch.cuda.empty_cache()
-    summary()
-    log(f"finished in {time.monotonic() - S.start:.0f}s; files in {S.out_dir}: {sorted(os.listdir(S.out_dir))}")
+    run_sections(sections)
     return 0
 
 

@@ -34,14 +34,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
-import time
-import traceback
 
 import torch
 import torch.nn.functional as F
-from devbench import S, Table, bench, late, log, rnd, short
-from h100_kernels_extra import summary, write_env
+from devbench import S, Table, bench, late, log, rnd, run_sections, setup, short
+from h100_kernels_extra import write_env
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
@@ -294,34 +291,14 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT"))
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, every code path a CPU runs")
     args = ap.parse_args()
-    S.out_dir = args.out or (tempfile.mkdtemp(prefix="h100_moe_") if args.dry_run else ".")
     S.deadline_s = 240.0
-    os.makedirs(S.out_dir, exist_ok=True)
-    if not args.dry_run:
-        if not torch.cuda.is_available():
-            print("no CUDA device: use --dry-run on a CPU", file=sys.stderr)
-            return 2
-        S.dev = torch.device("cuda")
-        torch.cuda.set_per_process_memory_fraction(0.85)
-    torch.manual_seed(0)
-    log(f"out={S.out_dir} device={S.dev} dry_run={args.dry_run}")
+    if not setup(args.out, args.dry_run, "h100_moe_"):
+        return 2
     p = plan(args.dry_run)
     sections = [("env", lambda: write_env(args.dry_run)), ("layer", lambda: section_layer(p["layers"])),
                 ("grouped", lambda: section_grouped(p["shapes"], p["tpes"])),
                 ("fp8", lambda: section_fp8(p["shapes"], p["fp8_tpes"]))]
-    for name, run in sections:
-        if late():
-            log(f"{name}: skipped, past the {S.deadline_s:.0f}s deadline")
-            continue
-        try:
-            run()
-        except Exception:
-            log(f"{name} FAILED:\n{traceback.format_exc()}")
-        if S.dev.type == "cuda":
-            log(f"{name}: peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
-            torch.cuda.empty_cache()
-    summary()
-    log(f"finished in {time.monotonic() - S.start:.0f}s; files in {S.out_dir}: {sorted(os.listdir(S.out_dir))}")
+    run_sections(sections)
     return 0
 
 

@@ -130,15 +130,27 @@ def gemm_time_s(m: int, n: int, k: int, dtype_bytes: float, peak_flops: float, s
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     per_sm = peak_flops / sms * p.efficiency
-    best = math.inf
-    for tm, tn in tile_shapes:
-        tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
-        waves = math.ceil(tiles / sms)
-        best = min(best, waves * (2.0 * tm * tn * (k + p.k0) / per_sm + p.tile_s))
-    # The roofline: inputs read once, the bf16 output written once (at 90% of the HBM spec, the
-    # order of a plain copy: validation/compute/*/memory_bound.csv).
-    memory = batch * (dtype_bytes * (m * k + k * n) + 2.0 * m * n) / (0.9 * hbm_Bps)
-    return max(best, memory) + (p.call_s if isolated else 0.0)
+    best = min(_waves_s(batch * math.ceil(m / tm), n, k, tm, tn, per_sm, sms, p.k0, p.tile_s)
+               for tm, tn in tile_shapes)
+    return max(best, _roofline_s(m, n, k, dtype_bytes, batch, hbm_Bps)) + (p.call_s if isolated else 0.0)
+
+
+def _waves_s(row_tiles: float, n: int, k: int, tm: int, tn: int, per_sm: float, sms: int, k0: float,
+             tile_s: float) -> float:
+    """*row_tiles* rows of tm x tn output tiles across n, in waves over the SMs, each tile's k-loop
+    at *per_sm* FLOP/s after *k0* of pipeline fill, plus *tile_s*."""
+    return math.ceil(row_tiles * math.ceil(n / tn) / sms) * (2.0 * tm * tn * (k + k0) / per_sm + tile_s)
+
+
+def _gemm_bytes(m: int, n: int, k: int, dtype_bytes: float, batch: int) -> float:
+    """Inputs read once, the bf16 output written once."""
+    return batch * (dtype_bytes * (m * k + k * n) + 2.0 * m * n)
+
+
+def _roofline_s(m: int, n: int, k: int, dtype_bytes: float, batch: int, hbm_Bps: float) -> float:
+    """The HBM roofline: ``_gemm_bytes`` at 90% of the HBM spec (the order of a plain copy:
+    validation/compute/*/memory_bound.csv)."""
+    return _gemm_bytes(m, n, k, dtype_bytes, batch) / (0.9 * hbm_Bps)
 
 
 def grouped_gemm_tiles(m: int, n: int) -> tuple[tuple[int, int], ...]:
@@ -161,14 +173,12 @@ def grouped_gemm_time_s(m: int, n: int, k: int, dtype_bytes: float, peak_flops: 
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
     ((tm, tn),) = grouped_gemm_tiles(m, n)
-    tile_s = p.tile_s if g.tile_s is None else g.tile_s
     row_tiles = groups * (row_tiles_expected(m, groups, tm) if uneven else math.ceil(m / tm))
-    per_sm = peak_flops / sms * p.efficiency
-    t = math.ceil(row_tiles * math.ceil(n / tn) / sms) * (2.0 * tm * tn * (k + p.k0) / per_sm + tile_s)
-    nbytes = groups * (dtype_bytes * (m * k + k * n) + 2.0 * m * n)
-    t = max(t, nbytes / (0.9 * hbm_Bps))               # gemm_time_s's HBM roofline
+    t = max(_waves_s(row_tiles, n, k, tm, tn, peak_flops / sms * p.efficiency, sms, p.k0,
+                     p.tile_s if g.tile_s is None else g.tile_s),
+            _roofline_s(m, n, k, dtype_bytes, groups, hbm_Bps))
     if g.stream_Bps_per_sm is not None:
-        t = max(t, nbytes / (sms * g.stream_Bps_per_sm))
+        t = max(t, _gemm_bytes(m, n, k, dtype_bytes, groups) / (sms * g.stream_Bps_per_sm))
     return t + groups * g.group_s + (p.call_s if isolated else 0.0)
 
 

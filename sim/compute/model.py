@@ -354,11 +354,13 @@ class ComputeModel:
             if self.profile.attention == "xla":
                 return 5 if op.cls == "bwd" else 3
             return 0 if op.cls == "recompute" else 1
+        if op.kind != "gemm" or op.cls != "linear":
+            return 1
         launches = 1
-        if op.kind == "gemm" and self.recipe is not None and op.cls == "linear" and self._quantized_elements(op):
+        if self.recipe is not None and self._quantized_elements(op):
             # the quantization, and per-tensor scaling's amax of each expert's split apart
             launches = 3 if op.batch > 1 and self.recipe.per_tensor else 2
-        if op.kind == "gemm" and op.batch > 1 and op.cls == "linear" and self.profile.expert_gemm_per_expert:
+        if op.batch > 1 and self.profile.expert_gemm_per_expert:
             # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert, issued by the
             # host round-robin over 4 streams (nvte_multi_stream_cublas_gemm, TE common/gemm/
             # cublaslt_gemm.cu), each expert's split quantized apart

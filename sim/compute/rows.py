@@ -30,7 +30,7 @@ def predict_case(c: KernelCase, chip: Chip, fit: KernelFit | None = None) -> flo
     assert chip.sms is not None, chip.name
     if c.kind == "gemm":
         gemm = (fit.gemm if fit else {}).get(c.key) or gemm_params_of(chip)[c.key]
-        if c.batch > 1:                # a grouped GEMM (moe_grouped_gemm.csv: one grouped kernel)
+        if c.batch > 1:                # a grouped GEMM (the MoE tables: one grouped kernel)
             grouped = fit.grouped if fit and fit.grouped is not None else grouped_params_of(chip)
             return grouped_gemm_time_s(c.m, c.n, c.k, GEMM_DTYPE_BYTES[c.key], chip.peak_flops(c.key),
                                        chip.sms, chip.hbm_Bps, gemm, c.batch, grouped, isolated=True)

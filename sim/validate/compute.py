@@ -80,8 +80,9 @@ def validate_folder(folder: Path, chip: Chip) -> tuple[list[ComputeRow], list[Co
             pred = predict_case(c, chip, f)
             err = abs(pred / c.time_s - 1) * 100
             rows.append(ComputeRow(chip.name, split, c.table, c.kind, c.label, c.time_s, pred, err))
-            groups.setdefault((chip.name, split, _group(c)), []).append(err)
-            if _group(c).startswith("gemm-"):
+            group = _group(c)
+            groups.setdefault((chip.name, split, group), []).append(err)
+            if group.startswith("gemm-"):
                 groups.setdefault((chip.name, split, "gemm>=50us"), []).append(err)
     return rows, [ComputeSummary(g, s, grp, len(v), median(v), p90(v))
                   for (g, s, grp), v in sorted(groups.items())]
@@ -124,8 +125,9 @@ def validate_compute(data_dir: Path) -> tuple[list[ComputeRow], list[ComputeSumm
             pred = predict_case(c, chip)
             err = abs(pred / c.time_s - 1) * 100
             rows.append(ComputeRow(folder.name, split, c.table, c.kind, c.label, c.time_s, pred, err))
-            groups.setdefault((folder.name, split, _group(c)), []).append(err)
-            if _group(c).startswith("gemm-"):
+            group = _group(c)
+            groups.setdefault((folder.name, split, group), []).append(err)
+            if group.startswith("gemm-"):
                 groups.setdefault((folder.name, split, "gemm>=50us"), []).append(err)
             if c.kind == "gemm" and chip.arch == "blackwell" and c.time_s >= FIT_MIN_S:
                 # the published Blackwell GEMM tables are mostly shorter than 50 us
