@@ -275,6 +275,20 @@ ATTENTION_AMPERE_EFFICIENCY: dict[str, float] = {"fwd": 0.70, "bwd": 0.55}
 # FlashAttention in Triton" (Dao 2023, arXiv 2307.08691, section 4.1). We take the geometric mean
 # of that range, 1.80, as the Triton kernel's slowdown against FlashAttention-2 (not measured here).
 FA2_VS_TRITON = (1.3 * 2.5) ** 0.5
+# PyTorch FlexAttention (torch.compile(flex_attention), static shapes, default kernel options; what
+# NeMo AutoModel runs for gpt-oss): its fwd+bwd time over cuDNN's at the same causal shape, the median
+# of four shapes (head_dim 64 at 2 x 4,096 and 1 x 4,096 tokens, 64/8 heads; head_dim 128 at 2 x 4,096
+# and 2 x 8,192, 32/8 heads: 1.64, 1.67, 1.58, 1.52), measured on one H100 on 2026-11-27
+# (validation/compute/h100-sxm-80gb/flex_attention.csv, benchmarks/device/h100_flex_attention.py).
+# Both passes' matmul rates take it (the forward rows, each timed first after a compile, are not used:
+# validation/compute/README.md). tests/test_flex_attention.py recomputes it from the table; the
+# table's sliding-window and sink rows test the window's whole tiles and the sink rescale below.
+FLEX_VS_CUDNN = 1.61
+# FlexAttention with attention sinks (gpt-oss) returns the log-sum-exp and scales its output by
+# sigmoid(lse - sink) in eager PyTorch (AutoModel's FlexAttention.forward @b3711ff): the bf16 output
+# read and multiplied into fp32, then cast back, 12 bytes an output element forward; the backward
+# through the cast and the product, 18 bytes (bf16 and fp32 gradients, the output re-read).
+FLEX_SINK_BYTES_PER_ELEMENT: dict[str, float] = {"fwd": 12.0, "bwd": 18.0}
 # TPU: Pallas splash attention (MaxText's default `attention: flash`) has no public per-shape
 # measurement; it runs at this fraction of the GEMM curve's efficiency (assumed, as before this
 # model: a flash kernel's matmuls are smaller and it has softmax work between them).

@@ -8,7 +8,8 @@ model, the memory model and the step plan:
   ``flash-attention-4`` (CuTe DSL, Blackwell only), ``xla``
   (XLA's dot-product attention: score matrices through HBM, as eager PyTorch's math path and
   Megatron's fused softmax also do), ``splash`` (Pallas splash attention on TPU), ``triton``
-  (the Triton FlashAttention kernel llm-foundry shipped before FlashAttention-2));
+  (the Triton FlashAttention kernel llm-foundry shipped before FlashAttention-2), ``flex``
+  (PyTorch FlexAttention under torch.compile: NeMo AutoModel's gpt-oss attention));
 - ``elementwise``: ``eager`` (one PyTorch kernel per op, at the bandwidths measured for them),
   ``partial`` (Megatron/Apex fusions: LayerNorm, bias-GeLU, bias-dropout-add; the rest eager) or
   ``fused`` (every norm, activation, RoPE and residual streams its tensors once: Transformer
@@ -59,7 +60,7 @@ __all__ = ["SoftwareProfile", "FRAMEWORKS", "ATTENTION_KERNELS", "MOE_DISPATCHER
            "default_framework"]
 
 ATTENTION_KERNELS = ("cudnn", "flash-attention-2", "flash-attention-3", "flash-attention-4", "xla", "splash",
-                     "triton")
+                     "triton", "flex")
 ELEMENTWISE = ("eager", "partial", "fused")
 OPTIMIZERS = ("adamw_fused", "adamw_foreach")
 SELECTIVE_RECOMPUTE = ("scores", "op-sac", "minimal_flash")
@@ -262,20 +263,20 @@ def _check_attention(attention: str, chip: Chip, where: str) -> None:
     gpu = not chip.is_tpu
     if gpu and attention == "splash":
         raise ConfigError(f"{where}: 'splash' is a TPU (Pallas) kernel, not one {chip.name} can run; "
-                          "valid on GPUs: cudnn, flash-attention-2, flash-attention-3, xla, triton")
+                          "valid on GPUs: cudnn, flash-attention-2, flash-attention-3, xla, triton, flex")
     if not gpu and attention in ("cudnn", "flash-attention-2", "flash-attention-3", "flash-attention-4",
-                                 "triton"):
+                                 "triton", "flex"):
         raise ConfigError(f"{where}: {attention!r} is a CUDA kernel, not one {chip.name} can run; "
                           "valid on TPUs: splash, xla")
     if attention == "flash-attention-3" and chip.arch != "hopper":
         raise ConfigError(f"{where}: flash-attention-3 is a Hopper kernel (wgmma, TMA; Shah et al. "
                           f"2024); {chip.name} is {chip.arch.capitalize()}; valid: cudnn, "
-                          "flash-attention-2, xla, triton")
+                          "flash-attention-2, xla, triton, flex")
     if attention == "flash-attention-4" and chip.arch != "blackwell":
         fa3 = " flash-attention-3," if chip.arch == "hopper" else ""
         raise ConfigError(f"{where}: flash-attention-4 is a Blackwell kernel (tcgen05, TMEM; the "
                           f"CuTe DSL FlashAttention); {chip.name} is {chip.arch.capitalize()}; valid: "
-                          f"cudnn, flash-attention-2,{fa3} xla, triton")
+                          f"cudnn, flash-attention-2,{fa3} xla, triton, flex")
 
 
 def resolve_software(framework: str | None, attention: str | None, chip: Chip,

@@ -107,7 +107,8 @@ class MemoryParams:
 @dataclass(frozen=True, slots=True)
 class AttentionShape:
     """Per-rank attention: ``batch`` sequences, ``heads`` query heads (``kv_heads`` key/value
-    heads), ``seq_q`` queries against ``seq_k`` keys each, ``head_dim``, causal mask or not."""
+    heads), ``seq_q`` queries against ``seq_k`` keys each, ``head_dim``, causal mask or not,
+    learned attention ``sinks`` (one extra logit per head: gpt-oss) or not."""
 
     batch: int
     heads: int
@@ -116,6 +117,7 @@ class AttentionShape:
     seq_k: int
     head_dim: int
     causal: bool = True
+    sinks: bool = False
 
 
 def gemm_time_s(m: int, n: int, k: int, dtype_bytes: float, peak_flops: float, sms: int,

@@ -150,6 +150,11 @@ def flash_params_of(chip: Chip, family: str, passname: str) -> AttentionParams:
     if family == "triton":
         p = flash_params_of(chip, "flash-attention-2", passname)
         return AttentionParams(p.efficiency / cal.FA2_VS_TRITON, p.d256, p.tail, p.mem, p.d64)
+    if family == "flex":
+        # cuDNN's kernel (FlashAttention-2 on Ampere) with its matmul rate divided by
+        # FlexAttention's measured time ratio (the HBM traffic the same)
+        p = flash_params_of(chip, "flash-attention-2" if chip.arch == "ampere" else "cudnn", passname)
+        return AttentionParams(p.efficiency / cal.FLEX_VS_CUDNN, p.d256, p.tail, p.mem, p.d64)
     if chip.arch == "ampere":
         p = cal.ATTENTION_HOPPER[("flash-attention-2", passname)]
         return AttentionParams(cal.ATTENTION_AMPERE_EFFICIENCY[passname], p.d256, p.tail, p.mem,
@@ -279,8 +284,14 @@ class ComputeModel:
             curve = gemm_curve_time_s(flops, 0.0, self.bf16_peak, cal.TPU_GEMM_E_MAX,
                                       cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps)
             return curve / cal.TPU_SPLASH_VS_GEMM
-        return attention_time_s(s, bwd, self._flash_params(family, passname), self.bf16_peak,
-                                self.sms, self.hbm_Bps)
+        t = attention_time_s(s, bwd, self._flash_params(family, passname), self.bf16_peak,
+                             self.sms, self.hbm_Bps)
+        if family == "flex" and s.sinks:
+            # the sink rescale around the kernel, eager (sim.calibration.FLEX_SINK_BYTES_PER_ELEMENT)
+            out = s.batch * s.heads * s.seq_q * s.head_dim
+            t += self.memory_s(cal.FLEX_SINK_BYTES_PER_ELEMENT[passname] * out,
+                               "act-bwd" if bwd else "act")
+        return t
 
     def _unfused_attention_s(self, s: AttentionShape, passname: str) -> float:
         """Scores through HBM: batched GEMMs over every (query, key) pair (a causal mask saves no

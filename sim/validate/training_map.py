@@ -33,6 +33,7 @@ from .training_rules import (
     _DEEPEP_NOTES,
     _EXACT_ROUTING_NOTES,
     _FABRIC_NOTES,
+    _FLEX_NOTES,
     _GPT_DEFAULT_VOCAB,
     _GPT_STYLE,
     _HEAD_DIM_FACTS,
@@ -269,6 +270,9 @@ class _RowMapper(RowReader):
             software["framework"] = fw
         if re.search(_DEEPEP_NOTES, self.notes) and _is_moe(model):
             software["moe_dispatcher"] = "deepep"
+        if re.search(_FLEX_NOTES, self.notes):
+            software["attention"] = "flex"
+            self.assumptions.append("attention: PyTorch FlexAttention, as the stack column says")
         if _is_moe(model):                     # the recipe's own choices (overrides.csv)
             if dispatcher := self.row.get("moe_dispatcher", ""):
                 software["moe_dispatcher"] = dispatcher

@@ -210,6 +210,8 @@ _PRESET_MODELS: tuple[tuple[str, str], ...] = (
 _BALANCED_ROUTING_NOTES = r"force-balance"      # Megatron: random logits, balanced on average
 _EXACT_ROUTING_NOTES = r"[Ff]ake balanced gate"   # AutoModel: a round-robin assignment
 _DEEPEP_NOTES = r"DeepEP"
+# A stack column naming PyTorch FlexAttention (AutoModel's gpt-oss rows: "TE + DeepEP + FlexAttn").
+_FLEX_NOTES = r"FlexAttn"
 # head_dim facts for model families whose head_dim is not hidden / heads (model.head_dim).
 _HEAD_DIM_FACTS: tuple[tuple[str, int, str], ...] = (
     (r"qwen3", 128, "Qwen3 config.json: head_dim 128"),

@@ -6,8 +6,9 @@ Pure arithmetic, no simulation; the conventions of ``sim.workload.transformer`` 
 s local tokens, t tensor-parallel size, bf16 tensors). Sources per block:
 
 - Attention: GEMM FLOPs 2mnk, the fused kernel's FLOPs in ``sim.compute.kernels``. A sliding
-  window of W keys is W keys per query (non-causal over the window); a chunked layer (Llama 4) is
-  causal attention within chunks of W tokens.
+  window of W keys is computed as the whole 128-key tiles it reaches (``window_keys``:
+  non-causal over them, the rest masked: flash kernels skip only tiles wholly outside the mask);
+  a chunked layer (Llama 4) is causal attention within chunks of W tokens.
 - MLA (DeepSeek-V2 section 2.1; Megatron-Core ``MLASelfAttention``): the down-projections
   W_DQ and W_DKV(+W_KR) replicated over tensor parallelism, the up-projections and W_O split by
   heads; the attention kernel over per-head query/key width qk_nope + qk_rope and value width
@@ -30,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..compute.kernels import AttentionShape
+from ..compute.kernels import ATTENTION_BLOCK_ROWS, AttentionShape
 from ..models import LayerKind, ModelSpec
 from .ops import BYTES, Comm, Item, attention, gemm, mem
 from .routing import destinations
@@ -67,15 +68,24 @@ def attention_shape(c: BlockContext, kind: LayerKind) -> AttentionShape:
         d, kv_local = (mla.qk_head_dim + mla.v_head_dim) // 2, heads_local
     else:
         d, kv_local = m.head_dim, max(1, m.kv_heads // t)
-    w = kind.window
+    w, sinks = kind.window, m.attention.sinks
     if w is None:
-        return AttentionShape(c.b, heads_local, kv_local, c.local_seq, c.local_seq * c.cp, d, True)
+        return AttentionShape(c.b, heads_local, kv_local, c.local_seq, c.local_seq * c.cp, d, True,
+                              sinks)
     if m.attention.window_type == "chunked":
         chunks = max(1, c.local_seq // w)
         return AttentionShape(c.b * chunks, heads_local, kv_local, c.local_seq // chunks,
-                              c.local_seq // chunks, d, True)
-    return AttentionShape(c.b, heads_local, kv_local, c.local_seq, min(w, c.local_seq * c.cp), d,
-                          False)
+                              c.local_seq // chunks, d, True, sinks)
+    return AttentionShape(c.b, heads_local, kv_local, c.local_seq,
+                          min(window_keys(w), c.local_seq * c.cp), d, False, sinks)
+
+
+def window_keys(window: int, tile: int = ATTENTION_BLOCK_ROWS) -> int:
+    """The keys a sliding-window kernel computes per query: the whole key tiles of *tile* keys
+    a query tile's window reaches (its own and those the window's other window - 1 keys start
+    in), the keys outside the window masked in them. A window of 128 computes two tiles (256
+    keys, half masked); a long window gains at most one tile."""
+    return (-(-(window - 1) // tile) + 1) * tile
 
 
 def _split(c: BlockContext) -> int:
