@@ -9,7 +9,14 @@ Constants taken from a publication rather than fitted say so and cite it.
 
 from __future__ import annotations
 
-from .compute.kernels import AttentionParams, GemmParams, GroupedGemmParams, MemoryParams
+from .calibration_moe import (  # noqa: F401  (re-exported: cal.NAME for every constant)
+    EP_COMM_SMS,
+    EP_OVERLAP_SLOWDOWN,
+    GROUPED_GEMM_HOPPER,
+    MOE_MEMORY_HOPPER,
+    MOE_SYNC_IDLE_S,
+)
+from .compute.kernels import AttentionParams, GemmParams
 
 # Achievable fraction of a link's line rate for bulk collective traffic, by link kind.
 #
@@ -305,38 +312,6 @@ MEMORY_FRACTION: dict[str, float] = {
     "copy": 0.879, "quantize": 0.666, "residual_add": 0.855, "rmsnorm_fwd": 0.515,
     "rmsnorm_bwd": 0.245, "swiglu_fwd": 0.304,
 }
-# MoE routing kernels as eager PyTorch runs them (sim.compute.kernels.fixed_memory_time_s: a fixed
-# time per call plus bytes at a fraction of the HBM spec), fitted by
-# sim.compute.moe_tables.fit_moe_memory on moe_routing.csv (H100; tokens 8,192/16,384, hidden
-# 4,096/7,168, experts 8-256, top-k 2/8; 30 of its 32 cases, two disturbed ones skipped), least
-# squares in log time, with GEMM_HOPPER["bf16"].call_s (what the same harness adds to one call)
-# kept out of fixed_s. Bytes as the workload counts them (sim.compute.kernels.moe_topk_bytes,
-# moe_permute_bytes). moe_topk: softmax + top-k (a fp32 cast, softmax and top-k: its time follows
-# the T x E scores, not HBM: 1.6% of the spec); moe_permute: argsort + bincount (which syncs
-# with the host, in its 175 us) + index_select; moe_gather: index_select alone; moe_unpermute: zeros +
-# weight by probs + index_add_ (bf16 atomics, one per routed row element: 11% of the spec).
-# Stacks that fuse their elementwise work (profile elementwise "fused": Transformer Engine's fused
-# permutation, moe_permute_fusion in Megatron's MoE recipes; Inductor; XLA) run these classes as a
-# copy (MEMORY_FRACTION["copy"], no fixed time; assumed, not measured here).
-MOE_MEMORY_HOPPER: dict[str, MemoryParams] = {
-    "moe_topk": MemoryParams(fraction=0.0162, fixed_s=22.5e-6),
-    "moe_permute": MemoryParams(fraction=0.8531, fixed_s=174.7e-6),
-    "moe_gather": MemoryParams(fraction=0.9004, fixed_s=1.5e-6),
-    "moe_unpermute": MemoryParams(fraction=0.1109, fixed_s=76.9e-6),
-}
-# Grouped GEMM (sim.compute.kernels.grouped_gemm_time_s, torch._grouped_mm bf16 on sm90): the
-# kernel's fixed time per group (local expert), its time per output tile, and the rate one SM
-# streams its operands at, fitted together by sim.compute.moe_tables.fit_grouped on the H100's
-# 468 single-kernel grouped rows (least squares in log time, GEMM_HOPPER["bf16"] for the rest):
-# moe_grouped_gemm.csv (2-32 experts x 256-4,096 tokens) and moe_grouped_small.csv (8-128 experts
-# x 8-1,024 tokens, forward, dgrad and wgrad, measured 2026-11-27). At a few tokens per expert the
-# kernel reads every expert's weights for a few rows, and it does so at the same ~2.6-2.8 TB/s on
-# the H100 (3.35 TB/s HBM) and the H200 (4.8 TB/s): a limit of the SMs' loads (132 x 19.6 GB/s),
-# not of HBM, so the H200's faster memory does not speed it up (the HBM roofline alone ran the H200
-# rows at <= 128 tokens per expert a median 18% fast). Test: the H200's rows, never fitted.
-# Other architectures keep their own GEMM tile time and the HBM roofline (no grouped GEMM of
-# theirs was measured) and take the Hopper time per group (assumed).
-GROUPED_GEMM_HOPPER = GroupedGemmParams(group_s=0.45e-6, tile_s=2.34e-6, stream_Bps_per_sm=19.6e9)
 # TPU: a copy reaches 6.42 of ~7.37 TB/s on TPU7x (compute_and_tpu.md A2): 0.87; XLA fuses
 # elementwise work, so every memory-bound op runs at that fraction.
 TPU_MEMORY_FRACTION = 0.87
@@ -378,23 +353,3 @@ STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
     ("megatron-te", "H100", "fp8"): 0.797,
     ("pytorch-fsdp", "A100", "bf16"): 0.755,
 }
-
-
-# SMs the expert-parallel token transfers hold while compute runs beside them (sim/stages.py
-# _ep_overlap), by dispatcher: DeepEP's normal kernels 24 (DeepEP README, Buffer.set_num_sms(24);
-# DeepSeek-V3 report section 3.2.2: "only 20 SMs are sufficient"); NCCL's all-to-all and
-# all-gather one block per channel, at most 32 channels (NCCL_MAX_NCHANNELS / NCCL_MAX_P2P_NCHANNELS
-# default MAXCHANNELS = 32, NCCL environment-variable docs).
-EP_COMM_SMS = {"deepep": 24, "alltoall": 32, "allgather": 32}
-
-# GPU idle per dropless MoE layer forward and micro-batch in a PyTorch stack: the dispatcher
-# copies the token counts to the host and synchronizes (Megatron-Core token_dispatcher.py: the
-# all-to-all dispatcher before its all-to-all, the all-gather one with .cpu(), DeepEP with
-# .item(), HybridEP sizing its buffers; TE GroupedLinear's m_splits.tolist()), so the queue drains
-# and the GPU waits while the host prepares the dispatch and refills it. Measured, not fitted: a
-# rank-0 Nsight Systems profile of Qwen3-30B-A3B on 16 H100 (BF16, EP16, MBS 1, GBS 1024: 64
-# micro-batches x 48 MoE layers a step, HybridEP, no EP overlap) has a GPU-active union of
-# 22.821 s in a 24.7138 s step (Megatron-Bridge skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md
-# l.60-90 @067f987); the rest, 1.893 s, is this idle, 0.62 ms a layer. EP overlap's other
-# micro-batch fills it (the same profile with overlap on has no idle: 21.221 s active in 20.992 s).
-MOE_SYNC_IDLE_S = (24.7138 - 22.821) / (64 * 48)

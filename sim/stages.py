@@ -166,8 +166,10 @@ def _ep_overlap(fwd: tuple[Segment, ...], bwd: tuple[Segment, ...], sm_share: fl
     layer's forward for one micro-batch runs beside its backward for another, each pass's
     expert-parallel dispatch and combine under the other pass's compute. What a pass's EP
     transfers take beyond the other pass's compute stays exposed, spread over them; the compute
-    they hide behind runs on the SMs they leave (*sm_share* of them busy moving tokens), so each
-    hidden second costs sm_share / (1 - sm_share) of compute, charged to the pass."""
+    they hide behind runs slower beside them: on the SMs they leave (*sm_share* of them busy
+    moving tokens: sm_share / (1 - sm_share) of compute a hidden second) and, on a GPU, never
+    faster than the measured ``cal.EP_OVERLAP_SLOWDOWN`` a hidden second (their HBM and L2
+    traffic too), charged to the pass."""
     def hide(own: tuple[Segment, ...], other: tuple[Segment, ...]) -> tuple[Segment, ...]:
         ep = sum(x.seconds for x in own if x.group in ("ep", "etp"))
         if ep <= 0:
@@ -176,7 +178,7 @@ def _ep_overlap(fwd: tuple[Segment, ...], bwd: tuple[Segment, ...], sm_share: fl
         keep = max(0.0, ep - budget) / ep
         hidden = ep * (1 - keep)
         out = tuple(_scale(x, keep) if x.group in ("ep", "etp") else x for x in own)
-        slowed = hidden * sm_share / (1 - sm_share)
+        slowed = hidden * max(sm_share / (1 - sm_share), cal.EP_OVERLAP_SLOWDOWN if sm_share else 0.0)
         return out + ((Segment("compute", slowed),) if slowed > 0 else ())
     return hide(fwd, bwd), hide(bwd, fwd)
 

@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hardware",),                                     # chip catalogue
     ("software", "topology_spec", "compute"),          # stack profiles; topology specs; kernel formulas
     #                                                    and fits (compute.kernels, compute.tables)
+    ("calibration_moe",),                              # the MoE kernels' and EP overlap's constants
     ("calibration", "precision"),                      # fitted constants; training precisions
     ("compute.folder_fit",),                           # those fits on a folder of your own tables
     ("config",),                                       # YAML -> typed scenario
