@@ -259,24 +259,34 @@ def _auto_attention(chip: Chip) -> str:
     return "flash-attention-2" if chip.arch == "ampere" else "cudnn"
 
 
+# Kernels only some chips run: the TPU's own, and CUDA kernels written for one architecture.
+_TPU_ATTENTION = ("splash", "xla")
+_ARCH_ONLY = {"flash-attention-3": "hopper", "flash-attention-4": "blackwell"}
+
+
+def _runnable(chip: Chip) -> str:
+    """The attention kernels *chip* runs, as a message lists them."""
+    if chip.is_tpu:
+        return ", ".join(_TPU_ATTENTION)
+    return ", ".join(k for k in ATTENTION_KERNELS
+                     if k != "splash" and _ARCH_ONLY.get(k, chip.arch) == chip.arch)
+
+
 def _check_attention(attention: str, chip: Chip, where: str) -> None:
     gpu = not chip.is_tpu
     if gpu and attention == "splash":
         raise ConfigError(f"{where}: 'splash' is a TPU (Pallas) kernel, not one {chip.name} can run; "
-                          "valid on GPUs: cudnn, flash-attention-2, flash-attention-3, xla, triton, flex")
-    if not gpu and attention in ("cudnn", "flash-attention-2", "flash-attention-3", "flash-attention-4",
-                                 "triton", "flex"):
+                          f"valid on GPUs: {_runnable(chip)}")
+    if not gpu and attention not in _TPU_ATTENTION:
         raise ConfigError(f"{where}: {attention!r} is a CUDA kernel, not one {chip.name} can run; "
-                          "valid on TPUs: splash, xla")
+                          f"valid on TPUs: {_runnable(chip)}")
     if attention == "flash-attention-3" and chip.arch != "hopper":
         raise ConfigError(f"{where}: flash-attention-3 is a Hopper kernel (wgmma, TMA; Shah et al. "
-                          f"2024); {chip.name} is {chip.arch.capitalize()}; valid: cudnn, "
-                          "flash-attention-2, xla, triton, flex")
+                          f"2024); {chip.name} is {chip.arch.capitalize()}; valid: {_runnable(chip)}")
     if attention == "flash-attention-4" and chip.arch != "blackwell":
-        fa3 = " flash-attention-3," if chip.arch == "hopper" else ""
         raise ConfigError(f"{where}: flash-attention-4 is a Blackwell kernel (tcgen05, TMEM; the "
                           f"CuTe DSL FlashAttention); {chip.name} is {chip.arch.capitalize()}; valid: "
-                          f"cudnn, flash-attention-2,{fa3} xla, triton, flex")
+                          f"{_runnable(chip)}")
 
 
 def resolve_software(framework: str | None, attention: str | None, chip: Chip,

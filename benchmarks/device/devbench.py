@@ -3,6 +3,7 @@ validation/compute/README.md (CUDA events around one call, 3 warm-ups, median of
 written row by row, a run-wide deadline. Not a test module; runs only inside those scripts."""
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import statistics
@@ -107,6 +108,18 @@ def setup(out: str | None, dry_run: bool, prefix: str) -> bool:
     torch.manual_seed(0)
     log(f"out={S.out_dir} device={S.dev} dry_run={dry_run}")
     return True
+
+
+def start(doc: str, prefix: str, deadline_s: float | None = None) -> argparse.Namespace | None:
+    """A script's command line (--out, --dry-run), its deadline and setup: the parsed arguments, or
+    None when a real run finds no CUDA device (the caller exits 2)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT"))
+    ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, every code path a CPU runs")
+    args = ap.parse_args()
+    if deadline_s is not None:
+        S.deadline_s = deadline_s
+    return args if setup(args.out, args.dry_run, prefix) else None
 
 
 def run_sections(sections) -> None:

@@ -18,21 +18,19 @@ Method, as validation/compute/README.md states it: CUDA events around one call, 
 happens before them, untimed), the median of 10 timed calls (5 for fwd+bwd); random bf16 inputs N(0,1).
 torch.compile in its default mode with static shapes, compiled afresh for each case (AutoModel asks for
 max-autotune-no-cudagraphs, whose autotuning would not fit the device time here: the times are those of
-the default kernel configuration). One row per
-case, written as soon as it is timed; a case that fails writes its error in `note`.
+the default kernel configuration). One row per case, written as soon as it is timed; a case that
+fails writes its error in `note`.
 
 Files under --out: flex_attention.csv, env.json, log.txt.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
-from devbench import S, Table, bench, late, log, rnd, run_sections, setup, short
+from devbench import S, Table, bench, late, log, rnd, run_sections, short, start, sync
 from h100_kernels_extra import write_env
 
 COLUMNS = ["impl", "model", "mask", "window", "sinks", "batch", "seq", "heads", "kv_heads", "head_dim",
@@ -84,7 +82,7 @@ def flex_case(tab: Table, model: str, b: int, s: int, heads: int, kv: int, d: in
         return torch.autograd.grad(fwd(), (q, k, v, w) if sinks else (q, k, v), dout)
 
     fwd_bwd()  # compiles the forward and the backward kernels, untimed
-    S_sync()
+    sync()
     compile_s = time.monotonic() - t0
     flops = useful_flops(b, s, heads, d, window)
     for pas, fn, reps, f in (("fwd", fwd, 10, flops), ("fwd+bwd", fwd_bwd, 5, 3.5 * flops)):
@@ -115,11 +113,6 @@ def sdpa_case(tab: Table, model: str, b: int, s: int, heads: int, kv: int, d: in
         for pas, fn, reps, f in (("fwd", fwd, 10, flops), ("fwd+bwd", fwd_bwd, 5, 3.5 * flops)):
             us = bench(fn, reps=reps)
             tab.row(**base, **{"pass": pas}, time_us=round(us, 2), tflops=round(f / us / 1e6, 1))
-
-
-def S_sync() -> None:
-    if S.dev.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def section(cases) -> None:
@@ -157,12 +150,8 @@ def plan(dry: bool):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT"))
-    ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, every code path a CPU runs")
-    args = ap.parse_args()
-    S.deadline_s = 300.0
-    if not setup(args.out, args.dry_run, "h100_flex_"):
+    args = start(__doc__, "h100_flex_", 300.0)
+    if args is None:
         return 2
     run_sections([("env", lambda: write_env(args.dry_run)), ("flex", lambda: section(plan(args.dry_run)))])
     return 0

@@ -23,7 +23,6 @@ forced, as attention.csv: MLA head dims 192/128, head_dim 64 and 256), env.json,
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -31,7 +30,7 @@ import sys
 import time
 
 import torch
-from devbench import S, Table, bench, late, log, rel_err, rnd, run_sections, setup, short
+from devbench import S, Table, bench, late, log, rel_err, rnd, run_sections, short, start
 from h100_extra_moe_attn import section_attention, section_moe
 
 E4M3 = torch.float8_e4m3fn
@@ -286,11 +285,8 @@ def plan(dry: bool):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT"))
-    ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, every code path")
-    args = ap.parse_args()
-    if not setup(args.out, args.dry_run, "h100_extra_"):
+    args = start(__doc__, "h100_extra_")
+    if args is None:
         return 2
     p = plan(args.dry_run)
     sections = [("env", lambda: write_env(args.dry_run)), ("quantize", lambda: section_quantize(p["quant"])),

@@ -31,13 +31,11 @@ Files under --out:
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
-from devbench import S, Table, bench, late, log, rnd, run_sections, setup, short
+from devbench import S, Table, bench, late, log, rnd, run_sections, short, start
 from h100_kernels_extra import write_env
 
 E4M3 = torch.float8_e4m3fn
@@ -88,23 +86,30 @@ def section_grouped(shapes, tpes) -> None:
     tab = Table("moe_grouped_small.csv", ["model", "experts_local", "tokens_per_expert", "routing", "linear",
                                           "pass", "impl", "m_total", "max_rows", "n", "k", "time_us", "tflops",
                                           "note"])
+    for model, h, f, el, tpe in expert_grid("grouped", shapes, tpes):
+        for routing in ("balanced", "multinomial"):
+            counts = (torch.full((el,), tpe, device=S.dev, dtype=torch.int64) if routing == "balanced"
+                      else routed_counts(el, el * tpe))
+            offs, rows, mx = offsets(counts), int(counts.sum()), int(counts.max())
+            for linear, n, k in (("up", 2 * f, h), ("down", h, f)):
+                base = dict(model=model, experts_local=el, tokens_per_expert=tpe, routing=routing,
+                            linear=linear, m_total=rows, max_rows=mx)
+                grouped_case(tab, base, el, rows, n, k, offs, counts, routing)
+
+
+def expert_grid(name: str, shapes, tpes):
+    """Each (model, hidden, expert width, experts per rank, tokens per expert) of *shapes* x *tpes* until
+    the deadline; the GPU's cache freed after each, each model's experts logged when done."""
     for model, h, f, locals_ in shapes:
         for el in locals_:
             for tpe in tpes:
                 if late():
-                    log("grouped: deadline, skipping the remaining cases")
+                    log(f"{name}: deadline, skipping the remaining cases")
                     return
-                for routing in ("balanced", "multinomial"):
-                    counts = (torch.full((el,), tpe, device=S.dev, dtype=torch.int64) if routing == "balanced"
-                              else routed_counts(el, el * tpe))
-                    offs, rows, mx = offsets(counts), int(counts.sum()), int(counts.max())
-                    for linear, n, k in (("up", 2 * f, h), ("down", h, f)):
-                        base = dict(model=model, experts_local=el, tokens_per_expert=tpe, routing=routing,
-                                    linear=linear, m_total=rows, max_rows=mx)
-                        grouped_case(tab, base, el, rows, n, k, offs, counts, routing)
+                yield model, h, f, el, tpe
                 if S.dev.type == "cuda":
                     torch.cuda.empty_cache()
-            log(f"grouped {model} x{el} done")
+            log(f"{name} {model} x{el} done")
 
 
 def grouped_case(tab, base, el, rows, n, k, offs, counts, routing) -> None:
@@ -148,18 +153,10 @@ def quantize_rows(x):
 def section_fp8(shapes, tpes) -> None:
     tab = Table("moe_fp8_experts.csv", ["model", "experts_local", "tokens_per_expert", "linear", "impl", "m_total",
                                         "n", "k", "time_us", "tflops", "note"])
-    for model, h, f, locals_ in shapes:
-        for el in locals_:
-            for tpe in tpes:
-                if late():
-                    log("fp8: deadline, skipping the remaining cases")
-                    return
-                for linear, n, k in (("up", 2 * f, h), ("down", h, f)):
-                    fp8_case(tab, dict(model=model, experts_local=el, tokens_per_expert=tpe, linear=linear,
-                                       m_total=el * tpe, n=n, k=k), el, tpe, n, k)
-                if S.dev.type == "cuda":
-                    torch.cuda.empty_cache()
-            log(f"fp8 {model} x{el} done")
+    for model, h, f, el, tpe in expert_grid("fp8", shapes, tpes):
+        for linear, n, k in (("up", 2 * f, h), ("down", h, f)):
+            fp8_case(tab, dict(model=model, experts_local=el, tokens_per_expert=tpe, linear=linear,
+                               m_total=el * tpe, n=n, k=k), el, tpe, n, k)
 
 
 def fp8_case(tab, base, el, tpe, n, k) -> None:
@@ -287,12 +284,8 @@ def plan(dry: bool):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT"))
-    ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, every code path a CPU runs")
-    args = ap.parse_args()
-    S.deadline_s = 240.0
-    if not setup(args.out, args.dry_run, "h100_moe_"):
+    args = start(__doc__, "h100_moe_", 240.0)
+    if args is None:
         return 2
     p = plan(args.dry_run)
     sections = [("env", lambda: write_env(args.dry_run)), ("layer", lambda: section_layer(p["layers"])),

@@ -77,15 +77,25 @@ def validate_folder(folder: Path, chip: Chip) -> tuple[list[ComputeRow], list[Co
     groups: dict[tuple[str, str, str], list[float]] = {}
     for c in load_cases(folder):
         for split, f in (("fit", fit), ("bundled", None)):
-            pred = predict_case(c, chip, f)
-            err = abs(pred / c.time_s - 1) * 100
-            rows.append(ComputeRow(chip.name, split, c.table, c.kind, c.label, c.time_s, pred, err))
-            group = _group(c)
-            groups.setdefault((chip.name, split, group), []).append(err)
-            if group.startswith("gemm-"):
-                groups.setdefault((chip.name, split, "gemm>=50us"), []).append(err)
-    return rows, [ComputeSummary(g, s, grp, len(v), median(v), p90(v))
-                  for (g, s, grp), v in sorted(groups.items())]
+            _record(rows, groups, chip.name, split, c, predict_case(c, chip, f))
+    return rows, _summaries(groups)
+
+
+def _record(rows: list[ComputeRow], groups: dict[tuple[str, str, str], list[float]], gpu: str,
+            split: str, c: KernelCase, pred: float) -> float:
+    """One row's prediction into *rows* and its |error| (%) into its summary groups (the single
+    GEMMs' dtype group and their all-dtype one); the |error| back."""
+    err = abs(pred / c.time_s - 1) * 100
+    rows.append(ComputeRow(gpu, split, c.table, c.kind, c.label, c.time_s, pred, err))
+    group = _group(c)
+    groups.setdefault((gpu, split, group), []).append(err)
+    if group.startswith("gemm-"):
+        groups.setdefault((gpu, split, "gemm>=50us"), []).append(err)
+    return err
+
+
+def _summaries(groups: dict[tuple[str, str, str], list[float]]) -> list[ComputeSummary]:
+    return [ComputeSummary(g, s, grp, len(v), median(v), p90(v)) for (g, s, grp), v in sorted(groups.items())]
 
 
 def _group(c: KernelCase) -> str:
@@ -122,19 +132,11 @@ def validate_compute(data_dir: Path) -> tuple[list[ComputeRow], list[ComputeSumm
             raise ConfigError(f"{folder}: no kernel table in it (attention.csv, gemm_*.csv, ...)")
         for c in cases:
             split = _split(folder.name, c)
-            pred = predict_case(c, chip)
-            err = abs(pred / c.time_s - 1) * 100
-            rows.append(ComputeRow(folder.name, split, c.table, c.kind, c.label, c.time_s, pred, err))
-            group = _group(c)
-            groups.setdefault((folder.name, split, group), []).append(err)
-            if group.startswith("gemm-"):
-                groups.setdefault((folder.name, split, "gemm>=50us"), []).append(err)
+            err = _record(rows, groups, folder.name, split, c, predict_case(c, chip))
             if c.kind == "gemm" and chip.arch == "blackwell" and c.time_s >= FIT_MIN_S:
                 # the published Blackwell GEMM tables are mostly shorter than 50 us
                 groups.setdefault((folder.name, split, f"gemm-{c.key}>=20us"), []).append(err)
             if c.kind == "attention" and chip.arch == "blackwell":
                 family = _SHORT[c.key.split(" ")[0]]
                 groups.setdefault((folder.name, split, f"attention {family}"), []).append(err)
-    summaries = [ComputeSummary(g, s, grp, len(v), median(v), p90(v))
-                 for (g, s, grp), v in sorted(groups.items())]
-    return rows, summaries
+    return rows, _summaries(groups)
