@@ -42,7 +42,8 @@ def schedule_of(scn: Scenario, wl: Workload) -> Schedule:
     """The pipeline schedule *scn*'s parallelism runs *wl*'s micro-batches with."""
     par = scn.parallelism
     return Schedule(pp=par.pp, vs=par.virtual_stages, micro=wl.microbatches,
-                    schedule_kind=par.schedule, group=par.microbatch_group)
+                    schedule_kind=par.schedule, group=par.microbatch_group,
+                    flushes=par.pipeline_flushes)
 
 
 @dataclass(frozen=True, eq=False)

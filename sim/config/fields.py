@@ -139,6 +139,7 @@ _MAX_INT: dict[str, int] = {
     "seq_len": 100_000_000,          # 100 M tokens per sequence
     "global_batch": 1_000_000_000, "micro_batch": 1_000_000,
     "tp": 1_000_000, "pp": 100_000, "cp": 1_000_000, "ep": 1_000_000, "virtual_stages": 10_000,
+    "pipeline_flushes": 1_000_000,
     "zero_group": 1_000_000, "slices": 1_000,
     "monte_carlo_runs": 100_000,     # the failure Monte Carlo: 100 runs give 5-95% bands
     "seed": 2**63 - 1,

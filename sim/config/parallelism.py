@@ -98,12 +98,20 @@ def read_parallelism(s: Section, cluster: ClusterConfig) -> ParallelismConfig:
         raise ConfigError(f"{s.at('microbatch_group')}: {mgroup} micro-batches per round need "
                           f"schedule: interleaved and at least pp = {pp}; got schedule "
                           f"{schedule!r}; valid: an integer >= {pp} with the interleaved schedule")
+    # Pipeline schedules run one after another within a step, each its own fill and drain: NeMo
+    # AutoModel and torchtitan accumulate gradients over local batches, one
+    # torch.distributed.pipelining schedule.step() each (n_microbatches = local_batch_size /
+    # pp_microbatch_size; AutoModel recipes/llm/train_ft.py _run_train_optim_step,
+    # components/distributed/pipelining/functional.py build_pipeline_schedule). Megatron runs every
+    # micro-batch of the step in one schedule (1).
+    flushes = s.integer("pipeline_flushes", 1)
     return ParallelismConfig(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp=dp, zero=zero, schedule=schedule,
                              virtual_stages=vs, sequence_parallel=s.flag("sequence_parallel", True),
                              zero_group=0 if group is None or group == dp else group,
                              stage_layers=stage_layers, first_stage_layers=first,
                              last_stage_layers=last,
-                             microbatch_group=0 if mgroup is None or mgroup == pp else mgroup)
+                             microbatch_group=0 if mgroup is None or mgroup == pp else mgroup,
+                             pipeline_flushes=flushes)
 
 
 def _stage_layers(s: Section, pp: int, vs: int) -> tuple[int, ...]:
@@ -226,12 +234,17 @@ def plan_problem(par: ParallelismConfig, model: ModelSpec, tr: TrainingConfig) -
         return (f"training.global_batch: {tr.global_batch} is not divisible by micro_batch x dp "
                 f"= {tr.micro_batch} x {par.dp}; valid: a multiple of {per_step}")
     batch = tr.global_batch if tr.global_batch is not None else _default_batch(par, tr)
-    if par.virtual_stages > 1 and par.pp > 1 and (batch // per_step) % par.pp:
+    micro = batch // per_step
+    if micro % par.pipeline_flushes:
+        return (f"parallelism.pipeline_flushes: {par.pipeline_flushes} does not divide the {micro} "
+                f"micro-batches per step; valid: a divisor of {micro}")
+    micro //= par.pipeline_flushes                 # one schedule's micro-batches
+    if par.virtual_stages > 1 and par.pp > 1 and micro % par.pp:
         return (f"training.global_batch: interleaved pipelines need a number of "
-                f"micro-batches divisible by pp = {par.pp}")
-    if par.microbatch_group and (batch // per_step) % par.microbatch_group:
+                f"micro-batches per schedule divisible by pp = {par.pp}, got {micro}")
+    if par.microbatch_group and micro % par.microbatch_group:
         return (f"parallelism.microbatch_group: {par.microbatch_group} does not divide the "
-                f"{batch // per_step} micro-batches per step; valid: a divisor of them, >= pp")
+                f"{micro} micro-batches per schedule; valid: a divisor of them, >= pp")
     return None
 
 

@@ -121,6 +121,9 @@ class ParallelismConfig:
     first_stage_layers: int | None = None # as given (Megatron --decoder-first-pipeline-num-layers)
     last_stage_layers: int | None = None  # as given (Megatron --decoder-last-pipeline-num-layers)
     microbatch_group: int = 0             # interleaved: micro-batches per round (Llama 3's N); 0: pp
+    pipeline_flushes: int = 1             # pipeline schedules a step runs one after another, each
+                                          # filled and drained (gradient accumulation over
+                                          # torch.distributed.pipelining's schedule.step calls)
     sizes: PlanSizes | None = None        # derived; None: the plan breaks a rule (plan_error)
     plan_error: str = ""                  # "FILE: FIELD: what is wrong" of the first rule broken
 
@@ -301,7 +304,8 @@ SECTION_KEYS: dict[str, frozenset[str]] = {
                            "vocab_tiling"}),
     "parallelism": frozenset({"tp", "pp", "cp", "ep", "etp", "zero", "zero_group", "schedule",
                               "virtual_stages", "sequence_parallel", "stage_layers",
-                              "first_stage_layers", "last_stage_layers", "microbatch_group"}),
+                              "first_stage_layers", "last_stage_layers", "microbatch_group",
+                              "pipeline_flushes"}),
     "software": frozenset({"framework", "attention", "moe_dispatcher", "ep_overlap", "kernel_tables"}),
     "cost": frozenset({"usd_per_chip_hour"}),
     "stragglers": frozenset(StragglersConfig.__slots__),

@@ -65,7 +65,7 @@ def fast_step(plan: list[StagePlan], schedule: Schedule) -> EngineResult:
     pp = schedule.pp
     done: dict[tuple[str, int, int], float] = {}
     lanes = [_lane(schedule_steps(schedule.schedule_kind, st, pp, schedule.micro, schedule.vs,
-                                  schedule.group), plan[st]) for st in range(pp)]
+                                  schedule.group, schedule.flushes), plan[st]) for st in range(pp)]
     # PERF: a stage plays until it waits on a step not yet played, then sleeps until that step
     # is (instead of every stage tried round after round); each stage's times depend only on
     # its dependencies' ends, so the order stages are played in changes nothing.

@@ -20,6 +20,7 @@ class Schedule:
     micro: int
     schedule_kind: str
     group: int = 0
+    flushes: int = 1              # schedules of micro / flushes micro-batches, one after another
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ class StepEngine:
         self.plan, self.pp, self.vs, self.micro = plan, pp, vs, micro
         self.schedule_kind = schedule.schedule_kind
         self.group = schedule.group       # interleaved: micro-batches per round (0: pp)
+        self.flushes = schedule.flushes
         self.ranks_per_stage = ranks_per_stage
         self.groups = groups if ranks_per_stage > 1 else None
         self.jitter = jitter
@@ -159,7 +160,8 @@ class StepEngine:
         sp = r.plan
         queue: simpy.Store = simpy.Store(self.env)
         dp_proc = self.env.process(self.dp_stream(r, queue))
-        steps = schedule_steps(self.schedule_kind, r.stage, self.pp, self.micro, self.vs, self.group)
+        steps = schedule_steps(self.schedule_kind, r.stage, self.pp, self.micro, self.vs, self.group,
+                               self.flushes)
         last_b = {c: max(m for k, m, cc in steps if k == "B" and cc == c) for c in range(self.vs)}
         for n_step, (kind, m, c) in enumerate(steps):
             g = c * self.pp + r.stage                     # global model chunk

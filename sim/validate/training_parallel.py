@@ -24,6 +24,7 @@ from .training_rules import (
     _ICI_FSDP,
     _MULTISLICE,
     _NO_SEQUENCE_PARALLEL_SOURCES,
+    _PIPELINE_FLUSHES,
     _SLICES_IN_ROW,
     _ZERO_RULES,
     _first,
@@ -43,6 +44,8 @@ def parallelism(r: RowReader, chips: int, model: dict[str, Any]) -> tuple[dict[s
     if par["zero"] >= 1 and (group := _zero_group(r, zero_text, dp, slices)) is not None:
         par["zero_group"] = group
     par.update(_schedule(r, model["layers"], par["pp"]))
+    if par["pp"] > 1 and (flushes := _flushes(r)) > 1:
+        par["pipeline_flushes"] = flushes
     if (sp := _sequence_parallel(r, par["tp"])) is not None:
         par["sequence_parallel"] = sp
     return par, slices
@@ -163,6 +166,18 @@ def _schedule(r: RowReader, layers: int, pp: int) -> dict[str, Any]:
             return out
         return {**out, **_uneven_stages(r, layers, pp, vs)}
     return {"schedule": "1f1b"}
+
+
+def _flushes(r: RowReader) -> int:
+    """Pipeline schedules per step: the published gradient-accumulation steps on a stack that
+    runs each as its own schedule (``_PIPELINE_FLUSHES``), else 1."""
+    source, pattern, why = _PIPELINE_FLUSHES
+    if not re.search(source, r.cell("source_url")) or not (m := re.search(pattern, r.notes)):
+        return 1
+    flushes = int(m.group(1))
+    if flushes > 1:
+        r.assumptions.append(f"pipeline_flushes = {flushes} ({m.group(0)}): {why}")
+    return flushes
 
 
 def _uneven_stages(r: RowReader, layers: int, pp: int, vs: int) -> dict[str, Any]:

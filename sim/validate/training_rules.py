@@ -212,6 +212,12 @@ _EXACT_ROUTING_NOTES = r"[Ff]ake balanced gate"   # AutoModel: a round-robin ass
 _DEEPEP_NOTES = r"DeepEP"
 # A stack column naming PyTorch FlexAttention (AutoModel's gpt-oss rows: "TE + DeepEP + FlexAttn").
 _FLEX_NOTES = r"FlexAttn"
+# Stacks whose gradient accumulation runs one torch.distributed.pipelining schedule per local batch
+# (source URL pattern, notes pattern of the accumulation steps, why): each fills and drains the
+# pipeline (parallelism.pipeline_flushes). Megatron's "GA=" is its micro-batches in one schedule.
+_PIPELINE_FLUSHES = (r"NVIDIA-NeMo/Automodel", r"\bGA (\d+)\b",
+                     "NeMo AutoModel runs one pipeline schedule.step() per local batch "
+                     "(recipes/llm/train_ft.py _run_train_optim_step @36044ad3)")
 # head_dim facts for model families whose head_dim is not hidden / heads (model.head_dim).
 _HEAD_DIM_FACTS: tuple[tuple[str, int, str], ...] = (
     (r"qwen3", 128, "Qwen3 config.json: head_dim 128"),

@@ -137,6 +137,13 @@ class Layout:
         """Every expert data-parallel group of *stage*, ordered by (ep, etp) rank."""
         return self._expert_grid(stage).transpose(1, 2, 0).reshape(-1, self.edp).tolist()
 
+    def expert_shard_groups(self, stage: int = 0) -> list[list[int]]:
+        """Ranks that split one copy of the routed experts' ZeRO-sharded state, every such group
+        of *stage*: each expert data-parallel group, cut into the expert ranks of one shard group
+        under hybrid sharding (``ParallelismConfig.expert_shard_ranks``)."""
+        n = max(1, self.edp * self.shard_dp // self.dp)
+        return [g[i:i + n] for g in self.edp_groups(stage) for i in range(0, self.edp, n)]
+
     def dp_groups(self, stage: int = 0) -> list[list[int]]:
         return self._grid(stage).transpose(2, 0, 1).reshape(self.tp, -1).tolist()
 

@@ -37,10 +37,14 @@ Step = tuple[str, int, int]          # ("F" | "B", micro-batch, chunk on this st
 
 @functools.lru_cache(maxsize=4096)
 def schedule(kind: str, stage: int, pp: int, micro: int, vs: int = 1,
-             group: int = 0) -> tuple[Step, ...]:
+             group: int = 0, flushes: int = 1) -> tuple[Step, ...]:
     """The stage's steps in order (memoised: the plan search asks for the same ones often).
-    *group*: micro-batches per round of the interleaved schedule (0: pp)."""
-    return tuple(_schedule(kind, stage, pp, micro, vs, group or pp))
+    *group*: micro-batches per round of the interleaved schedule (0: pp). *flushes*: schedules
+    of micro / flushes micro-batches each, played one after another (each fills and drains the
+    pipeline; ``ParallelismConfig.pipeline_flushes``), numbered on."""
+    per = micro // flushes
+    one = _schedule(kind, stage, pp, per, vs, group or pp)
+    return tuple((k, f * per + m, c) for f in range(flushes) for k, m, c in one)
 
 
 def _schedule(kind: str, stage: int, pp: int, micro: int, vs: int, group: int) -> list[Step]:
@@ -120,7 +124,7 @@ def stage_activation_peak_B(par: ParallelismConfig, layer_B: float, head_B: floa
     stores no activation of its own beyond the first layer's input, which *layer_B* counts."""
     kind = par.schedule
     vs = par.virtual_stages                     # 1 unless interleaved (the config's rule)
-    micro, pp = par.microbatches, par.pp
+    micro, pp = par.microbatches // par.pipeline_flushes, par.pp   # one schedule's (each drains)
     peak = 0.0
     seen: set[tuple[float, ...]] = set()
     for stage in range(pp):
