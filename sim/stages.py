@@ -230,9 +230,8 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     # ZeRO-3 shards the routed experts over their expert shard group too (sim/workload/memory.py),
     # so each pass gathers them there before their GEMMs, beside the dense weights' gather
     # (FSDP2 wraps the experts on the expert-sharding mesh dimension: dp_shard / ep).
-    expert_group = lay.expert_shard_groups(stage)[0]
-    if fsdp and expert_bytes and len(expert_group) > 1:
-        gather += net.time("allgather", expert_bytes, expert_group).time_s
+    if fsdp and expert_bytes and lay.expert_shard > 1:
+        gather += net.time("allgather", expert_bytes, lay.expert_shard_group(stage)).time_s
     chunk_layers = tuple(par.stage_chunk_layers(stage))
     layers = sum(chunk_layers)                        # this stage's real layers
     params = wl.stage_params(stage) + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
@@ -307,10 +306,9 @@ def _stage_loads(net: CollectiveModel, lay: Layout, stage: int, wl: Workload, dp
     out: dict[str, Traffic | None] = {"dp_traffic": dp_total, "replica_traffic": rep_load}
     if dp.gather_s:
         ag = collective_traffic(net, "allgather", dp.grad_bytes, shards, label="dp")
-        expert_groups = lay.expert_shard_groups(stage)
-        if dp.expert_bytes and len(expert_groups[0]) > 1:
-            ag = ag.then(collective_traffic(net, "allgather", dp.expert_bytes, expert_groups,
-                                            label="dp"))
+        if dp.expert_bytes and lay.expert_shard > 1:
+            ag = ag.then(collective_traffic(net, "allgather", dp.expert_bytes,
+                                            lay.expert_shard_groups(stage), label="dp"))
         out["fsdp_fwd"] = ag
         out["fsdp_bwd"] = ag.then(dp_load) if dp_load is not None else ag
     if dp.param_gather_s:

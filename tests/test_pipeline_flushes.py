@@ -22,6 +22,7 @@ from sim.validate.training_map import map_runs
 from sim.validate.training_parallel import parallelism
 from sim.validate.training_rows import RowReader
 from sim.workload.layout import Layout
+from sim.workload.memory import memory_per_chip
 from sim.workload.schedules import peak_in_flight, schedule
 from sim.workload.transformer import build_workload
 
@@ -96,7 +97,6 @@ def test_activation_memory_follows_one_schedules_micro_batches() -> None:
     # pp 4, 4 micro-batches a schedule: stage 0 holds 4 in flight; 2 a schedule: only 2.
     one = build_workload(_scn({"tp": 8, "pp": 4}, batch=8))
     two = build_workload(_scn({"tp": 8, "pp": 4, "pipeline_flushes": 4}, batch=8))
-    from sim.workload.memory import memory_per_chip
     assert memory_per_chip(two).activations_B < memory_per_chip(one).activations_B
 
 

@@ -137,11 +137,20 @@ class Layout:
         """Every expert data-parallel group of *stage*, ordered by (ep, etp) rank."""
         return self._expert_grid(stage).transpose(1, 2, 0).reshape(-1, self.edp).tolist()
 
+    @property
+    def expert_shard(self) -> int:
+        """Ranks that split one copy of the routed experts' ZeRO-sharded state: the expert data-
+        parallel ranks of one shard group (``ParallelismConfig.expert_shard_ranks``)."""
+        return max(1, self.edp * self.shard_dp // self.dp)
+
+    def expert_shard_group(self, stage: int = 0) -> list[int]:
+        """The first expert shard group of *stage* (``expert_shard`` ranks of its EDP group)."""
+        return self.edp_group(stage)[:self.expert_shard]
+
     def expert_shard_groups(self, stage: int = 0) -> list[list[int]]:
-        """Ranks that split one copy of the routed experts' ZeRO-sharded state, every such group
-        of *stage*: each expert data-parallel group, cut into the expert ranks of one shard group
-        under hybrid sharding (``ParallelismConfig.expert_shard_ranks``)."""
-        n = max(1, self.edp * self.shard_dp // self.dp)
+        """Every expert shard group of *stage*: each expert data-parallel group, cut into the
+        expert ranks of one shard group under hybrid sharding."""
+        n = self.expert_shard
         return [g[i:i + n] for g in self.edp_groups(stage) for i in range(0, self.edp, n)]
 
     def dp_groups(self, stage: int = 0) -> list[list[int]]:
