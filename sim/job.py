@@ -25,6 +25,7 @@ from .topology import Topology, build_topology, paused_gc
 from .workload.layout import Layout
 from .workload.memory import MemoryBreakdown, check_fits, memory_per_chip
 from .workload.transformer import Workload, build_workload
+from .workload.xla_remat import xla_fit
 
 __all__ = ["Job", "Neighbour", "resolve_job", "schedule_of", "EVENTS_PER_S", "DEFAULT_MAX_EVENTS"]
 
@@ -123,7 +124,7 @@ def resolve_job(scn: Scenario, *, topo: Topology | None = None, net: CollectiveM
     be played, for the work guard; *max_events*: its limit (None: none). *freeze* is called once
     the topology and its link tables are built (``sim.topology.frozen_gc``)."""
     wl = build_workload(scn)
-    mem = memory_per_chip(wl)
+    scn, wl, mem = xla_fit(scn, wl, memory_per_chip(wl))
     check_fits(wl, mem)
     other = scn.neighbour
     with paused_gc():

@@ -221,6 +221,7 @@ def plan(req: PlanRequest,
     from .stages import plan_stages
     from .workload.memory import check_fits, memory_per_chip
     from .workload.transformer import build_workload
+    from .workload.xla_remat import xla_fit
 
     track = progress or (lambda it, n, d: it)
     if req.tokens <= 0 or req.days <= 0:
@@ -241,7 +242,7 @@ def plan(req: PlanRequest,
                 try:
                     scn = scenario_from_dict(_scenario(req, topology, chips, lay, global_batch, gpu), "plan")
                     wl = build_workload(scn)
-                    mem = memory_per_chip(wl)
+                    scn, wl, mem = xla_fit(scn, wl, memory_per_chip(wl))
                     check_fits(wl, mem)
                 except SimError as e:
                     reasons.append(str(e))

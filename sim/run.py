@@ -61,5 +61,6 @@ def run(scenario: Scenario, seed: int | None = None, *, steps: int = 1, trace: b
         if scenario.failures.tokens is not None:
             failures_time = time_to_train(scenario.failures.tokens, step.tokens_per_s, failures.goodput)
     cost = cost_summary(scenario, step.tokens_per_s, failures.goodput if failures else None)
-    return RunResult(scenario, step, cost, played.stragglers, played.shared, distribution, failures,
+    # job.scenario: the scenario as it runs (XLA's rematerialization may have changed its policy)
+    return RunResult(job.scenario, step, cost, played.stragglers, played.shared, distribution, failures,
                      failures_time, tuple(played.engine.intervals) if trace else None)

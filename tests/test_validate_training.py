@@ -183,7 +183,7 @@ def test_tflops_inverted_with_the_source_convention(data: Path) -> None:
     ratio = palm_flops_per_token(model, 8192) / flops_per_token(model, 8192, FLOPS_CONVENTIONS["palm+logits"])
     assert v.measured.mfu == pytest.approx(300 / 459 * ratio, rel=1e-12)
     assert v.scenario is not None and v.scenario["parallelism"]["zero"] == 3
-    assert v.scenario["parallelism"]["tp"] == 4 and v.scenario["training"]["recompute"] == "selective"
+    assert v.scenario["parallelism"]["tp"] == 4 and v.scenario["training"]["remat_policy"] == "minimal"
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -377,6 +377,14 @@ def test_real_mapping_rules(real: dict[str, MappedRun]) -> None:
     v4 = real["maxtext-v4-22B-8xv4-128"]                            # ici_fsdp_parallelism=64
     assert par(v4.id)["zero_group"] == 64 and v4.scenario["cluster"]["slices"] == 8  # type: ignore[index]
     assert "zero_group" not in par("maxtext-cfg-v5p-32B-1xv5p-128")   # one slice: plain FSDP
+    # MaxText's per_device_batch_size: a tensor-parallel group runs tp x it in one pass (no
+    # gradient accumulation); without tensor parallelism the column is the micro-batch as it is.
+    v5p64 = real["maxtext-cfg-v5p-64B-1xv5p-128"].scenario                # pdb 3, tp 4, 64 chips
+    assert v5p64 is not None and v5p64["training"]["micro_batch"] == 12
+    assert v5p64["training"]["global_batch"] == 3 * 64                  # one pass per step
+    assert real["maxtext-v5e-64B-1x256"].scenario["training"]["micro_batch"] == 2  # type: ignore[index]
+    # remat_policy=minimal keeps no attention output: the per-tensor preset, not minimal_flash
+    assert v5p64["training"]["remat_policy"] == "minimal" and "recompute" not in v5p64["training"]
     v5e = real["maxtext-v5e-16B-1x256"]                                    # 64 heads x 128 != 4096
     assert v5e.scenario is not None and v5e.scenario["model"]["head_dim"] == 128
     assert "vTrain" in " ".join(real["vtrain-multi-016"].assumptions)
@@ -401,7 +409,7 @@ def test_real_mapping_rules(real: dict[str, MappedRun]) -> None:
     v = real["maxtext-cfg-v5p-32B-1xv5p-128"]
     assert v.topology == "tpu-v5p" and v.family == "TPU" and v.scenario is not None
     assert {k_: par(v.id)[k_] for k_ in ("tp", "pp", "zero")} == {"tp": 4, "pp": 1, "zero": 3}
-    assert v.scenario["training"]["recompute"] == "selective" and v.scenario["model"]["mlp"] == "swiglu"
+    assert v.scenario["training"]["remat_policy"] == "minimal" and v.scenario["model"]["mlp"] == "swiglu"
     assert real["maxtext-v5e-32B-1x256"].topology == "tpu-v5e"
     assert real["maxtext-a3-llama2-7b-1vm"].topology == "dgx-h100"
 

@@ -24,7 +24,7 @@ from .fields import show
 
 __all__ = ["LOCATIONS", "REMAT_PRESETS", "REMAT_TENSORS", "OPTIMIZER_STATES", "RECOMPUTE_MODULES",
            "LOGIT_BYTES",
-           "RematPolicy", "parse_remat_policy"]
+           "RematPolicy", "XLA_REMAT_TAG", "parse_remat_policy", "xla_rematerialized"]
 
 # ``training.logits_dtype``: the bytes of a logit the loss reads and its backward writes: fp32
 # where the loss upcasts them (Megatron's vocab-parallel cross entropy, PyTorch's default), bf16
@@ -113,3 +113,16 @@ def parse_remat_policy(raw: object, where: str) -> tuple[str, RematPolicy]:
 
 def _names() -> list[str]:
     return [*REMAT_TENSORS, *_ALIASES]
+
+
+# How a policy XLA's rematerialization extended names itself (sim.workload.xla_remat):
+# "<policy> + XLA remat: <tensor>, <tensor>".
+XLA_REMAT_TAG = " + XLA remat: "
+
+
+def xla_rematerialized(policy_name: str) -> tuple[str, ...]:
+    """The tensors XLA's rematerialization turned to ``remat`` in a policy of *policy_name*
+    (``training.remat_policy_name``); none where it changed nothing."""
+    if XLA_REMAT_TAG not in policy_name:
+        return ()
+    return tuple(policy_name.split(XLA_REMAT_TAG, 1)[1].split(", "))

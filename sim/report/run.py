@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..config.remat import xla_rematerialized
 from .text import top
 
 if TYPE_CHECKING:                 # type names only: importing the views stays as light as json
@@ -44,6 +45,8 @@ def step_json(r: RunResult) -> dict[str, Any]:
         del out["cost_usd_per_million_tokens"]
     if s.link_sharing_s is not None:
         out["link_sharing_s"] = s.link_sharing_s
+    if remat := xla_rematerialized(r.scenario.training.remat_policy_name):
+        out["xla_rematerialized"] = list(remat)
     if r.stragglers is not None:
         out.update(_stragglers_json(r.stragglers))
     if r.shared is not None:
@@ -154,7 +157,8 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
         f"  step time        {s.step_time_s:.3f} s",
         f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.chips:,.0f} per chip)",
         f"  MFU              {100 * s.mfu:.1f} %" + _low_precision_mfu(scn, s.mfu),
-        f"  memory per chip  {s.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.usable_hbm_bytes / 2**30:.1f} GiB",
+        f"  memory per chip  {s.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.usable_hbm_bytes / 2**30:.1f} GiB"
+        + _xla_remat_text(scn),
         "  cost             " + _cost_text(r),
         "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in s.breakdown_s.items() if v > 1e-9),
     ]
@@ -225,3 +229,9 @@ def _stragglers_text(x: StragglerRecord) -> list[str]:
             f"({a.straggler_free_step_s:.3f} s); with only these stragglers kept:",
             f"                   by stage {top(a.by_stage, 4)}; by replica "
             f"{top(a.by_replica, 3)}" + (f"; by cause {top(a.by_cause, 4)}" if a.by_cause else "")]
+
+
+def _xla_remat_text(scn: Scenario) -> str:
+    """What XLA recomputes beyond the scenario's policy to fit the chip (``sim.workload.xla_remat``)."""
+    remat = xla_rematerialized(scn.training.remat_policy_name)
+    return f" (XLA recomputes {', '.join(remat)} beyond the policy to fit)" if remat else ""

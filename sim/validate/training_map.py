@@ -41,6 +41,7 @@ from .training_rules import (
     _MOE_NAME,
     _MOE_NOTES,
     _OFFLOAD_POLICY,
+    _PER_DEVICE_BATCH,
     _PRECISION_RULES,
     _PRESET_MODELS,
     _RECIPE_FACTS,
@@ -252,6 +253,7 @@ class _RowMapper(RowReader):
         training = {"seq_len": seq_len, "global_batch": batch, "micro_batch": micro,
                     "precision": self.precision(topo), **self.recompute()}
         par, slices = parallelism(self, chips, _plain(model))
+        training["micro_batch"] = self.pass_batch(micro, par)
         cluster: dict[str, Any] = {"topology": topo, "chips": chips}
         if (domain := self.nvl_domain(topo, chips)) is not None:
             cluster["nvl_domain"] = domain
@@ -301,6 +303,17 @@ class _RowMapper(RowReader):
         self.assumptions.append("placement not published: 64 GPUs a rack (as the configs that "
                                 "state it: SEGMENT=16 trays)")
         return 64
+
+    def pass_batch(self, micro: int, par: Mapping[str, Any]) -> int:
+        """Sequences one data-parallel replica runs in a pass: the ``micro_batch`` column, or, for
+        a row that counts it per device (``_PER_DEVICE_BATCH``), it times the tensor-parallel
+        ranks that share those rows."""
+        pattern, why = _PER_DEVICE_BATCH
+        tp = int(par.get("tp", 1))
+        if tp > 1 and re.search(pattern, self.notes):
+            self.assumptions.append(why.format(tp=tp, micro=micro * tp))
+            return micro * tp
+        return micro
 
     def framework(self) -> str | None:
         """The ``framework`` column (the stack the source ran), None for the chip's default."""

@@ -125,8 +125,10 @@ _UNKNOWN_PRECISION = r"^$|not stated"
 _RECOMPUTE_RULES: tuple[tuple[str, str | None], ...] = (
     (r"^remat_policy=full$", "full"),
     # MaxText "selective" = minimal_flash's set (sim/workload/activations.py): every projection
-    # output and the attention output (minimal alone recomputes the attention output: 2ad/token less)
-    (r"^remat_policy=(minimal|minimal_flash)$", "selective"),
+    # output and the attention output. `minimal` alone keeps no attention output (its dot has batch
+    # dims: jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims), so it is the per-tensor
+    # preset of that name (training.remat_policy, below).
+    (r"^remat_policy=minimal_flash$", "selective"),
     (r"^remat_policy=", None),                                  # unknown MaxText policy names
     (r"^full\b", "full"),
     (r"^selective\b", "selective"),
@@ -218,6 +220,16 @@ _FLEX_NOTES = r"FlexAttn"
 _PIPELINE_FLUSHES = (r"NVIDIA-NeMo/Automodel", r"\bGA (\d+)\b",
                      "NeMo AutoModel runs one pipeline schedule.step() per local batch "
                      "(recipes/llm/train_ft.py _run_train_optim_step @36044ad3)")
+# Rows whose `micro_batch` is the per-device batch (the notes say per_device_batch: MaxText's
+# per_device_batch_size, the global batch being it times every device). MaxText shards
+# activation_batch over data/fsdp/fsdp_transpose/expert, never 'tensor', and accumulates no
+# gradients by default, so a tensor-parallel group runs tp x per_device_batch sequences in one pass
+# (AI-Hypercomputer/maxtext src/maxtext/configs/base.yml @e591f30: logical_axis_rules
+# activation_batch / activation_embed, gradient_accumulation_steps: 1).
+_PER_DEVICE_BATCH = (r"per_device_batch",
+                     "per-device batch (per_device_batch_size): a tensor-parallel group of {tp} "
+                     "runs {micro} sequences in one pass (MaxText base.yml @e591f30: activation_batch "
+                     "is not sharded over 'tensor'; gradient_accumulation_steps 1)")
 # head_dim facts for model families whose head_dim is not hidden / heads (model.head_dim).
 _HEAD_DIM_FACTS: tuple[tuple[str, int, str], ...] = (
     (r"qwen3", 128, "Qwen3 config.json: head_dim 128"),

@@ -1,0 +1,97 @@
+"""XLA's own rematerialization: a program over the chip's memory is recomputed until it fits.
+
+XLA compiles a step against the device's memory. When the values a step keeps for its backward do
+not fit, its HLO rematerialization pass (``xla/service/hlo_rematerialization.cc``, run by the TPU
+and GPU compilers with the device's memory as the limit) recomputes some of them in the backward
+instead of keeping them, cheapest per byte first, and the program runs, slower. A MaxText run
+whose remat policy keeps more than fits therefore runs; it is not refused (the JAX/MaxText stacks,
+``SoftwareProfile.runs_on_tpu``).
+
+``xla_fit`` models that pass on the per-tensor policy of ``sim.config.remat``: the policy the
+scenario names (a ``training.remat_policy``, or the one ``training.recompute`` means on that
+stack: ``selective`` is its ``minimal_flash`` recipe, ``none`` keeps every named tensor) with its
+kept tensors turned to ``remat`` one at a time until the estimate fits, as the pass chooses:
+each round the tensor whose recomputation adds the fewest FLOPs among those that make the step
+fit, else the one that frees the most bytes per FLOP it adds. The step then pays each recomputed
+GEMM (``sim.workload.transformer``'s per-tensor recompute). Whole tensors of every layer: the
+scan keeps each as one stacked buffer, so no finer choice is modelled (an upper bound on the
+recomputation where less would fit).
+Where even every tensor recomputed does not fit, the scenario is refused as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..config.remat import REMAT_PRESETS, REMAT_TENSORS, XLA_REMAT_TAG, RematPolicy
+from ..config.schema import Scenario
+from .memory import MemoryBreakdown, memory_per_chip
+from .transformer import Workload, build_workload
+
+__all__ = ["XLA_REMAT_CANDIDATES", "xla_fit"]
+
+# The tensors XLA may recompute (every per-tensor name but the scan's checkpoint, the layer input).
+XLA_REMAT_CANDIDATES = tuple(t for t in REMAT_TENSORS if t != "decoder_layer_input")
+
+
+def _policy_of(scn: Scenario) -> RematPolicy | None:
+    """The scenario's kept set as a per-tensor policy (None where nothing is left to recompute)."""
+    tr = scn.training
+    if tr.remat_policy:
+        return tr.remat_policy
+    if tr.recompute == "full" or tr.recompute_modules:
+        return None
+    if tr.recompute == "selective":
+        if scn.software.selective_recompute != "minimal_flash":
+            return None
+        kept: tuple[str, ...] = REMAT_PRESETS["minimal_flash"][0]
+    else:
+        kept = REMAT_TENSORS
+    return tuple((t, "device" if t in kept or t == "decoder_layer_input" else "remat")
+                 for t in REMAT_TENSORS)
+
+
+def xla_fit(scn: Scenario, wl: Workload, mem: MemoryBreakdown
+            ) -> tuple[Scenario, Workload, MemoryBreakdown]:
+    """(*scn*, *wl*, *mem*) unchanged where the estimate fits the chip's memory or the stack is not
+    XLA's; else the scenario with the fewest tensors of ``XLA_REMAT_ORDER`` recomputed that fits
+    (its policy named ``<name> + XLA remat: <tensors>``), or unchanged where none does."""
+    cap = scn.cluster.chip.usable_hbm_bytes
+    if mem.total_B <= cap or not scn.software.runs_on_tpu:
+        return scn, wl, mem
+    policy = _policy_of(scn)
+    if policy is None:
+        return scn, wl, mem
+    loc = dict(policy)
+    base = scn.training.remat_policy_name or f"recompute {scn.training.recompute}"
+    dropped: list[str] = []
+    current = (scn, wl, mem)
+    while True:
+        options = []
+        for name in XLA_REMAT_CANDIDATES:
+            if loc.get(name) != "device":
+                continue
+            trial = {**loc, name: "remat"}
+            training = replace(scn.training, remat_policy=tuple((t, trial[t]) for t in REMAT_TENSORS),
+                               remat_policy_name=base + XLA_REMAT_TAG + ", ".join([*dropped, name]))
+            fitted = replace(scn, training=training)
+            fwl = build_workload(fitted)
+            fmem = memory_per_chip(fwl)
+            added = _recompute_flops(fwl) - _recompute_flops(current[1])
+            freed = current[2].total_B - fmem.total_B
+            options.append((fmem.total_B <= cap, name, added, freed, (fitted, fwl, fmem)))
+        if not options:
+            return scn, wl, mem
+        fits = [o for o in options if o[0]]
+        if fits:
+            return min(fits, key=lambda o: (o[2], o[1]))[4]
+        best = max(options, key=lambda o: (o[3] / max(o[2], 1.0), o[1]))
+        loc[best[1]] = "remat"
+        dropped.append(best[1])
+        current = best[4]
+
+
+def _recompute_flops(wl: Workload) -> float:
+    """FLOPs a step's backward repeats per micro-batch: every layer's recomputed work."""
+    per_kind = [sum(getattr(o, "flops", 0.0) for o in k.recompute) for k in wl.kinds]
+    return float(sum(per_kind[i] for i in wl.layer_kinds))
