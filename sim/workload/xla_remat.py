@@ -22,6 +22,7 @@ Where even every tensor recomputed does not fit, the scenario is refused as befo
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 from ..config.remat import REMAT_PRESETS, REMAT_TENSORS, XLA_REMAT_TAG, RematPolicy
 from ..config.schema import Scenario
@@ -51,11 +52,29 @@ def _policy_of(scn: Scenario) -> RematPolicy | None:
                  for t in REMAT_TENSORS)
 
 
+class _Trial(NamedTuple):
+    """*scn* with one more tensor recomputed: its workload, memory and recomputed FLOPs."""
+
+    scn: Scenario
+    wl: Workload
+    mem: MemoryBreakdown
+    flops: float
+
+
+def _trial(scn: Scenario, loc: dict[str, str], name: str) -> _Trial:
+    """*scn* under the per-tensor locations *loc*, its policy named *name*."""
+    training = replace(scn.training, remat_policy=tuple((t, loc[t]) for t in REMAT_TENSORS),
+                       remat_policy_name=name)
+    fitted = replace(scn, training=training)
+    wl = build_workload(fitted)
+    return _Trial(fitted, wl, memory_per_chip(wl), _recompute_flops(wl))
+
+
 def xla_fit(scn: Scenario, wl: Workload, mem: MemoryBreakdown
             ) -> tuple[Scenario, Workload, MemoryBreakdown]:
-    """(*scn*, *wl*, *mem*) unchanged where the estimate fits the chip's memory or the stack is not
-    XLA's; else the scenario with the fewest tensors of ``XLA_REMAT_ORDER`` recomputed that fits
-    (its policy named ``<name> + XLA remat: <tensors>``), or unchanged where none does."""
+    """(*scn*, *wl*, *mem*) unchanged where the estimate fits the chip's memory, the stack is not
+    XLA's, or even every candidate tensor recomputed does not fit; else the scenario XLA's pass
+    would run (module docstring), its policy named ``<name> + XLA remat: <tensors>``."""
     cap = scn.cluster.chip.usable_hbm_bytes
     if mem.total_B <= cap or not scn.software.runs_on_tpu:
         return scn, wl, mem
@@ -64,31 +83,23 @@ def xla_fit(scn: Scenario, wl: Workload, mem: MemoryBreakdown
         return scn, wl, mem
     loc = dict(policy)
     base = scn.training.remat_policy_name or f"recompute {scn.training.recompute}"
+    kept = [t for t in XLA_REMAT_CANDIDATES if loc.get(t) == "device"]
+    if not kept or _trial(scn, {**loc, **dict.fromkeys(kept, "remat")}, base).mem.total_B > cap:
+        return scn, wl, mem                          # nothing XLA recomputes makes it fit
     dropped: list[str] = []
-    current = (scn, wl, mem)
+    current = _Trial(scn, wl, mem, _recompute_flops(wl))
     while True:
-        options = []
-        for name in XLA_REMAT_CANDIDATES:
-            if loc.get(name) != "device":
-                continue
-            trial = {**loc, name: "remat"}
-            training = replace(scn.training, remat_policy=tuple((t, trial[t]) for t in REMAT_TENSORS),
-                               remat_policy_name=base + XLA_REMAT_TAG + ", ".join([*dropped, name]))
-            fitted = replace(scn, training=training)
-            fwl = build_workload(fitted)
-            fmem = memory_per_chip(fwl)
-            added = _recompute_flops(fwl) - _recompute_flops(current[1])
-            freed = current[2].total_B - fmem.total_B
-            options.append((fmem.total_B <= cap, name, added, freed, (fitted, fwl, fmem)))
-        if not options:
-            return scn, wl, mem
-        fits = [o for o in options if o[0]]
+        trials = {t: _trial(scn, {**loc, t: "remat"}, base + XLA_REMAT_TAG + ", ".join([*dropped, t]))
+                  for t in XLA_REMAT_CANDIDATES if loc.get(t) == "device"}
+        fits = [t for t, x in trials.items() if x.mem.total_B <= cap]
         if fits:
-            return min(fits, key=lambda o: (o[2], o[1]))[4]
-        best = max(options, key=lambda o: (o[3] / max(o[2], 1.0), o[1]))
-        loc[best[1]] = "remat"
-        dropped.append(best[1])
-        current = best[4]
+            best = min(fits, key=lambda t: (trials[t].flops, t))
+            return trials[best].scn, trials[best].wl, trials[best].mem
+        best = max(trials, key=lambda t: ((current.mem.total_B - trials[t].mem.total_B)
+                                          / max(trials[t].flops - current.flops, 1.0), t))
+        loc[best] = "remat"
+        dropped.append(best)
+        current = trials[best]
 
 
 def _recompute_flops(wl: Workload) -> float:
