@@ -250,9 +250,10 @@ class _RowMapper(RowReader):
         if micro is None:
             micro = 1
             self.assumptions.append("micro_batch not published: 1")
-        par, slices = parallelism(self, chips, _plain(model))
-        training = {"seq_len": seq_len, "global_batch": batch, "micro_batch": self.pass_batch(micro, par),
+        training = {"seq_len": seq_len, "global_batch": batch, "micro_batch": micro,
                     "precision": self.precision(topo), **self.recompute()}
+        par, slices = parallelism(self, chips, _plain(model))
+        training["micro_batch"] = self.pass_batch(micro, par)
         cluster: dict[str, Any] = {"topology": topo, "chips": chips}
         if (domain := self.nvl_domain(topo, chips)) is not None:
             cluster["nvl_domain"] = domain
