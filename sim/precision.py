@@ -30,7 +30,12 @@ layers ... Fprop, Wgrad, Dgrad"):
   dynamic-range quantization of weights, activations and gradients alike: ``weight_qtype``,
   ``act_qtype`` and ``bwd_qtype`` int8; MaxText docs/reference/core_concepts/quantization.md,
   AI-Hypercomputer/maxtext @e591f30), at the chip's int8 peak; XLA fuses each scale's reduction
-  and the cast into one pass. TPUs only (the recipe MaxText names for v6e and earlier).
+  and the cast into one pass. Dynamic-range quantization scales each operand along the dot's own
+  contraction axis, so every int8 dot quantizes both its operands when it runs (``per_dot``): the
+  weight again in the forward, in its recompute and in the dgrad (scaled along the output axis
+  there), nothing cached between passes. Under FSDP the weight is the gathered full matrix, the
+  larger operand at a few thousand tokens per chip. TPUs only (the recipe MaxText names for v6e
+  and earlier).
 
 Each recipe also says what the stack keeps: the quantized copy of each linear layer's input saved
 for the backward in place of the BF16 tensor (TE saves the quantized input its wgrad reads; torchao
@@ -66,6 +71,7 @@ class Recipe:
     copies_hopper: int
     copies_blackwell: int
     per_tensor: bool = False     # one scale per tensor (its amax over the whole tensor first)
+    per_dot: bool = False        # every dot quantizes both operands itself (no cached weight copy)
 
     def copies(self, chip: Chip) -> int:
         """Quantized copies of one operand on *chip* (Hopper needs a transposed one for fp8)."""
@@ -84,7 +90,7 @@ RECIPES: dict[str, Recipe] = {
     "fp8": Recipe("fp8", element_B=1.0, copies_hopper=2, copies_blackwell=1, per_tensor=True),
     "mxfp8": Recipe("mxfp8", element_B=1.0 + 1.0 / 32, copies_hopper=2, copies_blackwell=2),
     "nvfp4": Recipe("nvfp4", element_B=0.5 + 1.0 / 16, copies_hopper=2, copies_blackwell=2),
-    "int8": Recipe("int8", element_B=1.0, copies_hopper=1, copies_blackwell=1),
+    "int8": Recipe("int8", element_B=1.0, copies_hopper=1, copies_blackwell=1, per_dot=True),
 }
 
 

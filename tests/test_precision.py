@@ -164,6 +164,26 @@ def test_int8_runs_tpu_linear_gemms_at_the_int8_peak() -> None:
     assert s.training.precision == "int8" and s.recipe is not None
 
 
+def test_an_int8_dot_quantizes_both_operands_every_time_it_runs() -> None:
+    """Dynamic-range int8 (MaxText/AQT) scales each operand along the dot's contraction axis, so
+    every pass quantizes the weight again (forward, dgrad) and the wgrad both its inputs: 3 bytes
+    (bf16 read, int8 write) per element of A (m x k) and B (k x n), at the TPU's copy rate."""
+    from sim import calibration as cal
+    chip = get_chip("TPU-v6e")
+    int8 = _tpu("int8", "TPU-v6e")
+    m, n, k = 4096, 49152, 12288        # FSDP: a few thousand tokens against a whole weight
+    for name in ("mlp-up", "mlp-up-dgrad", "mlp-up-wgrad"):
+        t = int8.op_time_s(_linear(name, m, n, k))
+        quantize = 3.0 * (m * k + k * n) / (chip.hbm_Bps * cal.TPU_MEMORY_FRACTION)
+        assert t == pytest.approx(int8.gemm_s(m, n, k, dtype="int8") + quantize, rel=1e-6)
+    # the weight (k x n) is most of it here: 12x the tokens' operand
+    assert k * n > 10 * m * k
+    # a caching recipe (TE FP8) charges the first operand only
+    te = ComputeModel(get_chip("H100-SXM"), "fp8", resolve_software("megatron-te", None,
+                                                                      get_chip("H100-SXM")))
+    assert not te.recipe.per_dot and int8.recipe.per_dot
+
+
 def test_a_v6e_mxu_is_half_filled_by_a_128_wide_head() -> None:
     """v6e's 256 x 256 MXU (GCP): a matmul pads its contraction and output width to 256, so a
     head dimension of 128 fills half of it; v5e's 128 x 128 MXU is full either way."""

@@ -335,7 +335,8 @@ class ComputeModel:
                 # amax pass over the BF16 rows before the cast (csrc/quantizer.cpp, current
                 # scaling), which no producing kernel fused for the split (TE d0067d0).
                 per_element += 2.0
-            low += memory_time_s(per_element * quantized, self.hbm_Bps, self._memory_fraction("quantize"))
+            fraction = self._memory_fraction("quantize") if self.gpu else cal.TPU_MEMORY_FRACTION
+            low += memory_time_s(per_element * quantized, self.hbm_Bps, fraction)
         return low
 
     def _quantized_elements(self, op: Op) -> float:
@@ -343,8 +344,12 @@ class ComputeModel:
         its input (m x k), the dgrad the output gradient (m x k: tokens x outputs); the wgrad reads
         the copies those wrote, unless the stack kept the BF16 input (torchao), which the wgrad
         quantizes again (its m x k: inputs x tokens). Weights are quantized once a step and
-        cached across micro-batches (not charged: a few milliseconds a step)."""
-        m, _, k = op.shape
+        cached across micro-batches (not charged: a few milliseconds a step), except under a
+        ``per_dot`` recipe (int8), where each dot quantizes its second operand too (k x n: the
+        weight in the forward and dgrad, the output gradient in the wgrad)."""
+        m, n, k = op.shape
+        if self.recipe is not None and self.recipe.per_dot:
+            return float(m * k + k * n) * op.batch
         if op.name.endswith("-wgrad") and self.profile.quantized_saves:
             return 0.0
         return float(m) * k * op.batch
