@@ -10,13 +10,65 @@ completion to the next, recomputing rates each time, until all flows are done.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
-__all__ = ["FlowSet", "maxmin_rates", "play_flows"]
+__all__ = ["FlowSet", "LinkMatrix", "maxmin_rates", "play_flows"]
 
 _EPS = 1e-12
+
+
+class LinkMatrix:
+    """A sparse (links x flows) matrix of rate fractions, held as its entries sorted by row, then
+    column, with duplicate entries summed in the order given: what a SciPy CSR matrix holds after
+    ``sum_duplicates``, and its products sum each row's terms in the same order, so the results
+    are the same to the bit. Plain numpy (``np.bincount``): a run needs no SciPy import (~0.1 s of
+    every command's start, issue 32). Supports what ``maxmin_rates`` asks of a matrix: ``shape``,
+    ``m @ x``, ``m.T @ y`` and ``m.sum(axis=0)``."""
+
+    __slots__ = ("rows", "cols", "vals", "shape")
+
+    def __init__(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
+                 shape: tuple[int, int]) -> None:
+        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+        vals = np.asarray(vals, dtype=float)
+        order = np.lexsort((cols, rows))                   # stable: duplicates keep their order
+        rows, cols, vals = rows[order], cols[order], vals[order]
+        if len(rows) > 1:
+            new = np.empty(len(rows), bool)
+            new[0] = True
+            np.not_equal(rows[1:], rows[:-1], out=new[1:])
+            new[1:] |= cols[1:] != cols[:-1]
+            if not new.all():
+                starts = np.flatnonzero(new)
+                summed = np.zeros(len(starts))
+                np.add.at(summed, np.cumsum(new) - 1, vals)      # one by one, in order
+                rows, cols, vals = rows[starts], cols[starts], summed
+        self.rows, self.cols, self.vals, self.shape = rows, cols, vals, shape
+
+    def __matmul__(self, x: np.ndarray) -> np.ndarray:
+        return np.bincount(self.rows, weights=self.vals * x[self.cols], minlength=self.shape[0])
+
+    @property
+    def T(self) -> _Transposed:  # noqa: N802 (numpy's and SciPy's name)
+        return _Transposed(self)
+
+    def sum(self, axis: int) -> np.ndarray:
+        if axis != 0:
+            raise ValueError("LinkMatrix.sum: only axis=0 (per flow)")
+        return np.bincount(self.cols, weights=self.vals, minlength=self.shape[1])
+
+
+class _Transposed:
+    __slots__ = ("m",)
+
+    def __init__(self, m: LinkMatrix) -> None:
+        self.m = m
+
+    def __matmul__(self, y: np.ndarray) -> np.ndarray:
+        m = self.m
+        return np.bincount(m.cols, weights=m.vals * y[m.rows], minlength=m.shape[1])
 
 
 class FlowSet:
@@ -36,9 +88,7 @@ class FlowSet:
         # (benchmarks/test_bench_training.py). Each row holds the same entries in the same order
         # as the full matrix's, so duplicates sum the same.
         self.links, local = np.unique(rows, return_inverse=True)
-        self.routes = sp.csr_array((vals, (local.reshape(-1), cols)),
-                                   shape=(len(self.links), len(self.nbytes)))
-        self.routes.sum_duplicates()
+        self.routes = LinkMatrix(local.reshape(-1), cols, vals, (len(self.links), len(self.nbytes)))
 
     def link_bytes(self) -> np.ndarray:
         """Bytes each of ``links`` carries in one play of the flows."""
@@ -48,9 +98,10 @@ class FlowSet:
         return len(self.nbytes)
 
 
-def maxmin_rates(matrix: sp.csr_array, capacity_Bps: np.ndarray,
+def maxmin_rates(matrix: Any, capacity_Bps: np.ndarray,
                  active: np.ndarray | None = None) -> np.ndarray:
-    """Max-min fair rate (bytes/s) of each flow (column) of *matrix*; inactive flows get 0.
+    """Max-min fair rate (bytes/s) of each flow (column) of *matrix* (a ``LinkMatrix`` or a SciPy
+    sparse matrix); inactive flows get 0.
 
     A flow with an empty route (source = destination) is unconstrained: rate = inf.
     """
