@@ -22,8 +22,9 @@ _EPS = 1e-12
 class LinkMatrix:
     """A sparse (links x flows) matrix of rate fractions, held as its entries sorted by row, then
     column, with duplicate entries summed in the order given: what a SciPy CSR matrix holds after
-    ``sum_duplicates``, and its products sum each row's terms in the same order, so the results
-    are the same to the bit. Plain numpy (``np.bincount``): a run needs no SciPy import (~0.1 s of
+    ``sum_duplicates``. ``m @ x`` (link loads) sums each row's terms in the same order, so it is
+    the same to the bit; ``m.T @ y`` and ``m.sum(axis=0)`` agree to rounding (max-min filling only
+    asks which of them are > 0). Plain numpy (``np.bincount``): a run needs no SciPy import (~0.1 s of
     every command's start, issue 32). Supports what ``maxmin_rates`` asks of a matrix: ``shape``,
     ``m @ x``, ``m.T @ y`` and ``m.sum(axis=0)``."""
 

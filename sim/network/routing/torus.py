@@ -6,6 +6,7 @@ shortest ICI paths."""
 from __future__ import annotations
 
 from collections.abc import Hashable
+from functools import cached_property
 
 import networkx as nx
 import numpy as np
@@ -30,28 +31,28 @@ class TorusRouter(Router):
     def _bulk(self, src: np.ndarray, dst: np.ndarray, idx: np.ndarray, parts: list[Coo]) -> np.ndarray:
         # PERF: a flow between ICI neighbours (most of a torus collective's) is its one link,
         # found for all flows at once among the chip-to-chip links' sorted (u, v) keys.
-        keys, ids, span = self._chip_links()
+        keys, ids, span = self._chip_links
+        if not len(keys):
+            return np.ones(len(src), bool)
         a, b = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-        want = a * span + b
-        at = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
-        hit = (keys[at] == want) & (a >= 0) & (b >= 0) & (a < span) & (b < span) if len(keys) \
-            else np.zeros(len(want), bool)
-        one = np.where(hit, ids[at] if len(keys) else -1, -1)
-        parts.append((one[hit], idx[hit], np.ones(int(hit.sum()))))
+        chips = (a >= 0) & (b >= 0) & (a < span) & (b < span)
+        want = np.where(chips, a * span + b, -1)
+        at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+        hit = chips & (keys[at] == want)
+        parts.append((ids[at[hit]], idx[hit], np.ones(int(hit.sum()))))
         return ~hit
 
+    @cached_property
     def _chip_links(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """The links between two chips (integer nodes) as sorted keys u * span + v and their ids."""
-        cached = getattr(self, "_chip_keys", None)
-        if cached is None:
-            pairs = [(u, v, i) for (u, v), i in self.links.index.items()
-                     if type(u) is int and type(v) is int]
-            span = 1 + max((max(u, v) for u, v, _ in pairs), default=0)
-            keys = np.fromiter((u * span + v for u, v, _ in pairs), np.int64, len(pairs))
-            ids = np.fromiter((i for _, _, i in pairs), np.int64, len(pairs))
-            order = np.argsort(keys)
-            cached = self._chip_keys = (keys[order], ids[order], span)
-        return cached
+        """The links between two chips (integer nodes) as sorted keys u * span + v, their ids,
+        and span (one more than the largest such chip)."""
+        pairs = [(u, v, i) for (u, v), i in self.links.index.items()
+                 if type(u) is int and type(v) is int]
+        span = 1 + max((max(u, v) for u, v, _ in pairs), default=0)
+        keys = np.fromiter((u * span + v for u, v, _ in pairs), np.int64, len(pairs))
+        ids = np.fromiter((i for _, _, i in pairs), np.int64, len(pairs))
+        order = np.argsort(keys)
+        return keys[order], ids[order], span
 
     def _policy(self, src: Hashable, dst: Hashable, w: float, acc: dict[int, float]) -> None:
         f = self.fabric
