@@ -17,6 +17,7 @@ and output head; a multi-token-prediction module (DeepSeek-V3 section 2.2) as tw
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -182,6 +183,9 @@ class ModelSpec:
     # ------------------------------------------------------------------ the stack
     def layer_kinds(self) -> tuple[LayerKind, ...]:
         """Every layer's kind, in order (module docstring)."""
+        return _layer_kinds(self)
+
+    def _build_layer_kinds(self) -> tuple[LayerKind, ...]:
         att = self.attention
 
         def window(i_attn: int) -> int | None:
@@ -275,7 +279,7 @@ class ModelSpec:
 
     def non_embedding_params(self, active_only: bool = False) -> int:
         """N in the PaLM MFU formula (active parameters for MoE when *active_only*), MTP apart."""
-        return sum(self.kind_params(k, active_only) for k in self.layer_kinds()) + self.hidden
+        return _non_embedding_params(self, active_only)
 
     def embedding_params(self) -> int:
         return 2 * self.vocab * self.hidden                                  # input + output head
@@ -283,6 +287,18 @@ class ModelSpec:
     def total_params(self) -> int:
         return self.non_embedding_params() + self.embedding_params()
 
+
+
+# PERF: a model is frozen; its stack and parameter count are asked for once per layer, stage and
+# layout (a plan screens thousands), so they are worked out once per model (issue 32).
+@functools.lru_cache(maxsize=64)
+def _layer_kinds(model: ModelSpec) -> tuple[LayerKind, ...]:
+    return ModelSpec._build_layer_kinds(model)
+
+
+@functools.lru_cache(maxsize=128)
+def _non_embedding_params(model: ModelSpec, active_only: bool) -> int:
+    return sum(model.kind_params(k, active_only) for k in model.layer_kinds()) + model.hidden
 
 # Sources: Llama 3 "The Llama 3 Herd of Models" (Dubey et al. 2024) Table 3; GPT-3 (Brown et al.
 # 2020) Table 2.1; Mixtral of Experts (Jiang et al. 2024) Table 1. Qwen3 MoE: the released

@@ -11,16 +11,20 @@ folds in goodput from the failure model (Monte Carlo over the horizon). Time to 
 A topology whose chip has no price (and no ``--price``) gets its smallest cluster and every size's
 time, chip-hours and energy, no cost and no cheapest pick; the report says it has no price.
 
-Nothing is pruned: every layout that divides and fits is screened (a few ms each).
+Every layout that divides and fits is screened: a floor under its step is taken from its first
+and last stages' plans (``sim.engine.step_floor``: a stage's steps summed); they are timed in the order
+of their floors until a floor lies above the fourth-best step, so the pick and its runners-up are
+those of timing every layout (tests/test_plan.py checks it), in a fraction of the time.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .config import data_parallel, load_topology_spec, scenario_from_dict
 from .errors import ConfigError, SimError
@@ -30,6 +34,7 @@ __all__ = ["PlanRequest", "Candidate", "TopologyPlan", "plan", "layouts"]
 
 _PROBE_LAYOUT = {"tp": 1, "pp": 1, "zero": 1, "micro_batch": 1, "recompute": "full",
                  "schedule": "1f1b", "virtual_stages": 1}
+RANKED = 4                         # layouts of a size ranked exactly: the pick and 3 runners-up
 GOODPUT_RUNS = 20                  # Monte Carlo histories per finalist (the 5-95% band is +-1%)
 
 
@@ -78,7 +83,7 @@ class TopologyPlan:
     usd_per_chip_hour: float | None       # None: no price (``price_source`` says so)
     price_source: str
     days_limit: float
-    by_size: dict[int, list[Candidate]] = field(default_factory=dict)   # screened, best first
+    by_size: dict[int, list[Candidate]] = field(default_factory=dict)   # timed, best first (the first RANKED exact)
     best: dict[int, Candidate] = field(default_factory=dict)            # confirmed, goodput in
     refused: dict[int, str] = field(default_factory=dict)               # sizes with no layout
     layouts_screened: int = 0
@@ -215,7 +220,7 @@ def plan(req: PlanRequest,
          ) -> list[TopologyPlan]:
     """Search every topology of *req* (see the module docstring)."""
     from .cost import energy_MWh, time_to_train
-    from .engine import fast_step
+    from .engine import step_floor
     from .job import network_of, schedule_of
     from .run import run
     from .stages import plan_stages
@@ -235,7 +240,7 @@ def plan(req: PlanRequest,
         tp_plan = _topology_plan(req, topology, probe)
         price = tp_plan.usd_per_chip_hour
         for chips in track(sizes, len(sizes), f"plan {topology}"):
-            cands: list[Candidate] = []
+            screened: list[_Screened] = []
             reasons: list[str] = []
             topo = net = None
             for lay in size_layouts(chips):
@@ -250,16 +255,17 @@ def plan(req: PlanRequest,
                 if topo is None:
                     topo, net = network_of(scn.cluster)
                 assert net is not None
-                eng = fast_step(plan_stages(wl, net, traffic=False), schedule_of(scn, wl))
-                tps = wl.tokens_per_step / eng.step_time_s
-                cands.append(Candidate(chips, dict(lay), eng.step_time_s, tps,
-                                       wl.model_flops_per_step / (eng.step_time_s * chips * chip.bf16_flops),
-                                       mem.total_B / 2**30))
+                # the floor from the first and the last stage alone (embedding, head and loss)
+                ends = sorted({0, scn.parallelism.pp - 1})
+                sched = schedule_of(scn, wl)
+                floor = step_floor(plan_stages(wl, net, traffic=False, stages=ends), sched, ends)
+                screened.append(_Screened(floor, len(screened), lay, wl, mem, sched))
                 tp_plan.layouts_screened += 1
-            if not cands:
+            if not screened:
                 tp_plan.refused[chips] = _why_none(reasons)
                 continue
-            cands.sort(key=lambda c: (c.step_time_s, c.layout["tp"] * c.layout["pp"]))
+            cands = _ranked(screened, chips, chip.bf16_flops,
+                            functools.partial(_all_stages, net))
             tp_plan.by_size[chips] = cands
             best = cands[0]
             # Confirm with the simpy engine (the screening path equals it without stragglers).
@@ -280,6 +286,47 @@ def plan(req: PlanRequest,
                 break            # cost rose twice in a row past the deadline: larger costs more
         out.append(tp_plan)
     return out
+
+
+class _Screened(NamedTuple):
+    """A layout of one size that divides and fits, ready to time: the floor under its step
+    (``sim.engine.step_floor``), its place in the search's order, and what ``fast_step`` needs."""
+
+    floor_s: float
+    order: int
+    layout: Mapping[str, Any]
+    wl: Any
+    mem: Any
+    schedule: Any
+
+
+def _all_stages(net: Any, s: _Screened) -> Any:
+    """Every stage's plan of a screened layout, for ``fast_step``."""
+    from .stages import plan_stages
+
+    return plan_stages(s.wl, net, traffic=False)
+
+
+def _ranked(screened: Sequence[_Screened], chips: int, chip_flops: float,
+            stage_plans: Callable[[_Screened], Any]) -> list[Candidate]:
+    """The layouts of a size timed by the screening path, best first (by step, then the fewer
+    model-parallel chips): the first ``RANKED`` exactly as if every layout were timed. Layouts are
+    timed in the order of their floors; once a floor lies above the ``RANKED``-th best step so
+    far, it and every layout after it would rank below that and are left untimed."""
+    from .engine import fast_step
+
+    timed: list[tuple[float, int, int, Candidate]] = []     # (step, tp x pp, order, candidate)
+    for s in sorted(screened, key=lambda x: (x.floor_s, x.order)):
+        if len(timed) >= RANKED and s.floor_s > timed[RANKED - 1][0]:
+            break
+        step_s = fast_step(stage_plans(s), s.schedule).step_time_s
+        lay = s.layout
+        timed.append((step_s, lay["tp"] * lay["pp"], s.order,
+                      Candidate(chips, dict(lay), step_s, s.wl.tokens_per_step / step_s,
+                                s.wl.model_flops_per_step / (step_s * chips * chip_flops),
+                                s.mem.total_B / 2**30)))
+        timed.sort(key=lambda x: x[:3])
+    return [x[3] for x in timed]
 
 
 def _goodput_by_recovery(req: PlanRequest, scn: Any, step_s: float, topology: str) -> dict[str, float]:

@@ -12,6 +12,7 @@ the job's topology.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import calibration as cal
@@ -253,15 +254,17 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
 
 
 def plan_stages(wl: Workload, net: CollectiveModel, stack_efficiency: StackEfficiency | None = None,
-                traffic: bool = True, offset: int = 0) -> list[StagePlan]:
+                traffic: bool = True, offset: int = 0,
+                stages: Sequence[int] | None = None) -> list[StagePlan]:
     """Per-stage plans: seconds of every segment and transfer alone on the network and, with
     *traffic* (the full engine; the plan screen skips it), the link loads of each transfer for
-    all the groups that run it at once. *offset*: the job's first chip (a second job)."""
+    all the groups that run it at once. *offset*: the job's first chip (a second job).
+    *stages*: only these stages' plans, in that order (the plan screen's floor); None: all."""
     par = wl.scenario.parallelism
     lay = Layout.of(par, offset)
     cm = compute_model(wl.scenario, stack_efficiency)
     plans = []
-    for stage in range(par.pp):
+    for stage in range(par.pp) if stages is None else stages:
         fwd, bwd = _layer_passes(wl, cm, net, lay, stage, traffic)
         dp = _data_parallel(wl, cm, net, lay, stage, fwd)
         if par.pp > 1:

@@ -137,7 +137,7 @@ def test_fast_step_is_the_engine_over_a_grid_of_layouts() -> None:
 
     from sim.collectives import CollectiveModel
     from sim.config import scenario_from_dict
-    from sim.engine import fast_step, simulate
+    from sim.engine import fast_step, simulate, step_floor
     from sim.stages import plan_stages
     from sim.topology import build_topology
     from sim.workload.transformer import build_workload
@@ -160,6 +160,12 @@ def test_fast_step_is_the_engine_over_a_grid_of_layouts() -> None:
                   schedule_kind=sched)
         a, b = simulate(plans, kw), fast_step(plans, kw)
         assert b.step_time_s == pytest.approx(a.step_time_s, rel=5e-3)
+        # the plan search's floor: below the step, above the critical stage's compute and
+        # optimizer; any stage's alone is a floor too
+        floor = step_floor(plans, kw)
+        assert b.breakdown_s["compute"] + b.breakdown_s["optimizer"] <= floor * (1 + 1e-8)
+        assert floor <= b.step_time_s
+        assert step_floor(plans[-1:], kw, [pp - 1]) <= floor
         for k, v in a.breakdown_s.items():
             assert b.breakdown_s[k] == pytest.approx(v, rel=5e-3, abs=1e-9), k
         checked += 1

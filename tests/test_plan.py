@@ -111,3 +111,28 @@ def test_a_rack_of_72_takes_the_nearest_batch_its_replicas_divide() -> None:
         assert abs(lay["global_batch"] - 512) <= lay["micro_batch"] * dp / 2
     # a power-of-two cluster keeps the batch asked for
     assert {lay["global_batch"] for lay in layouts(64, 80, 64, True, 8, 512)} == {512}
+
+
+def test_the_floor_skips_layouts_without_changing_the_plan(monkeypatch) -> None:
+    """The search times layouts in the order of their floors and stops at a floor above the
+    fourth-best step: its pick, runners-up and every confirmed size equal those of timing every
+    layout (a floor of 0 s times them all), and it timed fewer."""
+    import sim.engine
+    from sim.plan import RANKED, PlanRequest, plan
+    from sim.report.plan import plan_json
+
+    req = PlanRequest(model="llama3-8b", tokens=300e9, days=30, topologies=("dgx-h100", "tpu-v5e"),
+                      max_chips=16, prices={"tpu-v5e": 1.5})
+    skipping = plan(req)
+    monkeypatch.setattr(sim.engine, "step_floor", lambda *a, **k: 0.0)
+    every = plan(req)
+    assert plan_json(skipping, req) == plan_json(every, req)
+    timed = untimed = 0
+    for a, b in zip(skipping, every):
+        for chips, cands in b.by_size.items():
+            assert [c.layout for c in a.by_size[chips][:RANKED]] == [c.layout for c in cands[:RANKED]]
+            assert [c.step_time_s for c in a.by_size[chips][:RANKED]] == \
+                [c.step_time_s for c in cands[:RANKED]]
+            timed += len(a.by_size[chips])
+            untimed += len(cands) - len(a.by_size[chips])
+    assert untimed > timed > 0
