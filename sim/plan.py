@@ -11,10 +11,12 @@ folds in goodput from the failure model (Monte Carlo over the horizon). Time to 
 A topology whose chip has no price (and no ``--price``) gets its smallest cluster and every size's
 time, chip-hours and energy, no cost and no cheapest pick; the report says it has no price.
 
-Every layout that divides and fits is screened: a floor under its step is taken from its first
-and last stages' plans (``sim.engine.step_floor``: a stage's steps summed); they are timed in the order
-of their floors until a floor lies above the fourth-best step, so the pick and its runners-up are
-those of timing every layout (tests/test_plan.py checks it), in a fraction of the time.
+Every layout that divides and fits is screened: a floor under its step is taken from its last
+stage's plan alone, without its data-parallel transfers (``sim.engine.step_floor``: the stage's
+steps summed; ``plan_stages(..., floor_only=True)``); layouts are timed in
+the order of their floors until a floor lies above the fourth-best step, so the pick and its
+runners-up are those of timing every layout (tests/test_plan.py checks it), in a fraction of
+the time.
 """
 
 from __future__ import annotations
@@ -255,10 +257,12 @@ def plan(req: PlanRequest,
                 if topo is None:
                     topo, net = network_of(scn.cluster)
                 assert net is not None
-                # the floor from the first and the last stage alone (embedding, head and loss)
-                ends = sorted({0, scn.parallelism.pp - 1})
+                # the floor from the last stage alone (its layers, the head and the loss),
+                # its data-parallel transfers left out
+                ends = [scn.parallelism.pp - 1]
                 sched = schedule_of(scn, wl)
-                floor = step_floor(plan_stages(wl, net, traffic=False, stages=ends), sched, ends)
+                floor = step_floor(plan_stages(wl, net, traffic=False, stages=ends, floor_only=True),
+                                   sched, ends)
                 screened.append(_Screened(floor, len(screened), lay, wl, mem, sched))
                 tp_plan.layouts_screened += 1
             if not screened:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from . import calibration as cal
-from .collectives import CollectiveModel
+from .collectives import CollectiveModel, CollectiveResult
 from .collectives.traffic import collective_traffic, p2p_traffic
 from .compute.model import ComputeModel
 from .config import Scenario
@@ -184,6 +185,21 @@ def _ep_overlap(fwd: tuple[Segment, ...], bwd: tuple[Segment, ...], sm_share: fl
     return hide(fwd, bwd), hide(bwd, fwd)
 
 
+class _Free:
+    """A network on which every transfer takes 0 s (``plan_stages(..., floor_only=True)``)."""
+
+    _NONE = CollectiveResult("allreduce", "none", "none", 1, 1, 0.0, 0.0, 0.0)
+
+    def time(self, *_: object) -> CollectiveResult:
+        return self._NONE
+
+    def time_concurrent(self, *_: object) -> CollectiveResult:
+        return self._NONE
+
+
+_FREE: Any = _Free()
+
+
 @dataclass(frozen=True)
 class _DataParallel:
     """A stage's data-parallel work: its transfers' times alone on the network (seconds, 0: none),
@@ -203,7 +219,10 @@ class _DataParallel:
 
 
 def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: Layout, stage: int,
-                   fwd: tuple[Segment, ...]) -> _DataParallel:
+                   fwd: tuple[Segment, ...], transfers: bool = True) -> _DataParallel:
+    """The stage's data-parallel work; without *transfers*, every transfer at 0 s (a floor's)."""
+    if not transfers:
+        net = _FREE
     scn = wl.scenario
     par = scn.parallelism
     dpg = lay.shard_group(stage)            # all data-parallel ranks unless hybrid sharding
@@ -255,19 +274,21 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
 
 def plan_stages(wl: Workload, net: CollectiveModel, stack_efficiency: StackEfficiency | None = None,
                 traffic: bool = True, offset: int = 0,
-                stages: Sequence[int] | None = None) -> list[StagePlan]:
+                stages: Sequence[int] | None = None, floor_only: bool = False) -> list[StagePlan]:
     """Per-stage plans: seconds of every segment and transfer alone on the network and, with
     *traffic* (the full engine; the plan screen skips it), the link loads of each transfer for
     all the groups that run it at once. *offset*: the job's first chip (a second job).
-    *stages*: only these stages' plans, in that order (the plan screen's floor); None: all."""
+    *stages*: only these stages' plans, in that order (the plan screen's floor); None: all.
+    *floor_only*: the data-parallel and pipeline transfers at 0 s (they cost the most to work
+    out and never shorten a step: ``sim.engine.step_floor`` of these plans is a floor too)."""
     par = wl.scenario.parallelism
     lay = Layout.of(par, offset)
     cm = compute_model(wl.scenario, stack_efficiency)
     plans = []
     for stage in range(par.pp) if stages is None else stages:
         fwd, bwd = _layer_passes(wl, cm, net, lay, stage, traffic)
-        dp = _data_parallel(wl, cm, net, lay, stage, fwd)
-        if par.pp > 1:
+        dp = _data_parallel(wl, cm, net, lay, stage, fwd, transfers=not floor_only)
+        if par.pp > 1 and not floor_only:
             a, b = lay.stage_pair(stage)
             p2p_r = net.time("sendrecv", max(1, wl.pp_bytes), [a, b])
             p2p, p2p_lat = p2p_r.time_s, p2p_r.latency_s

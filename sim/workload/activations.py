@@ -247,8 +247,10 @@ def stage_activation_bytes(scn: Scenario, layers: tuple[int, ...]) -> LayerActiv
     picked = [kinds[i] for i in layers] or [kinds[-1]]
     each = {k: layer_activation_bytes(scn, k) for k in set(picked)}
     n = len(picked)
-    return LayerActivations(sum(each[k].device_B for k in picked) / n,
-                            sum(each[k].host_B for k in picked) / n)
+    device = {k: a.device_B for k, a in each.items()}
+    host = {k: a.host_B for k, a in each.items()}
+    return LayerActivations(sum(map(device.__getitem__, picked)) / n,
+                            sum(map(host.__getitem__, picked)) / n)
 
 
 def offload_exposed_s(scn: Scenario, compute_s: float) -> float:

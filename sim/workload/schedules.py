@@ -128,7 +128,8 @@ def stage_activation_peak_B(par: ParallelismConfig, layer_B: float, head_B: floa
     peak = 0.0
     seen: set[tuple[float, ...]] = set()
     for stage in range(pp):
-        weights = [par.stage_chunk_layers(stage)[c] * layer_B for c in range(vs)]
+        per = par.stage_chunk_layers(stage)
+        weights = [per[c] * layer_B for c in range(vs)]
         if stage == pp - 1:
             weights[vs - 1] += head_B
         # An earlier stage with the same chunks holds at least as much (a deeper warm-up of the

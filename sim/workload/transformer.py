@@ -14,6 +14,7 @@ appendix B model FLOPs for MFU (DESIGN.md).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from ..config import Scenario
@@ -123,6 +124,7 @@ def _mixer_flops_per_token(m: ModelSpec, kind: LayerKind, seq_len: int) -> int:
     return 0
 
 
+@functools.lru_cache(maxsize=256)
 def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     """PaLM appendix B: 6N + 12 L H Q T (N non-embedding parameters, active ones for MoE),
     per layer kind (FLOPS_CONVENTION); the same number as PaLM's for a uniform dense stack."""
@@ -291,13 +293,7 @@ def build_workload(scn: Scenario) -> Workload:
     domain = getattr(scn.cluster.topology, "gpus_per_node", None) or par.ep * par.etp
     c = BlockContext(m, tok, b, t, sp, par.ep, par.etp, par.cp, s,
                      dispatcher=sw.moe_dispatcher, domain_ranks=max(1, domain // par.etp))
-    distinct: dict[LayerKind, int] = {}
-    layer_kinds = []
-    for kind in m.layer_kinds():
-        layer_kinds.append(distinct.setdefault(kind, len(distinct)))
-    mtp_kind = None
-    if m.mtp_layers:
-        mtp_kind = distinct.setdefault(m.mtp_kind(), len(distinct))
+    distinct, layer_kinds, mtp_kind = _distinct_kinds(m)
     kinds = tuple(_layer_work(scn, c, k) for k in distinct)
 
     logit_B = LOGIT_BYTES[scn.training.logits_dtype]
@@ -316,3 +312,18 @@ def build_workload(scn: Scenario) -> Workload:
         model_flops_per_step=model_flops_per_token(m, S) * gb * S,
         tokens_per_step=gb * S, mtp_kind=mtp_kind, mtp_layers=m.mtp_layers,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _distinct_kinds(m: ModelSpec) -> tuple[tuple[LayerKind, ...], tuple[int, ...], int | None]:
+    """The model's distinct layer kinds in order of first appearance, each layer's index among
+    them and the MTP modules' (None without them); once per model (PERF: a plan builds
+    thousands of workloads of one model)."""
+    distinct: dict[LayerKind, int] = {}
+    layer_kinds = []
+    for kind in m.layer_kinds():
+        layer_kinds.append(distinct.setdefault(kind, len(distinct)))
+    mtp_kind = None
+    if m.mtp_layers:
+        mtp_kind = distinct.setdefault(m.mtp_kind(), len(distinct))
+    return tuple(distinct), tuple(layer_kinds), mtp_kind
