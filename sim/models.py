@@ -296,6 +296,15 @@ def _layer_kinds(model: ModelSpec) -> tuple[LayerKind, ...]:
     return ModelSpec._build_layer_kinds(model)
 
 
+@functools.lru_cache(maxsize=64)
+def kind_index(model: ModelSpec) -> tuple[tuple[LayerKind, ...], tuple[int, ...]]:
+    """The model's distinct layer kinds in order of first appearance and each layer's index among
+    them (once per model)."""
+    distinct: dict[LayerKind, int] = {}
+    index = tuple(distinct.setdefault(k, len(distinct)) for k in model.layer_kinds())
+    return tuple(distinct), index
+
+
 @functools.lru_cache(maxsize=128)
 def _non_embedding_params(model: ModelSpec, active_only: bool) -> int:
     return sum(model.kind_params(k, active_only) for k in model.layer_kinds()) + model.hidden

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 from ..config import Scenario
 from ..config.remat import REMAT_PRESETS
-from ..models import LayerKind
+from ..models import LayerKind, kind_index
 from .recompute import dropped_tensors
 
 __all__ = ["LayerActivations", "layer_activation_bytes", "stage_activation_bytes", "kept_tensors"]
@@ -243,9 +243,9 @@ def layer_activation_bytes(scn: Scenario, kind: LayerKind | None = None) -> Laye
 def stage_activation_bytes(scn: Scenario, layers: tuple[int, ...]) -> LayerActivations:
     """The mean over *layers* (model layer indices) of what each keeps (``layer_activation_bytes``
     per kind)."""
-    kinds = scn.model.layer_kinds()
-    picked = [kinds[i] for i in layers] or [kinds[-1]]
-    each = {k: layer_activation_bytes(scn, k) for k in set(picked)}
+    kinds, index = kind_index(scn.model)
+    picked = [index[i] for i in layers] or [index[-1]]
+    each = {k: layer_activation_bytes(scn, kinds[k]) for k in set(picked)}
     n = len(picked)
     device = {k: a.device_B for k, a in each.items()}
     host = {k: a.host_B for k, a in each.items()}

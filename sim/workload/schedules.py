@@ -127,9 +127,9 @@ def stage_activation_peak_B(par: ParallelismConfig, layer_B: float, head_B: floa
     micro, pp = par.microbatches // par.pipeline_flushes, par.pp   # one schedule's (each drains)
     peak = 0.0
     seen: set[tuple[float, ...]] = set()
+    per = par.model_chunk_layers                # stage s's chunk c: model chunk c x pp + s
     for stage in range(pp):
-        per = par.stage_chunk_layers(stage)
-        weights = [per[c] * layer_B for c in range(vs)]
+        weights = [per[c * pp + stage] * layer_B for c in range(vs)]
         if stage == pp - 1:
             weights[vs - 1] += head_B
         # An earlier stage with the same chunks holds at least as much (a deeper warm-up of the
