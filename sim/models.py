@@ -288,7 +288,6 @@ class ModelSpec:
         return self.non_embedding_params() + self.embedding_params()
 
 
-
 # PERF: a model is frozen; its stack and parameter count are asked for once per layer, stage and
 # layout (a plan screens thousands), so they are worked out once per model (issue 32).
 @functools.lru_cache(maxsize=64)
@@ -308,6 +307,7 @@ def kind_index(model: ModelSpec) -> tuple[tuple[LayerKind, ...], tuple[int, ...]
 @functools.lru_cache(maxsize=128)
 def _non_embedding_params(model: ModelSpec, active_only: bool) -> int:
     return sum(model.kind_params(k, active_only) for k in model.layer_kinds()) + model.hidden
+
 
 # Sources: Llama 3 "The Llama 3 Herd of Models" (Dubey et al. 2024) Table 3; GPT-3 (Brown et al.
 # 2020) Table 2.1; Mixtral of Experts (Jiang et al. 2024) Table 1. Qwen3 MoE: the released

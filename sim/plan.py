@@ -13,15 +13,13 @@ time, chip-hours and energy, no cost and no cheapest pick; the report says it ha
 
 Every layout that divides and fits is screened: a floor under its step is taken from its last
 stage's plan alone, without its data-parallel transfers (``sim.engine.step_floor``: the stage's
-steps summed; ``plan_stages(..., floor_only=True)``); layouts are timed in
-the order of their floors until a floor lies above the fourth-best step, so the pick and its
-runners-up are those of timing every layout (tests/test_plan.py checks it), in a fraction of
-the time.
+steps summed; ``plan_stages(..., floor_only=True)``); layouts are timed in the order of their
+floors until a floor lies above the fourth-best step, so the pick and its runners-up are those
+of timing every layout (tests/test_plan.py checks it), in a fraction of the time.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -270,8 +268,7 @@ def plan(req: PlanRequest,
             if not screened:
                 tp_plan.refused[chips] = _why_none(reasons)
                 continue
-            cands = _ranked(screened, chips, chip.bf16_flops,
-                            functools.partial(_all_stages, net))
+            cands = _ranked(screened, chips, chip.bf16_flops, net)
             tp_plan.by_size[chips] = cands
             best = cands[0]
             # Confirm with the simpy engine (the screening path equals it without stragglers).
@@ -306,26 +303,20 @@ class _Screened(NamedTuple):
     schedule: Any
 
 
-def _all_stages(net: Any, s: _Screened) -> Any:
-    """Every stage's plan of a screened layout, for ``fast_step``."""
-    from .stages import plan_stages
-
-    return plan_stages(s.wl, net, traffic=False)
-
-
-def _ranked(screened: Sequence[_Screened], chips: int, chip_flops: float,
-            stage_plans: Callable[[_Screened], Any]) -> list[Candidate]:
+def _ranked(screened: Sequence[_Screened], chips: int, chip_flops: float, net: Any
+            ) -> list[Candidate]:
     """The layouts of a size timed by the screening path, best first (by step, then the fewer
     model-parallel chips): the first ``RANKED`` exactly as if every layout were timed. Layouts are
     timed in the order of their floors; once a floor lies above the ``RANKED``-th best step so
     far, it and every layout after it would rank below that and are left untimed."""
     from .engine import fast_step
+    from .stages import plan_stages
 
     timed: list[tuple[float, int, int, Candidate]] = []     # (step, tp x pp, order, candidate)
     for s in sorted(screened, key=lambda x: (x.floor_s, x.order)):
         if len(timed) >= RANKED and s.floor_s > timed[RANKED - 1][0]:
             break
-        step_s = fast_step(stage_plans(s), s.schedule).step_time_s
+        step_s = fast_step(plan_stages(s.wl, net, traffic=False), s.schedule).step_time_s
         lay = s.layout
         timed.append((step_s, lay["tp"] * lay["pp"], s.order,
                       Candidate(chips, dict(lay), step_s, s.wl.tokens_per_step / step_s,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..config import Scenario
 from ..config.remat import LOGIT_BYTES
-from ..models import LayerKind, ModelSpec
+from ..models import LayerKind, ModelSpec, kind_index
 from .blocks import BlockContext, attention_shape, mixer_block, mlp_block
 from .ops import BYTES, Comm, Item, Op, attention, gemm, mem
 from .recompute import module_recompute
@@ -293,7 +293,12 @@ def build_workload(scn: Scenario) -> Workload:
     domain = getattr(scn.cluster.topology, "gpus_per_node", None) or par.ep * par.etp
     c = BlockContext(m, tok, b, t, sp, par.ep, par.etp, par.cp, s,
                      dispatcher=sw.moe_dispatcher, domain_ranks=max(1, domain // par.etp))
-    distinct, layer_kinds, mtp_kind = _distinct_kinds(m)
+    distinct, layer_kinds = kind_index(m)
+    mtp_kind = None
+    if m.mtp_layers:                       # the MTP modules' kind, a new one if no layer has it
+        mk = m.mtp_kind()
+        distinct += () if mk in distinct else (mk,)
+        mtp_kind = distinct.index(mk)
     kinds = tuple(_layer_work(scn, c, k) for k in distinct)
 
     logit_B = LOGIT_BYTES[scn.training.logits_dtype]
@@ -313,17 +318,3 @@ def build_workload(scn: Scenario) -> Workload:
         tokens_per_step=gb * S, mtp_kind=mtp_kind, mtp_layers=m.mtp_layers,
     )
 
-
-@functools.lru_cache(maxsize=64)
-def _distinct_kinds(m: ModelSpec) -> tuple[tuple[LayerKind, ...], tuple[int, ...], int | None]:
-    """The model's distinct layer kinds in order of first appearance, each layer's index among
-    them and the MTP modules' (None without them); once per model (PERF: a plan builds
-    thousands of workloads of one model)."""
-    distinct: dict[LayerKind, int] = {}
-    layer_kinds = []
-    for kind in m.layer_kinds():
-        layer_kinds.append(distinct.setdefault(kind, len(distinct)))
-    mtp_kind = None
-    if m.mtp_layers:
-        mtp_kind = distinct.setdefault(m.mtp_kind(), len(distinct))
-    return tuple(distinct), tuple(layer_kinds), mtp_kind
