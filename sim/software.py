@@ -43,7 +43,11 @@ model, the memory model and the step plan:
   scores), ``op-sac`` (torchtitan's op-level selective activation checkpointing) or
   ``minimal_flash`` (MaxText's remat policy of that name);
 - ``offload_overlap``: offloaded activations are copied on their own stream, behind the layer's
-  compute; otherwise the copy sits on the compute stream.
+  compute; otherwise the copy sits on the compute stream;
+- ``slice_reduce_bytes``: how hybrid sharding's replica all-reduce (across TPU slices over the
+  DCN) runs: 0, layer by layer on the data-parallel stream behind the backward pass, in bf16
+  (as the GPU stacks' per-bucket reductions); otherwise once, on the step's whole gradient at this
+  many bytes a parameter, after the backward pass and before the optimizer (exposed).
 
 Sources for each framework fact are next to its profile below. Adding a framework is one entry of
 ``FRAMEWORKS``; no other module names one.
@@ -94,6 +98,8 @@ class SoftwareProfile:
                                        # tables the compute model is fitted on ("": the bundled fits)
     expert_gemm_per_expert: bool = False  # the host issues one GEMM per local expert (Transformer
                                           # Engine's GroupedLinear), not one grouped kernel
+    slice_reduce_bytes: int = 0        # 0: replica all-reduce per layer, overlapped; else once
+                                       # after the backward, this many bytes a parameter
 
     def __post_init__(self) -> None:
         for value, valid in ((self.attention, ATTENTION_KERNELS + ("auto",)),
@@ -232,12 +238,20 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # --xla_enable_async_all_gather=true in MaxText's configs/v5p/*.sh and the tpu-recipes), so
     # tensor-parallel all-gathers and reduce-scatters hide behind the matmuls next to them.
     # Selective recomputation is its minimal_flash remat policy, the one its GPU configs run.
+    # Multislice (DCN data parallelism across slices): the replica all-reduce runs on the step's
+    # gradients, which carry the weights' dtype (base.yml weight_dtype: float32 at e64f681: 4
+    # bytes a parameter), after the backward pass. Not hidden: at the DCN's per-chip rate that
+    # all-reduce takes well under the backward pass (0.3-0.6 s against ~10 s on MaxText's v5e
+    # 64B runs), yet the measured step grows with the slice count at fixed work per chip
+    # (configs/v5e/README.md: 13.5 s on 1 slice, 14.2, 14.5, 14.7, 15.1, 16.1 s on 2-32),
+    # which a reduction overlapped with the backward pass cannot do.
     SoftwareProfile(framework="maxtext", attention="auto", elementwise="fused",
                     low_precision=("fp8", "int8"), quantized_saves=False,
                     tp_comm_overlap=True, param_gather_overlap=False,
                     optimizer="adamw_fused", host_kernel_s=0.0, runs_on_tpu=True,
                     eager_autograd=False, sdpa_output_copy=False,
-                    selective_recompute="minimal_flash", offload_overlap=True),
+                    selective_recompute="minimal_flash", offload_overlap=True,
+                    slice_reduce_bytes=4),
     # Paxml/Praxis (JAX/XLA): dot-product attention compiled by XLA (scores through HBM).
     SoftwareProfile(framework="paxml", attention="xla", elementwise="fused",
                     low_precision=("fp8",), quantized_saves=False,

@@ -210,6 +210,8 @@ class _DataParallel:
     expert_bytes: int          # one layer's routed-expert gradients (reduced over EDP)
     layer_s: float             # reduce one layer's gradients over the shard group
     replica_s: float           # hybrid sharding: all-reduce the reduced shard across replicas
+    tail_bytes: int            # ... once after the backward instead (``slice_reduce_bytes``), 0: no
+    tail_s: float              # that all-reduce's time alone on the network
     per_microbatch: bool       # ZeRO-3 (FSDP): reduce-scatter every micro-batch
     gather_s: float            # ZeRO-3: all-gather one layer's weights
     param_gather_s: float      # ZeRO-1/2: gather the updated weights, what stays exposed
@@ -241,10 +243,18 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     if expert_bytes and lay.edp > 1:
         dp_layer += net.time(dp_op, expert_bytes, lay.edp_group(stage)).time_s
     # Hybrid sharding: each rank's reduced gradient shard is then all-reduced with the ranks
-    # holding the same shard in the other replicas, every shard position at once.
+    # holding the same shard in the other replicas, every shard position at once: layer by
+    # layer, or (TPU slices under a stack with ``slice_reduce_bytes``) once after the backward,
+    # on the shard of the stage's whole gradient in the weights' dtype.
+    params = wl.stage_params(stage) + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
+    after = (cm.profile.slice_reduce_bytes if transfers and scn.cluster.pods > 1 and lay.replicas > 1
+             and len(net.group_info(lay.replica_groups(stage)[0]).by_pod) > 1 else 0)
+    tail_bytes = max(1, round(after * params / shard)) if after else 0
+    tail = (net.time_concurrent("allreduce", tail_bytes, lay.replica_groups(stage)).time_s
+            if tail_bytes else 0.0)
     replica = (net.time_concurrent("allreduce", max(1, grad_bytes // shard),
                                    lay.replica_groups(stage)).time_s
-               if lay.replicas > 1 else 0.0)
+               if lay.replicas > 1 and not after else 0.0)
     fsdp = par.zero >= 3 and shard > 1
     gather = net.time("allgather", grad_bytes, dpg).time_s if fsdp else 0.0
     # ZeRO-3 shards the routed experts over their expert shard group too (sim/workload/memory.py),
@@ -254,7 +264,6 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
         gather += net.time("allgather", expert_bytes, lay.expert_shard_group(stage)).time_s
     chunk_layers = tuple(par.stage_chunk_layers(stage))
     layers = sum(chunk_layers)                        # this stage's real layers
-    params = wl.stage_params(stage) + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
     experts = wl.stage_expert_params(stage)        # sharded over their EDP ranks (memory.py)
     opt_params = ((params - experts) / shard + experts / par.expert_shard_ranks if par.zero >= 1
                   else params)
@@ -268,8 +277,8 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
         # next step's forward runs the chunks before it; only what exceeds one micro-batch's
         # forward over the stage stays exposed.
         pg = max(0.0, pg - sum(x.seconds for x in fwd if x.kind == "compute") * layers)
-    return _DataParallel(dp_op, grad_bytes, expert_bytes, dp_layer, replica, fsdp, gather, pg, params, chunk_layers,
-                        optimizer)
+    return _DataParallel(dp_op, grad_bytes, expert_bytes, dp_layer, replica, tail_bytes, tail, fsdp, gather,
+                         pg, params, chunk_layers, optimizer)
 
 
 def plan_stages(wl: Workload, net: CollectiveModel, stack_efficiency: StackEfficiency | None = None,
@@ -304,7 +313,7 @@ def plan_stages(wl: Workload, net: CollectiveModel, stack_efficiency: StackEffic
             first_fwd=t(wl.first_forward), first_bwd=t(wl.first_backward),
             last_fwd=t(wl.last_forward), last_bwd=t(wl.last_backward), p2p_s=p2p,
             dp_layer_s=dp.layer_s, dp_per_microbatch=dp.per_microbatch,
-            fsdp_layer_gather_s=dp.gather_s, replica_layer_s=dp.replica_s,
+            fsdp_layer_gather_s=dp.gather_s, replica_layer_s=dp.replica_s, replica_tail_s=dp.tail_s,
             optimizer_s=dp.optimizer_s, param_gather_s=dp.param_gather_s, **loads))
     return plans
 
@@ -324,10 +333,13 @@ def _stage_loads(net: CollectiveModel, lay: Layout, stage: int, wl: Workload, dp
         dp_load = dp_load.then(experts) if dp_load is not None else experts
     rep_load = (collective_traffic(net, "allreduce", max(1, dp.grad_bytes // shard),
                                    lay.replica_groups(stage), concurrent=True, label="dp")
-                if lay.replicas > 1 else None)
+                if lay.replicas > 1 and not dp.tail_bytes else None)
     both = [x for x in (dp_load, rep_load) if x is not None]
     dp_total = both[0].then(both[1]) if len(both) == 2 else (both[0] if both else None)
     out: dict[str, Traffic | None] = {"dp_traffic": dp_total, "replica_traffic": rep_load}
+    if dp.tail_bytes:
+        out["replica_tail"] = collective_traffic(net, "allreduce", dp.tail_bytes, lay.replica_groups(stage),
+                                                 concurrent=True, label="dp")
     if dp.gather_s:
         ag = collective_traffic(net, "allgather", dp.grad_bytes, shards, label="dp")
         if dp.expert_bytes and lay.expert_shard > 1:

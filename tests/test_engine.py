@@ -191,3 +191,48 @@ def test_exact_event_log_of_a_two_stage_pipeline() -> None:
     assert sorted(got) == sorted(want)
     assert r.step_time_s == 10.0 and r.critical_stage == 0
     assert r.breakdown_s["pipeline_bubble"] == 4.0 and r.breakdown_s["compute"] == 6.0
+
+
+def test_slices_all_reduce_the_gradients_after_the_backward() -> None:
+    """TPU Multislice under MaxText: the replica all-reduce across slices runs once, on the
+    step's whole gradient shard in the weights' dtype (fp32), after the backward pass, so the
+    step grows with the slice count at a fixed batch per chip (MaxText's configs/v5e/README.md
+    tables do); replicas inside one slice keep the per-layer reduction behind the backward. The
+    screen's closed form plays it as the engine does."""
+    from sim.collectives import CollectiveModel
+    from sim.engine import fast_step, step_floor
+    from sim.stages import plan_stages
+    from sim.topology import build_topology
+    from sim.workload.transformer import build_workload
+
+    def scn(slices: int, zero_group: int = 16) -> dict:
+        return {"cluster": {"topology": "tpu-v5e", "chips": 16 * slices, "slices": slices},
+                "model": {"preset": "llama3-8b", "layers": 4},
+                "training": {"seq_len": 2048, "global_batch": 16 * slices, "micro_batch": 1},
+                "parallelism": {"tp": 1, "pp": 1, "zero": 3, "zero_group": zero_group}}
+
+    steps = []
+    for slices in (1, 2, 4):
+        s = scenario_from_dict(scn(slices))
+        wl = build_workload(s)
+        net = CollectiveModel(build_topology(s.cluster))
+        plans = plan_stages(wl, net)
+        sp = plans[0]
+        kw = Schedule(pp=1, vs=1, micro=wl.microbatches, schedule_kind="1f1b")
+        a, b = simulate(plans, kw), fast_step(plans, kw)
+        assert b.step_time_s == pytest.approx(a.step_time_s, rel=1e-9)
+        assert step_floor(plans, kw) <= b.step_time_s
+        if slices == 1:
+            assert sp.replica_tail_s == 0 and sp.replica_layer_s == 0
+        else:
+            assert sp.replica_layer_s == 0 and sp.replica_tail_s > 0
+            shard = (wl.stage_params(0) + 2 * wl.embed_params) * 4 // 16
+            alone = net.time("allreduce", shard, list(range(0, 16 * slices, 16))).time_s
+            assert sp.replica_tail_s >= alone * (1 - 1e-9)      # every shard position at once
+            assert a.breakdown_s["exposed_comm"] >= sp.replica_tail_s * (1 - 1e-9)
+        steps.append(a.step_time_s)
+    assert steps[0] < steps[1] < steps[2]
+    # replicas inside one slice (2 shard groups of 16 on one 32-chip slice): no DCN, per layer
+    inside = scenario_from_dict({**scn(2, 16), "cluster": {"topology": "tpu-v5e", "chips": 32}})
+    sp = plan_stages(build_workload(inside), CollectiveModel(build_topology(inside.cluster)))[0]
+    assert sp.replica_tail_s == 0 and sp.replica_layer_s > 0

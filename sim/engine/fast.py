@@ -102,7 +102,7 @@ def step_floor(plan: list[StagePlan], schedule: Schedule, stages: Sequence[int] 
             before, layer, _, n_layers, after, *_ = _shape(sp, lane, kind, c, c * pp + st, False,
                                                            n_chunks, pp)
             busy += n * (before + n_layers * layer + after)
-        floor = max(floor, busy + sp.optimizer_s + sp.param_gather_s)
+        floor = max(floor, busy + sp.replica_tail_s + sp.optimizer_s + sp.param_gather_s)
     return floor * (1 - 1e-9)
 
 
@@ -226,7 +226,8 @@ def _result(plan: list[StagePlan], lanes: list[_Lane]) -> EngineResult:
     exposed: list[float] = []
     for lane, sp in zip(lanes, plan):
         t = lane.now
-        exposed_dp = max(0.0, lane.dp_free - t)
+        dp_end = max(lane.dp_free, t) + sp.replica_tail_s if sp.replica_tail_s else lane.dp_free
+        exposed_dp = max(0.0, dp_end - t)
         t += exposed_dp + sp.optimizer_s + sp.param_gather_s
         exposed.append(exposed_dp)
         finish.append(t)

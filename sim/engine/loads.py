@@ -18,7 +18,7 @@ def _streams(sp: StagePlan, sends: int) -> list[tuple[list[Traffic], int]]:
     handed over without waiting, so up to *sends* (its passes) of one direction may overlap."""
     compute = [seg.traffic for seg in sp.layer_fwd + sp.layer_bwd if seg.traffic is not None]
     compute += [t for t in (sp.fsdp_fwd, sp.fsdp_bwd, sp.param_traffic) if t is not None]
-    dp = [t for t in (sp.dp_traffic, sp.replica_traffic) if t is not None]
+    dp = [t for t in (sp.dp_traffic, sp.replica_traffic, sp.replica_tail) if t is not None]
     out = [(compute, 1), (dp, 1)]
     out += [([t], sends) for t in (sp.p2p_fwd, sp.p2p_bwd) if t is not None]
     return [(loads, n) for loads, n in out if loads]

@@ -54,10 +54,12 @@ class StagePlan:
     param_gather_s: float                     # ZeRO-1/2: all-gather updated weights after the step
     replica_layer_s: float = 0.0              # hybrid sharding: all-reduce one layer's gradient
                                               # shard across replicas, once per step
+    replica_tail_s: float = 0.0               # ... or of the whole gradient after the backward
     p2p_fwd: Traffic | None = None            # activations to stage + 1 (every rank of the stage)
     p2p_bwd: Traffic | None = None            # gradients to stage - 1
     dp_traffic: Traffic | None = None         # one layer's gradient reduction (+ replica step)
     replica_traffic: Traffic | None = None    # hybrid sharding alone (ZeRO-3: per layer, per step)
+    replica_tail: Traffic | None = None       # the replica all-reduce after the backward
     fsdp_fwd: Traffic | None = None           # ZeRO-3 weight gather of one layer (forward)
     fsdp_bwd: Traffic | None = None           # ... gather + gradient reduce-scatter (backward)
     param_traffic: Traffic | None = None      # ZeRO-1/2 updated-weight gather

@@ -174,6 +174,8 @@ class StepEngine:
                 self._record(r, "pipeline_bubble", "wait", t0)
             yield from self.chunk_pass(r, kind, m, g, n_step, queue if m == last_b[c] else None)
             self.hand_over(r, kind, m, g)
+        if sp.replica_tail_s:
+            queue.put((sp.replica_tail_s, sp.replica_tail))   # the replica all-reduce after the backward
         queue.put(None)
         t0 = self.env.now
         yield dp_proc

@@ -23,7 +23,7 @@ from ..config import scenario_from_dict
 from ..errors import ConfigError, SimError
 from ..hardware import CATALOGUE
 from ..models import PRESETS
-from ..software import FRAMEWORKS
+from ..software import FRAMEWORKS, default_framework
 from .data import GPUS_PER_NODE, RUNS_FILE
 from .training_measured import Measured, measure_step
 from .training_parallel import parallelism
@@ -255,20 +255,25 @@ class _RowMapper(RowReader):
         par, slices = parallelism(self, chips, _plain(model))
         training["micro_batch"] = self.pass_batch(micro, par)
         cluster: dict[str, Any] = {"topology": topo, "chips": chips}
+        fw = self.framework()
         if (domain := self.nvl_domain(topo, chips)) is not None:
             cluster["nvl_domain"] = domain
         if slices > 1:
             if not CATALOGUE[TOPOLOGY_CHIPS[topo]].is_tpu:
                 raise _Unsupported(f"{slices} slices/pods on GPUs: GPU topologies are one fabric")
-            if re.search(_OFFLOAD_POLICY, training.get("remat_policy", "")):
-                raise _Unsupported(f"host offload ({training['remat_policy']}) on {slices} slices: "
-                                   "offload copies and DCN traffic share each host's PCIe link, "
-                                   "which the model does not share (DCN modelled by bandwidth only)")
+            # a stack that overlaps the DCN reduction with the backward pass would send it over
+            # each host's PCIe link while the offload copies use it, which the model does not
+            # share; one that runs it after the backward (``slice_reduce_bytes``) does not
+            stack = FRAMEWORKS[fw or default_framework(CATALOGUE[TOPOLOGY_CHIPS[topo]])]
+            if re.search(_OFFLOAD_POLICY, training.get("remat_policy", "")) and not stack.slice_reduce_bytes:
+                raise _Unsupported(f"host offload ({training['remat_policy']}) on {slices} slices "
+                                   f"under {stack.framework}: offload copies and DCN traffic share "
+                                   "each host's PCIe link, which the model does not share")
             cluster["slices"] = slices
         raw: dict[str, Any] = {"name": self.cell("id"), "cluster": cluster,
                                "model": model, "training": training, "parallelism": par}
         software: dict[str, str | bool] = {}
-        if (fw := self.framework()) is not None:
+        if fw is not None:
             software["framework"] = fw
         if re.search(_DEEPEP_NOTES, self.notes) and _is_moe(model):
             software["moe_dispatcher"] = "deepep"
