@@ -247,14 +247,14 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     # layer, or (TPU slices under a stack with ``slice_reduce_bytes``) once after the backward,
     # on the shard of the stage's whole gradient in the weights' dtype.
     params = wl.stage_params(stage) + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
-    after = (cm.profile.slice_reduce_bytes if transfers and scn.cluster.pods > 1 and lay.replicas > 1
-             and len(net.group_info(lay.replica_groups(stage)[0]).by_pod) > 1 else 0)
+    groups = lay.replica_groups(stage) if lay.replicas > 1 else []
+    across = (transfers and scn.cluster.pods > 1 and bool(groups)
+              and len(net.group_info(groups[0]).by_pod) > 1)
+    after = cm.profile.slice_reduce_bytes if across else 0
     tail_bytes = max(1, round(after * params / shard)) if after else 0
-    tail = (net.time_concurrent("allreduce", tail_bytes, lay.replica_groups(stage)).time_s
-            if tail_bytes else 0.0)
-    replica = (net.time_concurrent("allreduce", max(1, grad_bytes // shard),
-                                   lay.replica_groups(stage)).time_s
-               if lay.replicas > 1 and not after else 0.0)
+    tail = net.time_concurrent("allreduce", tail_bytes, groups).time_s if tail_bytes else 0.0
+    replica = (net.time_concurrent("allreduce", max(1, grad_bytes // shard), groups).time_s
+               if groups and not after else 0.0)
     fsdp = par.zero >= 3 and shard > 1
     gather = net.time("allgather", grad_bytes, dpg).time_s if fsdp else 0.0
     # ZeRO-3 shards the routed experts over their expert shard group too (sim/workload/memory.py),

@@ -226,8 +226,8 @@ def _result(plan: list[StagePlan], lanes: list[_Lane]) -> EngineResult:
     exposed: list[float] = []
     for lane, sp in zip(lanes, plan):
         t = lane.now
-        dp_end = max(lane.dp_free, t) + sp.replica_tail_s if sp.replica_tail_s else lane.dp_free
-        exposed_dp = max(0.0, dp_end - t)
+        # the stream's rest, then the replica all-reduce after the backward (0 s: none)
+        exposed_dp = max(lane.dp_free, t) + sp.replica_tail_s - t
         t += exposed_dp + sp.optimizer_s + sp.param_gather_s
         exposed.append(exposed_dp)
         finish.append(t)

@@ -317,4 +317,3 @@ def build_workload(scn: Scenario) -> Workload:
         model_flops_per_step=model_flops_per_token(m, S) * gb * S,
         tokens_per_step=gb * S, mtp_kind=mtp_kind, mtp_layers=m.mtp_layers,
     )
-
