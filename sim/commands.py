@@ -138,7 +138,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from .config import PRESETS_NAMES, parse_tokens
     from .plan import PlanRequest, plan
-    from .progress import progress
+    from .progress import available_cores, progress
 
     if args.model not in PRESETS_NAMES:
         raise ConfigError(f"--model: unknown model {args.model!r}; valid: {', '.join(PRESETS_NAMES)}")
@@ -185,7 +185,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise ConfigError(f"plan: screening up to {n:,} layouts would take ~{seconds / 60:,.0f} "
                               f"minutes (over {MAX_SCREEN_S / 60:.0f}); lower --max-chips or "
                               "--batch-tokens, raise --seq-len, or pass --yes to run it anyway")
-    plans = plan(req, progress=progress)
+    plans = plan(req, progress=progress, workers=available_cores())
     entries = report.plan_json(plans, req)
     if plot is not None:
         from .plots import plot_plan

@@ -24,6 +24,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 from .config import data_parallel, load_topology_spec, scenario_from_dict
@@ -218,9 +219,25 @@ def _scenario(req: PlanRequest, topology: str, chips: int, lay: Mapping[str, Any
 
 
 def plan(req: PlanRequest,
-         progress: Callable[[Iterable[Any], int, str], Iterable[Any]] | None = None
-         ) -> list[TopologyPlan]:
-    """Search every topology of *req* (see the module docstring)."""
+         progress: Callable[[Iterable[Any], int, str], Iterable[Any]] | None = None,
+         workers: int = 1) -> list[TopologyPlan]:
+    """Search every topology of *req* (see the module docstring). With *workers* > 1 and several
+    topologies, each topology's search runs in its own process (they share nothing; the plans
+    are the same as one process makes, in *req*'s order)."""
+    if req.tokens <= 0 or req.days <= 0:
+        raise ConfigError("plan: --tokens and --days must be > 0")
+    if workers > 1 and len(req.topologies) > 1:
+        from .parallel import ordered_map
+
+        return ordered_map(partial(_plan_topology, req), req.topologies, workers,
+                           "plan (topologies)", progress)
+    return [_plan_topology(req, t, progress) for t in req.topologies]
+
+
+def _plan_topology(req: PlanRequest, topology: str,
+                   progress: Callable[[Iterable[Any], int, str], Iterable[Any]] | None = None
+                   ) -> TopologyPlan:
+    """The search of one topology: its sizes from the smallest up, every layout screened."""
     from .cost import energy_MWh, time_to_train
     from .engine import step_floor
     from .job import network_of, schedule_of
@@ -231,64 +248,59 @@ def plan(req: PlanRequest,
     from .workload.xla_remat import xla_fit
 
     track = progress or (lambda it, n, d: it)
-    if req.tokens <= 0 or req.days <= 0:
-        raise ConfigError("plan: --tokens and --days must be > 0")
     global_batch = req.global_batch
-    out: list[TopologyPlan] = []
-    for topology in req.topologies:
-        sizes, probe, size_layouts = _search_space(req, topology)
-        chip = probe.cluster.chip
-        gpu = not chip.is_tpu
-        tp_plan = _topology_plan(req, topology, probe)
-        price = tp_plan.usd_per_chip_hour
-        for chips in track(sizes, len(sizes), f"plan {topology}"):
-            screened: list[_Screened] = []
-            reasons: list[str] = []
-            topo = net = None
-            for lay in size_layouts(chips):
-                try:
-                    scn = scenario_from_dict(_scenario(req, topology, chips, lay, global_batch, gpu), "plan")
-                    wl = build_workload(scn)
-                    scn, wl, mem = xla_fit(scn, wl, memory_per_chip(wl))
-                    check_fits(wl, mem)
-                except SimError as e:
-                    reasons.append(str(e))
-                    continue
-                if topo is None:
-                    topo, net = network_of(scn.cluster)
-                assert net is not None
-                # the floor from the last stage alone (its layers, the head and the loss),
-                # its data-parallel transfers left out
-                ends = [scn.parallelism.pp - 1]
-                sched = schedule_of(scn, wl)
-                floor = step_floor(plan_stages(wl, net, traffic=False, stages=ends, floor_only=True),
-                                   sched, ends)
-                screened.append(_Screened(floor, len(screened), lay, wl, mem, sched))
-                tp_plan.layouts_screened += 1
-            if not screened:
-                tp_plan.refused[chips] = _why_none(reasons)
+    sizes, probe, size_layouts = _search_space(req, topology)
+    chip = probe.cluster.chip
+    gpu = not chip.is_tpu
+    tp_plan = _topology_plan(req, topology, probe)
+    price = tp_plan.usd_per_chip_hour
+    for chips in track(sizes, len(sizes), f"plan {topology}"):
+        screened: list[_Screened] = []
+        reasons: list[str] = []
+        topo = net = None
+        for lay in size_layouts(chips):
+            try:
+                scn = scenario_from_dict(_scenario(req, topology, chips, lay, global_batch, gpu), "plan")
+                wl = build_workload(scn)
+                scn, wl, mem = xla_fit(scn, wl, memory_per_chip(wl))
+                check_fits(wl, mem)
+            except SimError as e:
+                reasons.append(str(e))
                 continue
-            cands = _ranked(screened, chips, chip.bf16_flops, net)
-            tp_plan.by_size[chips] = cands
-            best = cands[0]
-            # Confirm with the simpy engine (the screening path equals it without stragglers).
-            scn = scenario_from_dict(_scenario(req, topology, chips, best.layout, global_batch, gpu),
-                                     "plan")
-            step = run(scn, topo=topo, net=net).step
-            by_recovery = _goodput_by_recovery(req, scn, step.step_time_s, topology)
-            goodput = by_recovery[req.recovery]
-            train = time_to_train(req.tokens, step.tokens_per_s, goodput)
-            chip_hours = chips * train.seconds / 3600
-            tp_plan.best[chips] = Candidate(chips, best.layout, step.step_time_s, step.tokens_per_s,
-                                            step.mfu, best.memory_GiB, goodput, train.days,
-                                            chip_hours, None if price is None else chip_hours * price,
-                                            energy_MWh(chip, chip_hours), by_recovery,
-                                            dict(step.breakdown_s))
-            met = [_spend(c) for c in tp_plan.meeting()]
-            if len(met) >= 3 and met[-1] > met[-2] > met[-3]:
-                break            # cost rose twice in a row past the deadline: larger costs more
-        out.append(tp_plan)
-    return out
+            if topo is None:
+                topo, net = network_of(scn.cluster)
+            assert net is not None
+            # the floor from the last stage alone (its layers, the head and the loss),
+            # its data-parallel transfers left out
+            ends = [scn.parallelism.pp - 1]
+            sched = schedule_of(scn, wl)
+            floor = step_floor(plan_stages(wl, net, traffic=False, stages=ends, floor_only=True),
+                               sched, ends)
+            screened.append(_Screened(floor, len(screened), lay, wl, mem, sched))
+            tp_plan.layouts_screened += 1
+        if not screened:
+            tp_plan.refused[chips] = _why_none(reasons)
+            continue
+        cands = _ranked(screened, chips, chip.bf16_flops, net)
+        tp_plan.by_size[chips] = cands
+        best = cands[0]
+        # Confirm with the simpy engine (the screening path equals it without stragglers).
+        scn = scenario_from_dict(_scenario(req, topology, chips, best.layout, global_batch, gpu),
+                                 "plan")
+        step = run(scn, topo=topo, net=net).step
+        by_recovery = _goodput_by_recovery(req, scn, step.step_time_s, topology)
+        goodput = by_recovery[req.recovery]
+        train = time_to_train(req.tokens, step.tokens_per_s, goodput)
+        chip_hours = chips * train.seconds / 3600
+        tp_plan.best[chips] = Candidate(chips, best.layout, step.step_time_s, step.tokens_per_s,
+                                        step.mfu, best.memory_GiB, goodput, train.days,
+                                        chip_hours, None if price is None else chip_hours * price,
+                                        energy_MWh(chip, chip_hours), by_recovery,
+                                        dict(step.breakdown_s))
+        met = [_spend(c) for c in tp_plan.meeting()]
+        if len(met) >= 3 and met[-1] > met[-2] > met[-3]:
+            break            # cost rose twice in a row past the deadline: larger costs more
+    return tp_plan
 
 
 class _Screened(NamedTuple):

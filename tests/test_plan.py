@@ -136,3 +136,22 @@ def test_the_floor_skips_layouts_without_changing_the_plan(monkeypatch) -> None:
             timed += len(a.by_size[chips])
             untimed += len(cands) - len(a.by_size[chips])
     assert untimed > timed > 0
+
+
+def test_topologies_searched_in_processes_plan_as_one_process_does() -> None:
+    """``plan`` on two cores searches each topology in its own process: the same plans, in the
+    order asked, as the search in this process; a topology's error comes back as raised here."""
+    from sim.errors import ConfigError
+    from sim.plan import PlanRequest, plan
+    from sim.report.plan import plan_json
+
+    req = PlanRequest(model="llama3-8b", tokens=300e9, days=30, topologies=("tpu-v5e", "dgx-h100"),
+                      max_chips=16, prices={"tpu-v5e": 1.5})
+    alone = plan(req)
+    spread = plan(req, workers=2)
+    assert [p.topology for p in spread] == ["tpu-v5e", "dgx-h100"]
+    assert plan_json(spread, req) == plan_json(alone, req)
+    assert [p.layouts_screened for p in spread] == [p.layouts_screened for p in alone] != [0, 0]
+    bad = PlanRequest(**{**req.__dict__, "max_chips": 4})      # below one DGX node
+    with pytest.raises(ConfigError, match="--max-chips: 4 is below the smallest dgx-h100"):
+        plan(bad, workers=2)
