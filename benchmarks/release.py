@@ -2,7 +2,8 @@
 process (start-up and imports included, stdout discarded), run N times; its fastest run divided
 by the fastest of a fixed reference played just before each run (bare simpy, 200,000 timeouts:
 see benchmarks/_reference.py) is its ratio, so that machine speed cancels (and, by taking the
-fastest runs, most of a shared machine's load). The median is printed beside it.
+fastest runs, most of a shared machine's load). The median is printed beside it. The rows run as a
+user's do, from compiled bytecode (``child_env``, ``compile_once``).
 benchmarks/test_bench_release.py fails a row whose ratio is more than 25% above the one stored in
 benchmarks/release_ratios.json.
 
@@ -63,12 +64,25 @@ def reference_s() -> float:
     return REFERENCE_EVENTS / bare_simpy_events_per_s(REFERENCE_EVENTS)
 
 
+def child_env() -> dict[str, str]:
+    """The rows' environment: this one, Python's bytecode cache allowed. A user's ``python``
+    compiles a module once and reads its ``__pycache__`` after; a session that sets
+    PYTHONDONTWRITEBYTECODE would time the compilation of every module in every run instead."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def compile_once(repo: Path) -> None:
+    """Write *repo*'s ``sim`` bytecode before the timed runs (what its first run would do)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "sim"], cwd=repo, env=child_env(),
+                   check=True, stdout=subprocess.DEVNULL)
+
+
 def run_once(argv: tuple[str, ...], repo: Path = REPO) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one ``python -m sim *argv*`` run from the root of *repo*
     (``python -m`` imports the ``sim`` of its working folder: another checkout's, e.g. the
     previous release's, times that release)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "sim", *argv], cwd=repo,
+    proc = subprocess.Popen([sys.executable, "-m", "sim", *argv], cwd=repo, env=child_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     err = proc.stderr.read()
     # os.wait4, not proc.wait: it returns this child's own rusage (RUSAGE_CHILDREN is a running max).
@@ -87,6 +101,7 @@ def measure(rows: list[str], repeats: int, repo: Path = REPO) -> dict[str, dict[
     fastest row run to the fastest reference (load only ever adds time, so the fastest runs are
     the steadiest measure: the gate's), and the row's largest peak RSS."""
     out = {}
+    compile_once(repo)
     for name in rows:
         refs, runs = [], []
         for _ in range(repeats):
