@@ -47,7 +47,7 @@ def test_import_rules() -> None:
 # package of sim/, or a dotted sub-module that sits in another layer than its package (the
 # longest entry that prefixes a module's name is its layer).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "models", "progress", "reliability"),  # leaves: no sim imports
+    ("errors", "units", "models", "progress", "parallel", "reliability"),  # leaves: no sim imports
     ("hardware",),                                     # chip catalogue
     ("software", "topology_spec", "compute"),          # stack profiles; topology specs; kernel formulas
     #                                                    and fits (compute.kernels, compute.tables)
@@ -146,7 +146,7 @@ def test_every_module_of_sim_has_a_layer() -> None:
 def test_imports_only_go_down_the_layers() -> None:
     """A module of sim imports only modules of a lower layer of LAYERS, or of its own entry.
 
-    The layers, lowest first: errors, units, models, progress -> hardware -> software,
+    The layers, lowest first: errors, units, models, progress, parallel -> hardware -> software,
     topology_spec, compute (kernels, tables) -> calibration -> config -> topology -> workload ->
     compute.model -> network -> collectives, engine, stragglers, faults, cost -> results ->
     stages -> job -> straggler_step, shared_step -> training -> run -> plan -> report, plots,
