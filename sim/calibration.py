@@ -346,7 +346,7 @@ STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
     ("llm-foundry", "A100", "bf16"): 1.041,
     ("llm-foundry", "H100", "bf16"): 0.982,
     ("maxtext", "tpu-v5e", "bf16"): 1.038,
-    ("maxtext", "tpu-v5p", "bf16"): 0.927,
+    ("maxtext", "tpu-v5p", "bf16"): 0.94,
     ("megatron", "A100", "bf16"): 0.947,
     ("megatron-te", "B200", "fp8"): 0.598,
     ("megatron-te", "B200", "nvfp4"): 0.751,

@@ -385,6 +385,11 @@ def test_real_mapping_rules(real: dict[str, MappedRun]) -> None:
     assert real["maxtext-v5e-64B-1x256"].scenario["training"]["micro_batch"] == 2  # type: ignore[index]
     # remat_policy=minimal keeps no attention output: the per-tensor preset, not minimal_flash
     assert v5p64["training"]["remat_policy"] == "minimal" and "recompute" not in v5p64["training"]
+    # a custom policy as the recipe lists it: a mapping, the tensors it does not name rematerialized
+    v6e = real["maxtext-tier-v6e-Llama3.170B-256"].scenario
+    assert v6e is not None and v6e["training"]["remat_policy"] == {
+        "decoder_layer_input": "offload", "query_proj": "offload", "key_proj": "offload",
+        "value_proj": "offload"}
     v5e = real["maxtext-v5e-16B-1x256"]                                    # 64 heads x 128 != 4096
     assert v5e.scenario is not None and v5e.scenario["model"]["head_dim"] == 128
     assert "vTrain" in " ".join(real["vtrain-multi-016"].assumptions)

@@ -108,3 +108,17 @@ def test_what_even_full_recomputation_cannot_fit_is_refused() -> None:
     assert out is s
     with pytest.raises(InfeasibleError, match="needs"):
         run(s)
+
+
+def test_the_attention_forward_runs_again_unless_context_is_kept() -> None:
+    # MaxText names the flash kernel's residuals "context": a policy without it reruns the forward
+    # kernel inside the backward, one with it (minimal_with_context) keeps them
+    def attention_recompute(policy: object) -> list[str]:
+        wl = build_workload(scn(4, policy))
+        return [o.cls for o in wl.layer.recompute if getattr(o, "kind", "") == "attention"]
+
+    assert attention_recompute("minimal") == ["fwd"]
+    assert attention_recompute({"decoder_layer_input": "offload", "qkv_proj": "offload"}) == ["fwd"]
+    assert attention_recompute("minimal_with_context") == []
+    without, with_context = scn(4, "minimal"), scn(4, "minimal_with_context")
+    assert run(without).step.step_time_s > run(with_context).step.step_time_s

@@ -48,6 +48,7 @@ from .training_rules import (
     _RECOMPUTE_IN_NOTES,
     _RECOMPUTE_MODULES,
     _RECOMPUTE_RULES,
+    _REMAT_CUSTOM,
     _REMAT_POLICY,
     _UNKNOWN_PRECISION,
     HARDWARE_RULES,
@@ -210,8 +211,11 @@ class _RowMapper(RowReader):
         recipe facts (_RECIPE_FACTS) of the row joined in."""
         text = self.cell("recompute")
         m = re.search(_REMAT_POLICY, text)
-        if m and not _first(_RECOMPUTE_RULES, text)[1]:    # a recipe recompute does not name
-            out: dict[str, Any] = {"remat_policy": m.group(1)}
+        if custom := re.fullmatch(_REMAT_CUSTOM, text):
+            out: dict[str, Any] = {"remat_policy": dict(
+                (part.strip() for part in pair.split(":")) for pair in custom.group(1).split(","))}
+        elif m and not _first(_RECOMPUTE_RULES, text)[1]:    # a recipe recompute does not name
+            out = {"remat_policy": m.group(1)}
         else:
             out = {"recompute": self._recompute(text)}
             if (mods := re.fullmatch(_RECOMPUTE_MODULES, text)) and out["recompute"] == "selective":
@@ -265,7 +269,7 @@ class _RowMapper(RowReader):
             # each host's PCIe link while the offload copies use it, which the model does not
             # share; one that runs it after the backward (``slice_reduce_bytes``) does not
             stack = FRAMEWORKS[fw or default_framework(CATALOGUE[TOPOLOGY_CHIPS[topo]])]
-            if re.search(_OFFLOAD_POLICY, training.get("remat_policy", "")) and not stack.slice_reduce_bytes:
+            if _offloads(training.get("remat_policy", "")) and not stack.slice_reduce_bytes:
                 raise _Unsupported(f"host offload ({training['remat_policy']}) on {slices} slices "
                                    f"under {stack.framework}: offload copies and DCN traffic share "
                                    "each host's PCIe link, which the model does not share")
@@ -334,6 +338,14 @@ class _RowMapper(RowReader):
 
 
 NVL72_TOPOLOGIES = ("gb200-nvl72", "gb300-nvl72")
+
+
+def _offloads(policy: str | Mapping[str, str]) -> bool:
+    """Whether a row's MaxText remat policy (a recipe name or a custom mapping) moves activations
+    to the host."""
+    if isinstance(policy, Mapping):
+        return "offload" in policy.values()
+    return bool(re.search(_OFFLOAD_POLICY, policy))
 
 
 def _plain(model: dict[str, Any]) -> dict[str, Any]:

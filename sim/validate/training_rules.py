@@ -138,6 +138,10 @@ _RECOMPUTE_IN_NOTES = r"remat|recomput|activation checkpoint"
 # "selective (moe, layernorm)": Megatron-Core's recompute_modules (training.recompute_modules)
 _RECOMPUTE_MODULES = r"selective \(([a-z_, ]+)\)"
 _REMAT_POLICY = r"^remat_policy=(\w+)$"
+# MaxText's ``remat_policy: custom`` with its per-tensor settings, as the recipe lists them:
+# "remat_policy=custom(decoder_layer_input:offload, query_proj:offload)" (training.remat_policy as
+# a mapping; the tensors it does not name are rematerialized, as in MaxText)
+_REMAT_CUSTOM = r"^remat_policy=custom\(\s*(\w+:\w+(?:\s*,\s*\w+:\w+)*)\s*\)$"
 _OFFLOAD_POLICY = r"offload"           # MaxText policy names that move activations to the host
 
 # Training settings a run's recipe states that runs.csv has no column for: (column, pattern

@@ -152,10 +152,16 @@ _GEMM_OUTPUTS = {"qkv": ("query_proj", "key_proj", "value_proj"), "attn-out": ("
 
 def _policy_recompute(fwd: list[Item], scn: Scenario) -> tuple[Item, ...]:
     """The forward work a backward repeats under a per-tensor remat policy: the GEMMs whose outputs
-    the policy rematerializes (with the collective that feeds each), the attention core when
-    ``context`` is not kept (charged as Megatron's selective recomputation is: nothing for a flash
-    kernel, whose backward recomputes its scores itself) and, on stacks that do not fuse them,
-    the memory-bound ops (XLA and Inductor fuse them into the recomputed work)."""
+    the policy rematerializes (with the collective that feeds each), the attention forward when
+    ``context`` is not kept and, on stacks that do not fuse them, the memory-bound ops (XLA and
+    Inductor fuse them into the recomputed work).
+
+    MaxText tags the flash kernel's residuals, its output and log-sum-exp, with the name
+    ``context`` (src/maxtext/layers/attention_op.py @e591f30: the splash kernel's
+    ``residual_checkpoint_name="context"``), so a policy that does not save ``context``
+    (``minimal``, ``save_dot_except_mlpwi``, a custom list without it) runs the forward kernel
+    again inside the backward, and one that does (``minimal_with_context``) does not
+    (decoders.py ``get_remat_policy``)."""
     m = scn.model
     kept = {t for t, loc in scn.training.remat_policy if loc != "remat"}
     fused = scn.software.elementwise == "fused"
@@ -174,7 +180,7 @@ def _policy_recompute(fwd: list[Item], scn: Scenario) -> tuple[Item, ...]:
         elif it.kind == "attention":
             if "context" not in kept:
                 assert it.attn is not None
-                out.append(attention("attention-recompute", it.attn, "recompute"))
+                out.append(attention("attention-recompute", it.attn, "fwd"))
         elif it.kind == "memory" and not fused:
             out.append(it)
         feeding = []
