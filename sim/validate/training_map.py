@@ -212,8 +212,8 @@ class _RowMapper(RowReader):
         text = self.cell("recompute")
         m = re.search(_REMAT_POLICY, text)
         if custom := re.fullmatch(_REMAT_CUSTOM, text):
-            out: dict[str, Any] = {"remat_policy": dict(
-                (part.strip() for part in pair.split(":")) for pair in custom.group(1).split(","))}
+            pairs = [pair.split(":") for pair in custom.group(1).split(",")]
+            out: dict[str, Any] = {"remat_policy": {k.strip(): v.strip() for k, v in pairs}}
         elif m and not _first(_RECOMPUTE_RULES, text)[1]:    # a recipe recompute does not name
             out = {"remat_policy": m.group(1)}
         else:
