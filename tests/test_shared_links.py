@@ -253,3 +253,54 @@ def test_candidate_link_lookup_finds_the_entries_of_the_scan(seed: int, top_Bps:
         env.process(go(float(rng.uniform(0.0, 3.0)), tr))
     env.run()
     assert links.solves > 10 and links.looked_up > 0 and not links.flows
+
+
+def _deliveries(few_links: int, seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], int]:
+    """Delivery times of random transfers on one SharedLinks (some repeated, some sharing links,
+    some alone over capacity, some wider than *few_links*), and how many ran without load
+    bookkeeping."""
+    import sim.network.shared as shared
+
+    monkeypatch.setattr(shared, "_FEW_LINKS", few_links)
+    rng = np.random.default_rng(seed)
+    n_links = 400
+    capacity = rng.uniform(5.0, 20.0, n_links)
+    env = simpy.Environment()
+    links = SharedLinks(env, capacity)
+    lazy = 0
+    loads = []
+    for _ in range(12):
+        ids = np.sort(rng.choice(n_links, int(rng.integers(2, 60)), replace=False))
+        top = 30.0 if len(loads) == 0 else 8.0                    # the first one alone over
+        loads.append(Traffic(float(rng.uniform(0.2, 1.0)), ids,
+                             rng.uniform(0.5, top, len(ids)), latency_s=float(rng.uniform(0, 0.05))))
+    done: list[float] = []
+
+    def go(at: float, tr: Traffic, share: float):  # type: ignore[no-untyped-def]
+        nonlocal lazy
+        yield env.timeout(at)
+        ev = links.transfer(tr, share)
+        lazy += len(links._lazy)                          # noqa: SLF001
+        yield ev
+        done.append(env.now)
+
+    for _ in range(200):
+        tr = loads[int(rng.integers(len(loads)))]
+        env.process(go(float(rng.uniform(0.0, 100.0)), tr, float(rng.choice([1.0, 0.5]))))
+    env.run()
+    assert not links.flows and not links._lazy          # noqa: SLF001
+    return done, lazy
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_transfers_alone_on_their_links_skip_the_bookkeeping_exactly(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transfer nobody in flight shares a link with runs without touching the link loads
+    (PERF); the deliveries are those of the full bookkeeping to the bit, with wide traffics
+    (counted as sharing with everyone) among them or not."""
+    reference, none = _deliveries(-1, seed, monkeypatch)           # every traffic is wide
+    assert none == 0
+    for few in (40, 4096):
+        fast, lazy = _deliveries(few, seed, monkeypatch)
+        assert lazy > 0, few
+        assert fast == reference

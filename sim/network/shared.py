@@ -22,16 +22,20 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL
 
+from .fill import _TOL, _firsts, _progressive_fill, _unique_sorted_runs
 from .traffic import Traffic
 
 __all__ = ["SharedLinks", "succeed_after", "wake_at"]
 
-_TOL = 1e-9
+# PERF: traffics on at most this many links are looked up link by link for whom they share a link
+# with (``SharedLinks._register``: a dict entry a link, once per traffic); wider ones (a data-
+# parallel ring over thousands of nodes) would cost more to look up than their bookkeeping saves
+_FEW_LINKS = 4096
 
 
 class _Flow:
     __slots__ = ("key", "ids", "rate", "cap", "left_s", "tail_s", "speed", "since", "done",
-                 "version")
+                 "version", "lazy")
 
     def __init__(self, key: tuple[int, float], ids: np.ndarray, rate: np.ndarray, cap: np.ndarray,
                  left_s: float, tail_s: float, done: simpy.Event, now: float) -> None:
@@ -45,6 +49,7 @@ class _Flow:
         self.since = now
         self.done = done
         self.version = 0
+        self.lazy = False             # its load not yet in ``SharedLinks.load`` (``transfer``)
 
 
 class SharedLinks:
@@ -60,8 +65,9 @@ class SharedLinks:
         self.slowed = 0                                   # flows now below their speed alone
         self.solves = 0
         # per traffic: (the traffic, its links' capacities, whether its link ids are sorted and
-        # distinct, its work_s: 0 without links); the value keeps the key's object alive
-        self._caps: dict[int, tuple[Traffic, np.ndarray, bool, float]] = {}
+        # distinct, its work_s: 0 without links, whether it may run without load bookkeeping:
+        # ``_register``); the value keeps the key's object alive
+        self._caps: dict[int, tuple[Traffic, np.ndarray, bool, float, bool]] = {}
         # PERF: every link that can be over capacity (sorted ids; a superset, pruned at each
         # solve): a link only goes over when a transfer starts on it, so while they are few a
         # solve looks them up in each flow's sorted ids instead of reading the load of all its
@@ -70,18 +76,30 @@ class SharedLinks:
         self._hot: np.ndarray | None = np.zeros(0, np.int64)
         # the speeds of each set of loads in flight solved so far (``_reshare``)
         self._solved: dict[tuple[tuple[int, float], ...], np.ndarray] = {}
+        # PERF: a transfer with nothing in flight on any of its links, whose load alone fits,
+        # runs at its speed alone with no load bookkeeping (``transfer``): for each traffic, the
+        # traffics it shares a link with (itself included), found once through the users of each
+        # link; how many flows of each are in flight; the flows in flight whose load is not yet
+        # in ``load`` (added, in the order they started, before anyone who shares a link is
+        # admitted, so ``load`` then holds what it would have held).
+        self._users: dict[int, list[int]] = {}
+        self._conflicts: dict[int, list[int]] = {}
+        self._active: dict[int, int] = {}
+        self._lazy: dict[_Flow, None] = {}
+        # traffics over _FEW_LINKS links are not looked up link by link: they count as sharing
+        # a link with everyone (never admitted so; while one is in flight, nobody is)
+        self._wide_keys: set[int] = set()
+        self._wide = 0                                    # flows of those in flight
 
     def transfer(self, traffic: Traffic, share: float = 1.0,
                  done: simpy.Event | None = None) -> simpy.Event:
         """The event of *traffic* delivered (*share* of its load: one group of several): *done*,
         an untriggered event, where given (PERF: what waits on the delivery waits on it directly)."""
         env = self.env
-        hit = self._caps.get(id(traffic))
+        key = id(traffic)
+        hit = self._caps.get(key)
         if hit is None:
-            ids = traffic.link_ids
-            hit = self._caps[id(traffic)] = (traffic, self.capacity[ids] * (1 + _TOL),
-                                             bool(np.all(ids[1:] > ids[:-1])),
-                                             traffic.work_s if len(ids) else 0.0)
+            hit = self._register(traffic)
         work_s = hit[3]
         if work_s <= 0:
             if done is None:
@@ -92,13 +110,28 @@ class SharedLinks:
             done = env.event()
         ids = traffic.link_ids
         rate = traffic.link_Bps if share == 1.0 else traffic.link_Bps * share
-        f = _Flow((id(traffic), share), ids, rate, hit[1], work_s, traffic.latency_s, done, env.now)
+        f = _Flow((key, share), ids, rate, hit[1], work_s, traffic.latency_s, done, env.now)
         self.flows[f] = None
+        if not hit[2]:
+            self._hot = None
+        active = self._active
+        if hit[4] and not self._wide and not any(active[k] for k in self._conflicts[key]):
+            # Nobody in flight shares a link with it and its load alone fits (a share of it all
+            # the more): it runs at its speed alone and constrains nobody, as below, without
+            # touching ``load`` until someone who shares a link arrives.
+            active[key] += 1
+            f.lazy = True
+            self._lazy[f] = None
+            self._arm(f, split=f.tail_s > 0)
+            return done
+        active[key] += 1
+        if key in self._wide_keys:
+            self._wide += 1
+        if self._lazy:
+            self._materialize(key)
         load = self.load[ids] + rate                      # (one gather for both uses)
         self.load[ids] = load
         over = load > f.cap
-        if not hit[2]:
-            self._hot = None
         # PERF: count_nonzero, not .any(): a quarter of the cost on these short arrays
         if not np.count_nonzero(over):
             # Its links carry no more than their capacity even with every flow at full speed:
@@ -112,6 +145,50 @@ class SharedLinks:
                 self._hot = both[_firsts(both)]
             self._reshare()
         return done
+
+    def _register(self, traffic: Traffic) -> tuple[Traffic, np.ndarray, bool, float, bool]:
+        """A traffic seen for the first time: its links' capacities (+ tolerance), whether its
+        link ids are sorted and distinct, its work_s (0 without links), whether a flow of it may
+        run without load bookkeeping while nobody shares its links (its load alone fits every
+        link, and it is not wide); and the traffics it shares a link with, both ways."""
+        key, ids = id(traffic), traffic.link_ids
+        cap = self.capacity[ids] * (1 + _TOL)
+        wide = len(ids) > _FEW_LINKS
+        hit = self._caps[key] = (traffic, cap, bool(np.all(ids[1:] > ids[:-1])),
+                                 traffic.work_s if len(ids) else 0.0,
+                                 not wide and not np.count_nonzero(traffic.link_Bps > cap))
+        self._active[key] = 0
+        if wide:
+            self._wide_keys.add(key)
+            self._conflicts[key] = []
+            return hit
+        seen: dict[int, None] = {key: None}
+        users = self._users
+        for link in ids.tolist():
+            was = users.get(link)
+            if was is None:
+                users[link] = [key]
+            else:
+                seen.update(dict.fromkeys(was))
+                if was[-1] != key:
+                    was.append(key)
+        for other in seen:
+            if other != key:
+                self._conflicts[other].append(key)
+        self._conflicts[key] = list(seen)
+        return hit
+
+    def _materialize(self, key: int) -> None:
+        """Add to ``load``, in the order they started, the loads of the flows in flight that
+        share a link with traffic *key* and were admitted without it (``transfer``)."""
+        if key in self._wide_keys:
+            near = None
+        else:
+            near = set(self._conflicts[key])
+        for g in [g for g in self._lazy if near is None or g.key[0] in near]:
+            del self._lazy[g]
+            g.lazy = False
+            self.load[g.ids] += g.rate
 
     def _fits(self, f: _Flow) -> bool:
         if self._few_hot([f]):
@@ -150,6 +227,13 @@ class SharedLinks:
         """Take *f*'s load off its links; whether it touched an overloaded one (only then can
         its end speed anyone up)."""
         if f not in self.flows:
+            return False
+        self._active[f.key[0]] -= 1
+        if f.key[0] in self._wide_keys:
+            self._wide -= 1
+        if f.lazy:                                        # alone on its links: binds nobody
+            del self.flows[f]
+            del self._lazy[f]
             return False
         binding = bool(self.slowed) and not self._fits(f)
         del self.flows[f]
@@ -275,50 +359,3 @@ def _triggered(event: simpy.Event) -> simpy.Event:
     event._ok = True                      # noqa: SLF001
     event._value = None                   # noqa: SLF001
     return event
-
-
-def _firsts(x: np.ndarray) -> np.ndarray:
-    """Where each run of equal values of sorted *x* starts (PERF: ``np.r_`` costs more than the
-    comparison on these short arrays)."""
-    first = np.empty(len(x), bool)
-    first[:1] = True
-    np.not_equal(x[1:], x[:-1], out=first[1:])
-    return first
-
-
-def _unique_sorted_runs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(x, return_inverse=True)`` for *x* made of a few sorted runs (each flow's links).
-
-    PERF: a stable sort merges the runs in one pass where ``np.unique``'s quicksort starts over
-    (benchmarks/test_bench_training.py, 98,304 GPUs); the values and the inverse are the same."""
-    order = np.argsort(x, kind="stable")
-    s = x[order]
-    first = _firsts(s)
-    inverse = np.empty(len(x), np.int64)
-    inverse[order] = np.cumsum(first) - 1
-    return s[first], inverse
-
-
-def _progressive_fill(m: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Speeds x (0..1] of the columns of *m* (load at speed 1 on each row's link): all rise
-    together; a full link freezes its columns; a column stops at 1."""
-    x = np.ones(m.shape[1])
-    free = (m > 0).any(axis=0)
-    level = 0.0
-    residual = capacity.astype(float).copy()
-    while np.count_nonzero(free):
-        load = m[:, free].sum(axis=1)
-        used = np.flatnonzero(load > 0)
-        ratio = residual[used] / load[used]
-        k = int(np.argmin(ratio))
-        inc = max(0.0, float(ratio[k]))
-        if level + inc >= 1.0:                            # the rest reach their speed alone
-            break
-        level += inc
-        residual[used] -= inc * load[used]
-        is_full = residual[used] <= _TOL * capacity[used]
-        is_full[k] = True                                 # at least the tightest link
-        hit = free & (m[used[is_full]] > 0).any(axis=0)
-        x[hit] = level
-        free &= ~hit
-    return x
