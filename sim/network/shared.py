@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL
 
-from .fill import _TOL, _firsts, _progressive_fill, _unique_sorted_runs
+from .fill import TOL, firsts, progressive_fill, unique_sorted_runs
 from .traffic import Traffic
 
 __all__ = ["SharedLinks", "succeed_after", "wake_at"]
@@ -115,16 +115,16 @@ class SharedLinks:
         if not hit[2]:
             self._hot = None
         active = self._active
-        if hit[4] and not self._wide and not any(active[k] for k in self._conflicts[key]):
+        alone = hit[4] and not self._wide and not any(active[k] for k in self._conflicts[key])
+        active[key] += 1
+        if alone:
             # Nobody in flight shares a link with it and its load alone fits (a share of it all
             # the more): it runs at its speed alone and constrains nobody, as below, without
             # touching ``load`` until someone who shares a link arrives.
-            active[key] += 1
             f.lazy = True
             self._lazy[f] = None
             self._arm(f, split=f.tail_s > 0)
             return done
-        active[key] += 1
         if key in self._wide_keys:
             self._wide += 1
         if self._lazy:
@@ -142,7 +142,7 @@ class SharedLinks:
                 # both sorted: a stable sort merges the two runs in one pass
                 both = np.concatenate([self._hot, f.ids[over]])
                 both.sort(kind="stable")
-                self._hot = both[_firsts(both)]
+                self._hot = both[firsts(both)]
             self._reshare()
         return done
 
@@ -152,7 +152,7 @@ class SharedLinks:
         run without load bookkeeping while nobody shares its links (its load alone fits every
         link, and it is not wide); and the traffics it shares a link with, both ways."""
         key, ids = id(traffic), traffic.link_ids
-        cap = self.capacity[ids] * (1 + _TOL)
+        cap = self.capacity[ids] * (1 + TOL)
         wide = len(ids) > _FEW_LINKS
         hit = self._caps[key] = (traffic, cap, bool(np.all(ids[1:] > ids[:-1])),
                                  traffic.work_s if len(ids) else 0.0,
@@ -181,10 +181,7 @@ class SharedLinks:
     def _materialize(self, key: int) -> None:
         """Add to ``load``, in the order they started, the loads of the flows in flight that
         share a link with traffic *key* and were admitted without it (``transfer``)."""
-        if key in self._wide_keys:
-            near = None
-        else:
-            near = set(self._conflicts[key])
+        near = None if key in self._wide_keys else set(self._conflicts[key])
         for g in [g for g in self._lazy if near is None or g.key[0] in near]:
             del self._lazy[g]
             g.lazy = False
@@ -278,9 +275,9 @@ class SharedLinks:
             speed = self._solve(flows)
             if len(self._solved) < 10_000:
                 self._solved[key] = speed
-        self.slowed = int(np.sum(speed < 1.0 - _TOL))
+        self.slowed = int(np.sum(speed < 1.0 - TOL))
         for f, x in zip(flows, speed.tolist()):
-            x = min(1.0, x) if x < 1.0 - _TOL else 1.0
+            x = min(1.0, x) if x < 1.0 - TOL else 1.0
             if x != f.speed or f.version == 0:
                 f.speed = x
                 self._arm(f, split=True)
@@ -292,12 +289,12 @@ class SharedLinks:
         # as (flow, link index into *links*, bytes/s at speed 1) entries in flow order.
         c, r, rates, links = self._overloaded(flows)
         if len(c):
-            first = _firsts(c)                            # c is sorted: its distinct flows
+            first = firsts(c)                            # c is sorted: its distinct flows
             used, cc = c[first], np.cumsum(first) - 1
             # bytes/s at speed 1 on the overloaded links, (link, flow) entries summed
             m = np.bincount(r * len(used) + cc, weights=rates,
                             minlength=len(links) * len(used)).reshape(len(links), len(used))
-            speed[used] = _progressive_fill(m, self.capacity[links])
+            speed[used] = progressive_fill(m, self.capacity[links])
         return speed
 
     def _overloaded(self, flows: list[_Flow]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -309,13 +306,13 @@ class SharedLinks:
         if not flows:
             return empty, empty, np.zeros(0), empty
         if self._hot is not None:                         # prune: those over capacity now
-            self._hot = self._hot[self.load[self._hot] > self.capacity[self._hot] * (1 + _TOL)]
+            self._hot = self._hot[self.load[self._hot] > self.capacity[self._hot] * (1 + TOL)]
         if not self._few_hot(flows):
             # (PERF: one vectorised pass over every flow's links instead of a loop per flow.)
             ids = np.concatenate([f.ids for f in flows])
             over = self.load[ids] > np.concatenate([f.cap for f in flows])
             c = np.repeat(np.arange(len(flows)), [len(f.ids) for f in flows])[over]
-            links, r = _unique_sorted_runs(ids[over])
+            links, r = unique_sorted_runs(ids[over])
             if self._hot is not None:
                 self._hot = links                         # the overloaded links any flow uses
             return c, r, np.concatenate([f.rate for f in flows])[over], links
