@@ -22,9 +22,9 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
     before it runs. Every rank plays micro x vs forward and backward passes, each with its
     dependency and hand-over events. A representative rank (``ranks_per_stage`` 1, no trace)
     plays a pass (forward or backward) whose layer's transfers, and ZeRO-3's exposed gather,
-    are all plain delays (ids in *delays*: ``private_loads``) as one timeout a layer (the last
-    backward of each chunk with a gradient reduction each); otherwise every segment of every
-    layer is a timeout and a resume."""
+    are all plain delays (ids in *delays*: ``private_loads``) as one wake-up a chunk (one a
+    layer in the last backward of each chunk, with a gradient reduction each); otherwise every
+    segment of every layer is a timeout and a resume."""
     per_rank = 0.0
     for sp in plan:
         layers = sp.total_layers(vs)                # all of the stage's chunks
@@ -33,9 +33,9 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
                 s.traffic is None or id(s.traffic) in delays
                 for s in layer if s.kind != "compute") and not _exposed_load(sp, kind, delays)
             if fused:
-                per_rank += micro * (layers + 3 * vs)
+                per_rank += micro * 4 * vs
                 if kind == "B" and sp.handed_layer() is not None:
-                    per_rank += layers * 3
+                    per_rank += layers * 4
             else:
                 per_rank += micro * (layers * (len(layer) + 0.5) + 2 * vs)
     return int(simulations * ranks_per_stage * per_rank)

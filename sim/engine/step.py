@@ -210,17 +210,23 @@ class StepEngine:
         if comm is not None and self._delay(expo_load):
             # PERF: a layer whose transfers are all plain delays is one timeout (its compute
             # segments keep their own jitter draws), the same sum for every layer and every
-            # plan. Exact: nothing else waits on a point inside a layer.
+            # plan. Exact: nothing else waits on a point inside a layer. Without a gradient
+            # reduction to hand over, nothing waits inside the chunk either: its layers are one
+            # wake-up at the time their timeouts, one after the other, would reach.
+            t, busy = self.env.now, r.busy
             for _ in range(sp.layers_of(g // self.pp)):
                 comp = 0.0
                 for seg in layer:
                     if seg.kind == "compute":
                         comp += self._compute_s(r, seg)
-                yield self.env.timeout(comp + (comm + expo))
-                r.busy["compute"] += comp
-                r.busy["comm"] += comm + expo
+                t = t + (comp + (comm + expo))
+                busy["compute"] += comp
+                busy["comm"] += comm + expo
                 if item is not None:
+                    yield wake_at(self.env, t)
                     reduce_into.put(item)                 # type: ignore[union-attr]
+            if item is None:
+                yield wake_at(self.env, t)
         else:
             for li in range(sp.layers_of(g // self.pp)):
                 if expo > 0:
