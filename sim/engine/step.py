@@ -208,11 +208,11 @@ class StepEngine:
         expo, expo_load = self._exposure(r, kind)
         comm = self._comm_of(layer) if not self.trace and self.groups is None else None
         if comm is not None and self._delay(expo_load):
-            # PERF: a layer whose transfers are all plain delays is one timeout (its compute
-            # segments keep their own jitter draws), the same sum for every layer and every
-            # plan. Exact: nothing else waits on a point inside a layer. Without a gradient
-            # reduction to hand over, nothing waits inside the chunk either: its layers are one
-            # wake-up at the time their timeouts, one after the other, would reach.
+            # PERF: a layer whose transfers are all plain delays is one step of time (its
+            # compute segments keep their own jitter draws), the same sum for every layer and
+            # every plan. Exact: nothing else waits on a point inside a layer, so the process
+            # wakes only where a layer hands a gradient reduction over, else once at the
+            # chunk's end: the time the layers' steps, added one after the other, reach.
             t, busy = self.env.now, r.busy
             for _ in range(sp.layers_of(g // self.pp)):
                 comp = 0.0
