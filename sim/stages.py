@@ -33,9 +33,23 @@ __all__ = ["compute_model", "plan_stages", "StackEfficiency"]
 StackEfficiency = dict[tuple[str, str, str], float]
 
 
+# PERF: one compute model per (chip, precision, software profile, stack efficiencies) in a
+# process, so its memo of op times serves every layout a plan screens and every run a validation
+# suite plays (an op's time is a pure function of the op and these four).
+_COMPUTE_MODELS: dict[tuple[Any, ...], ComputeModel] = {}
+
+
 def compute_model(scn: Scenario, stack_efficiency: StackEfficiency | None = None) -> ComputeModel:
     """The compute model of *scn*: its chip, precision and software profile."""
-    return ComputeModel(scn.cluster.chip, scn.training.precision, scn.software, stack_efficiency)
+    stack = None if stack_efficiency is None else tuple(sorted(stack_efficiency.items()))
+    key = (scn.cluster.chip, scn.training.precision, scn.software, stack)
+    cm = _COMPUTE_MODELS.get(key)
+    if cm is None:
+        if len(_COMPUTE_MODELS) >= 256:
+            _COMPUTE_MODELS.clear()
+        cm = _COMPUTE_MODELS[key] = ComputeModel(scn.cluster.chip, scn.training.precision,
+                                                 scn.software, stack_efficiency)
+    return cm
 
 
 def _overlap_gemm_s(items: tuple[Item, ...], i: int, cm: ComputeModel) -> float:

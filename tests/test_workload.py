@@ -144,3 +144,40 @@ def test_qwen3_moe_presets_have_their_published_sizes() -> None:
         embed = 2 * m.vocab * m.hidden
         assert m.total_params() == pytest.approx(total, rel=0.01)
         assert m.non_embedding_params(active_only=True) + embed == pytest.approx(active, rel=0.03)
+
+
+def test_memoised_layer_work_and_compute_models_change_no_answer() -> None:
+    """The per-process memos (a layer's work, a compute model per chip and stack) give every
+    bundled scenario the workload and op times it gets in a fresh process, whatever ran before
+    it: played forwards with the memos warm, then backwards after clearing them."""
+    import sim.stages as stages
+    import sim.workload.transformer as transformer
+    from sim.config.scenario import load_scenario
+    from sim.stages import compute_model
+
+    paths = sorted((REPO / "scenarios").glob("*.yaml"))
+    assert len(paths) >= 10
+
+    def answers(order):
+        out = {}
+        for p in order:
+            s = load_scenario(p)
+            wl = build_workload(s)
+            cm = compute_model(s)
+            ops = [o for k in wl.kinds for o in (*k.forward, *k.backward, *k.recompute)
+                   if isinstance(o, Op)]
+            out[p.name] = (wl.kinds, [cm.op_time_s(o) for o in ops])
+        return out
+
+    warm = answers(paths)
+    transformer._LAYER_WORK.clear()
+    stages._COMPUTE_MODELS.clear()
+    cold = {}
+    for p in reversed(paths):            # each alone: memos cleared before every scenario
+        transformer._LAYER_WORK.clear()
+        stages._COMPUTE_MODELS.clear()
+        cold.update(answers([p]))
+    assert warm == cold
+    s = load_scenario(paths[0])
+    assert compute_model(s) is compute_model(s)
+    assert compute_model(s, {}) is not compute_model(s)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..config import Scenario
 from ..config.remat import LOGIT_BYTES
@@ -268,6 +269,26 @@ def _layer_work(scn: Scenario, c: BlockContext, kind: LayerKind) -> LayerWork:
                      expert_params=expert, kind=kind.label)
 
 
+# PERF: a plan's layouts of one size, and XLA's remat trials of each, share their layers' work
+# wherever the rank's block context, the layer kind and what decides the recomputation agree
+# (the pipeline, ZeRO and the chip count do not enter it); LayerWork is immutable, so the same
+# object serves them all (benchmarks/release.py plan-70b).
+_LAYER_WORK: dict[tuple[Any, ...], LayerWork] = {}
+_LAYER_WORK_MAX = 4096
+
+
+def _layer_work_of(scn: Scenario, c: BlockContext, kind: LayerKind) -> LayerWork:
+    """``_layer_work``, memoised on everything it reads."""
+    tr = scn.training
+    key = (c, kind, tr.remat_policy, tr.recompute_modules, tr.recompute, scn.software.elementwise)
+    hit = _LAYER_WORK.get(key)
+    if hit is None:
+        if len(_LAYER_WORK) >= _LAYER_WORK_MAX:
+            _LAYER_WORK.clear()
+        hit = _LAYER_WORK[key] = _layer_work(scn, c, kind)
+    return hit
+
+
 def _mtp_ends(m: ModelSpec, tok: int, t: int, logit_B: int = 4) -> tuple[list[Item], list[Item]]:
     """A multi-token-prediction module's work beyond its layer: the two norms and the 2h -> h
     projection before it, its own output head and loss after it (DeepSeek-V3 section 2.2)."""
@@ -305,7 +326,7 @@ def build_workload(scn: Scenario) -> Workload:
         mk = m.mtp_kind()
         distinct += () if mk in distinct else (mk,)
         mtp_kind = distinct.index(mk)
-    kinds = tuple(_layer_work(scn, c, k) for k in distinct)
+    kinds = tuple(_layer_work_of(scn, c, k) for k in distinct)
 
     logit_B = LOGIT_BYTES[scn.training.logits_dtype]
     first_f, first_b, last_f, last_b = _stage_ends(m, tok, t, logit_B)
