@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import simpy
@@ -325,3 +326,30 @@ def test_trees_keep_most_edges_under_one_switch() -> None:
     m = CollectiveModel(build_topology(load_cluster("polaris", 512)))
     tree, ring = m.time("allreduce", 2**30, algo="tree"), m.time("allreduce", 2**30, algo="ring")
     assert tree.busbw_GBps > 0.9 * ring.busbw_GBps
+
+
+GPU_TOPOLOGIES = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "topologies").glob("*.yaml")
+                        if "tpu" not in p.stem)
+
+
+@pytest.mark.parametrize("name", GPU_TOPOLOGIES)
+def test_a_group_on_one_node_costs_the_same_on_every_node(name: str) -> None:
+    """The per-byte cache keys a one-node group by its ranks' places on the node
+    (CollectiveModel._class_of): worked out afresh on the first node, a middle one and the last,
+    every algorithm NCCL offers such a group gives the same transfer time and step count, to
+    the bit."""
+    gpn = len(model(name, efficiency=None)._group(None).by_node[0])
+    m = model(name, gpn * (4 if gpn > 8 else 40), efficiency=None)   # past one scalable unit
+    nodes = len(m.topo.devices) // gpn
+    assert nodes > 2
+    for local in ([0, 1], list(range(gpn)), list(range(0, gpn, 2))):
+        if len(local) < 2 or max(local) >= gpn:
+            continue
+        for op in ("allreduce", "allgather", "reducescatter"):
+            first = m._group(local)
+            for algo in m.algorithms(op, first):
+                want = m._solve_cost(op, first, algo)
+                for node in {nodes // 2, nodes - 1}:
+                    other = m._group([node * gpn + r for r in local])
+                    assert m._solve_cost(op, other, algo) == want, (name, local, op, algo, node)
+                    assert m._class_of(other) == m._class_of(first)

@@ -32,7 +32,7 @@ from .algorithm import Call, Wires
 from .algorithms import ALGORITHMS, BY_NAME, build
 from .nccl import busbw_factor
 from .platform import platform
-from .stages import GroupInfo, Phase, Stage, group_info, island_of_devices
+from .stages import GroupInfo, Phase, Stage, group_info, island_of_devices, one_node_class
 
 __all__ = ["OPS", "ALGORITHMS", "CollectiveModel", "CollectiveResult", "busbw_factor",
            "DTYPE_BYTES"]
@@ -89,6 +89,7 @@ class CollectiveModel:
         self.link_bytes_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
         self._a2a_bytes: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}   # all-to-all groups
         self._island_of: dict[int, int] | None = None     # device -> node (slice), read once
+        self._node_base: dict[int, int] | None = None     # node -> its first device (_class_of)
         # PERF: a size sweep or a training step asks for the same groups call after call
         self._everyone: GroupInfo | None = None            # the group of all chips
         self._groups: dict[tuple[int, ...], GroupInfo] = {}
@@ -255,22 +256,36 @@ class CollectiveModel:
         The fluid model is scale-free (every flow's bytes scale with ``size``, so every completion
         time does), so one solve at 1 MB gives the per-byte cost for every size.
         """
-        key = (op, gi.devices, algo)
+        key = (op, self._class_of(gi), algo)
         if key not in self._per_byte:
-            ref = 1e6
-            stages = build(algo, op, gi, ref, self.topo)
-            total, steps = 0.0, 0
-            for stage in stages:
-                times = [self.phase_time_s(p) for p in stage]
-                total += max(times)
-                steps += max(p.steps * p.hops_per_step for p in stage)
-            self._per_byte[key] = (total / ref, steps)
+            self._per_byte[key] = self._solve_cost(op, gi, algo)
         return self._per_byte[key]
+
+    def _solve_cost(self, op: str, gi: GroupInfo, algo: str) -> tuple[float, int]:
+        """``_cost`` worked out for *gi* itself (no symmetry class)."""
+        ref = 1e6
+        total, steps = 0.0, 0
+        for stage in build(algo, op, gi, ref, self.topo):
+            total += max(self.phase_time_s(p) for p in stage)
+            steps += max(p.steps * p.hops_per_step for p in stage)
+        return total / ref, steps
+
+    def _class_of(self, gi: GroupInfo) -> Any:
+        """The symmetry class of *gi* for the per-byte caches (``one_node_class``), else its ranks.
+        PERF: a plan's layouts, a step's stages and a validation suite's runs ask for the same
+        tensor-parallel group on many nodes."""
+        if self.hw.tpu or self.topo.edited or len(gi.by_node) != 1:
+            return gi.devices
+        if self._node_base is None:
+            self._node_base = {}
+            for dev, node in (self._island_of or island_of_devices(self.topo)).items():
+                self._node_base[node] = min(dev, self._node_base.get(node, dev))
+        return one_node_class(gi, self._node_base)
 
     def _nvls_part(self, op: str, gi: GroupInfo, algo: str) -> float:
         """Transfer seconds per byte of an NVLS / NVLSTree call's NVLink SHARP traffic alone (its
         flows to and from the NVSwitches, without the network tree's); cached."""
-        key = ("nvls-part", op, gi.devices, algo)
+        key = ("nvls-part", op, self._class_of(gi), algo)
         if key not in self._per_byte:
             ref = 1e6
             empty = np.zeros(0, np.int64)

@@ -18,7 +18,7 @@ import numpy as np
 from ..topology import Topology
 
 __all__ = ["NET_GRAPH_CHANNELS", "NET_RAILS", "GroupInfo", "Phase", "Stage", "group_info",
-           "island_of_devices", "phase"]
+           "island_of_devices", "phase", "one_node_class"]
 
 # The NICs of a node NCCL's graphs cross the network on: one NIC per ring/tree graph channel pair
 # (16 graph channels across nodes, two per NIC, NET_GRAPH_CHANNELS, from DGX logs) and one
@@ -129,6 +129,17 @@ def group_info(topo: Topology, devices: Sequence[int],
     if topo.is_tpu:
         return GroupInfo(tuple(devices), by_pod=groups)
     return GroupInfo(tuple(devices), by_node=groups)
+
+
+def one_node_class(gi: GroupInfo, first: Mapping[int, int]) -> tuple[str, tuple[int, ...]]:
+    """The symmetry class of a GPU group on one node (*first*: each node's first device): its
+    ranks' places on that node. Every node
+    of a GPU cluster is built alike (its NVLink links added in the same order,
+    sim/topology/gpu_cluster.py) and such a group's flows never leave it, so it costs the same
+    on every node (tests/test_collectives.py checks it, to the bit, on every bundled fabric);
+    a topology a failure edit changed (``Topology.edited``) is not alike."""
+    (node,) = gi.by_node
+    return ("node", tuple(d - first[node] for d in gi.devices))
 
 
 def island_of_devices(topo: Topology, devices: Sequence[int] | None = None) -> dict[int, int]:
