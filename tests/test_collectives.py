@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import simpy
 from reference_engines import FluidNetwork, run_stages
 
 from sim.collectives import CollectiveModel, busbw_factor, stages_for
-from sim.config import load_cluster
+from sim.config import load_cluster, load_topology_spec
+from sim.config.topology_specs import bundled_topologies
 from sim.errors import ConfigError
 from sim.topology import build_topology
 
@@ -328,8 +328,7 @@ def test_trees_keep_most_edges_under_one_switch() -> None:
     assert tree.busbw_GBps > 0.9 * ring.busbw_GBps
 
 
-GPU_TOPOLOGIES = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "topologies").glob("*.yaml")
-                        if "tpu" not in p.stem)
+GPU_TOPOLOGIES = [t for t in bundled_topologies() if not load_topology_spec(t).chip.is_tpu]
 
 
 @pytest.mark.parametrize("name", GPU_TOPOLOGIES)
@@ -338,7 +337,7 @@ def test_a_group_on_one_node_costs_the_same_on_every_node(name: str) -> None:
     (CollectiveModel._class_of): worked out afresh on the first node, a middle one and the last,
     every algorithm NCCL offers such a group gives the same transfer time and step count, to
     the bit."""
-    gpn = len(model(name, efficiency=None)._group(None).by_node[0])
+    gpn = load_topology_spec(name).gpus_per_node
     m = model(name, gpn * (4 if gpn > 8 else 40), efficiency=None)   # past one scalable unit
     nodes = len(m.topo.devices) // gpn
     assert nodes > 2

@@ -89,7 +89,6 @@ class CollectiveModel:
         self.link_bytes_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
         self._a2a_bytes: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}   # all-to-all groups
         self._island_of: dict[int, int] | None = None     # device -> node (slice), read once
-        self._node_base: dict[int, int] | None = None     # node -> its first device (_class_of)
         # PERF: a size sweep or a training step asks for the same groups call after call
         self._everyone: GroupInfo | None = None            # the group of all chips
         self._groups: dict[tuple[int, ...], GroupInfo] = {}
@@ -276,11 +275,7 @@ class CollectiveModel:
         tensor-parallel group on many nodes."""
         if self.hw.tpu or self.topo.edited or len(gi.by_node) != 1:
             return gi.devices
-        if self._node_base is None:
-            self._node_base = {}
-            for dev, node in (self._island_of or island_of_devices(self.topo)).items():
-                self._node_base[node] = min(dev, self._node_base.get(node, dev))
-        return one_node_class(gi, self._node_base)
+        return one_node_class(self.topo, gi)
 
     def _nvls_part(self, op: str, gi: GroupInfo, algo: str) -> float:
         """Transfer seconds per byte of an NVLS / NVLSTree call's NVLink SHARP traffic alone (its

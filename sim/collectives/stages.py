@@ -131,15 +131,14 @@ def group_info(topo: Topology, devices: Sequence[int],
     return GroupInfo(tuple(devices), by_node=groups)
 
 
-def one_node_class(gi: GroupInfo, first: Mapping[int, int]) -> tuple[str, tuple[int, ...]]:
-    """The symmetry class of a GPU group on one node (*first*: each node's first device): its
-    ranks' places on that node. Every node
-    of a GPU cluster is built alike (its NVLink links added in the same order,
-    sim/topology/gpu_cluster.py) and such a group's flows never leave it, so it costs the same
-    on every node (tests/test_collectives.py checks it, to the bit, on every bundled fabric);
-    a topology a failure edit changed (``Topology.edited``) is not alike."""
-    (node,) = gi.by_node
-    return ("node", tuple(d - first[node] for d in gi.devices))
+def one_node_class(topo: Topology, gi: GroupInfo) -> tuple[str, tuple[int, ...]]:
+    """The symmetry class of a GPU group on one node: its ranks' places on that node (the
+    graph's ``local``). Every node of a GPU cluster is built alike (its NVLink links added in the
+    same order, sim/topology/gpu_cluster.py) and such a group's flows never leave it, so it costs
+    the same on every node (tests/test_collectives.py checks it, to the bit, on every bundled
+    fabric); a topology a failure edit changed (``Topology.edited``) is not alike."""
+    nodes = topo.graph.nodes
+    return ("node", tuple(nodes[d]["local"] for d in gi.devices))
 
 
 def island_of_devices(topo: Topology, devices: Sequence[int] | None = None) -> dict[int, int]:
