@@ -181,3 +181,42 @@ def test_memoised_layer_work_and_compute_models_change_no_answer() -> None:
     s = load_scenario(paths[0])
     assert compute_model(s) is compute_model(s)
     assert compute_model(s, {}) is not compute_model(s)
+
+
+def test_memoised_activation_peak_changes_no_answer() -> None:
+    """The schedule's activation peak (``stage_activation_peak_B``, memoised per process) is the
+    same warm as worked out afresh, over plans that differ only in one fact it reads: schedule,
+    depth, virtual stages, micro-batches, round size, flushes, uneven chunks."""
+    import sim.workload.schedules as schedules
+
+    base = {"tp": 1, "pp": 4, "zero": 1}
+    plans = [dict(base), {**base, "schedule": "gpipe"},
+             {**base, "schedule": "interleaved", "virtual_stages": 2},
+             {**base, "schedule": "interleaved", "virtual_stages": 2, "microbatch_group": 8},
+             {**base, "pipeline_flushes": 2}, {**base, "pp": 2}, {**base, "pp": 1},
+             {**base, "stage_layers": [10, 8, 8, 6]}]
+    batches = (64, 128)
+    cases = [(p, b) for p in plans for b in batches]
+
+    def peaks(order, cold):
+        out = {}
+        for i in order:
+            plan, batch = cases[i]
+            s = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 32},
+                                    "model": "llama3-8b", "parallelism": plan,
+                                    "training": {"seq_len": 2048, "global_batch": batch,
+                                                 "micro_batch": 1}})
+            par = s.parallelism
+            got = []
+            for args in ((3.0e8, 7.0e7), (3.0e8,), (1.0,)):
+                if cold:
+                    schedules._PEAKS.clear()
+                got.append(schedules.stage_activation_peak_B(par, *args))
+            out[i] = tuple(got)
+        return out
+
+    schedules._PEAKS.clear()
+    warm = peaks(range(len(cases)), cold=False)
+    cold = peaks(reversed(range(len(cases))), cold=True)
+    assert warm == cold
+    assert len(set(warm.values())) >= 6          # the plans do differ in their peaks
