@@ -12,9 +12,10 @@ the job's topology.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import calibration as cal
 from .collectives import CollectiveModel, CollectiveResult
@@ -28,28 +29,28 @@ from .workload.layout import Layout
 from .workload.memory import optimizer_step_bytes_per_param
 from .workload.transformer import Comm, Item, LayerWork, Op, Workload
 
+if TYPE_CHECKING:
+    from .hardware import Chip
+    from .software import SoftwareProfile
+
 __all__ = ["compute_model", "plan_stages", "StackEfficiency"]
 
 StackEfficiency = dict[tuple[str, str, str], float]
 
 
-# PERF: one compute model per (chip, precision, software profile, stack efficiencies) in a
-# process, so its memo of op times serves every layout a plan screens and every run a validation
-# suite plays (an op's time is a pure function of the op and these four).
-_COMPUTE_MODELS: dict[tuple[Any, ...], ComputeModel] = {}
-
-
 def compute_model(scn: Scenario, stack_efficiency: StackEfficiency | None = None) -> ComputeModel:
     """The compute model of *scn*: its chip, precision and software profile."""
     stack = None if stack_efficiency is None else tuple(sorted(stack_efficiency.items()))
-    key = (scn.cluster.chip, scn.training.precision, scn.software, stack)
-    cm = _COMPUTE_MODELS.get(key)
-    if cm is None:
-        if len(_COMPUTE_MODELS) >= 256:
-            _COMPUTE_MODELS.clear()
-        cm = _COMPUTE_MODELS[key] = ComputeModel(scn.cluster.chip, scn.training.precision,
-                                                 scn.software, stack_efficiency)
-    return cm
+    return _compute_model(scn.cluster.chip, scn.training.precision, scn.software, stack)
+
+
+# PERF: one compute model per (chip, precision, software profile, stack efficiencies) in a
+# process, so its memo of op times serves every layout a plan screens and every run a validation
+# suite plays (an op's time is a pure function of the op and these four).
+@functools.lru_cache(maxsize=256)
+def _compute_model(chip: Chip, precision: str, software: SoftwareProfile,
+                   stack: tuple[tuple[tuple[str, str, str], float], ...] | None) -> ComputeModel:
+    return ComputeModel(chip, precision, software, None if stack is None else dict(stack))
 
 
 def _overlap_gemm_s(items: tuple[Item, ...], i: int, cm: ComputeModel) -> float:

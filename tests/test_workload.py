@@ -171,11 +171,11 @@ def test_memoised_layer_work_and_compute_models_change_no_answer() -> None:
 
     warm = answers(paths)
     transformer._LAYER_WORK.clear()
-    stages._COMPUTE_MODELS.clear()
+    stages._compute_model.cache_clear()
     cold = {}
     for p in reversed(paths):            # each alone: memos cleared before every scenario
         transformer._LAYER_WORK.clear()
-        stages._COMPUTE_MODELS.clear()
+        stages._compute_model.cache_clear()
         cold.update(answers([p]))
     assert warm == cold
     s = load_scenario(paths[0])
@@ -210,12 +210,12 @@ def test_memoised_activation_peak_changes_no_answer() -> None:
             got = []
             for args in ((3.0e8, 7.0e7), (3.0e8,), (1.0,)):
                 if cold:
-                    schedules._PEAKS.clear()
+                    schedules._peak_B.cache_clear()
                 got.append(schedules.stage_activation_peak_B(par, *args))
             out[i] = tuple(got)
         return out
 
-    schedules._PEAKS.clear()
+    schedules._peak_B.cache_clear()
     warm = peaks(range(len(cases)), cold=False)
     cold = peaks(reversed(range(len(cases))), cold=True)
     assert warm == cold
