@@ -323,6 +323,40 @@ def test_override_fills_a_missing_cell(tmp_path: Path) -> None:
     assert "override seq_len = 2048: notes say 2048" in r.assumptions
 
 
+def test_a_measurement_quoted_twice_is_scored_once(tmp_path: Path) -> None:
+    """Two rows with the same model, hardware, chips, sequence and published figures are one
+    measurement:
+    the calibration copy is scored (a test row must not repeat what calibration saw), else the
+    first; a row differing in one figure, or publishing none, is its own run."""
+    cal = {**ROWS[1], "id": "cal"}                       # tokens_per_s 200000, calibration
+    rows = [{**cal, "id": "test-copy", "split": "test"}, cal,
+            {**cal, "id": "other-figure", "split": "test", "tokens_per_s": "200001"},
+            {**cal, "id": "other-chips", "split": "test", "chips": "64", "dp": "64"},
+            {**ROWS[0], "id": "first"}, {**ROWS[0], "id": "second"}]
+    runs = _by_id(map_runs(_write(tmp_path / "v", rows, overrides=[]) / "training"))
+    assert runs["cal"].supported and runs["other-figure"].supported and runs["other-chips"].supported
+    assert not runs["test-copy"].supported and "cal (calibration)" in runs["test-copy"].reason
+    assert runs["first"].supported and not runs["second"].supported
+    assert "first (test)" in runs["second"].reason
+    blank = {k: "" for k in ("step_time_s", "tokens_per_s", "tflops_per_chip", "mfu_pct")}
+    runs = _by_id(map_runs(_write(tmp_path / "w", [{**ROWS[0], **blank, "id": "x"},
+                                                   {**ROWS[0], **blank, "id": "y"}],
+                                  overrides=[]) / "training"))
+    assert "again" not in runs["x"].reason + runs["y"].reason
+
+
+def test_no_measurement_is_scored_twice_in_the_real_data(real: dict[str, MappedRun]) -> None:
+    seen: dict[tuple[str, ...], str] = {}
+    rows = {r["id"]: r for r in csv.DictReader(REAL.joinpath("training", "runs.csv").open())}
+    for run in real.values():
+        if run.supported:
+            key = tuple(rows[run.id][c] for c in ("model", "hardware", "chips", "seq_len",
+                                                  "step_time_s", "tokens_per_s", "tflops_per_chip",
+                                                  "mfu_pct"))
+            assert key not in seen, (run.id, seen[key])
+            seen[key] = run.id
+
+
 # ----------------------------------------------------------------------------- real data
 
 @pytest.fixture(scope="module")
@@ -376,7 +410,7 @@ def test_real_mapping_rules(real: dict[str, MappedRun]) -> None:
     assert v5e32["parallelism"]["zero_group"] == 256
     v4 = real["maxtext-v4-22B-8xv4-128"]                            # ici_fsdp_parallelism=64
     assert par(v4.id)["zero_group"] == 64 and v4.scenario["cluster"]["slices"] == 8  # type: ignore[index]
-    assert "zero_group" not in par("maxtext-cfg-v5p-32B-1xv5p-128")   # one slice: plain FSDP
+    assert "zero_group" not in par("maxtext-cfg-v5p-64B-1xv5p-128")   # one slice: plain FSDP
     # MaxText's per_device_batch_size: a tensor-parallel group runs tp x it in one pass (no
     # gradient accumulation); without tensor parallelism the column is the micro-batch as it is.
     v5p64 = real["maxtext-cfg-v5p-64B-1xv5p-128"].scenario                # pdb 3, tp 4, 64 chips
@@ -411,7 +445,7 @@ def test_real_mapping_rules(real: dict[str, MappedRun]) -> None:
     assert k.measured is not None and k.measured.mfu == pytest.approx(0.514, rel=0.01)   # published MFU
 
     # MaxText on a single v5p slice: FSDP -> zero 3 over the chips left by tp.
-    v = real["maxtext-cfg-v5p-32B-1xv5p-128"]
+    v = real["maxtext-cfg-v5p-64B-1xv5p-128"]
     assert v.topology == "tpu-v5p" and v.family == "TPU" and v.scenario is not None
     assert {k_: par(v.id)[k_] for k_ in ("tp", "pp", "zero")} == {"tp": 4, "pp": 1, "zero": 3}
     assert v.scenario["training"]["remat_policy"] == "minimal" and v.scenario["model"]["mlp"] == "swiglu"

@@ -27,7 +27,7 @@ from ..software import FRAMEWORKS, default_framework
 from .data import GPUS_PER_NODE, RUNS_FILE
 from .training_measured import Measured, measure_step
 from .training_parallel import parallelism
-from .training_rows import RowReader, read_rows
+from .training_rows import RowReader, read_rows, repeats
 from .training_rules import (
     _BALANCED_ROUTING_NOTES,
     _DEEPEP_NOTES,
@@ -364,16 +364,21 @@ def map_runs(data_dir: Path) -> tuple[MappedRun, ...]:
     """Map every row of ``data_dir/runs.csv`` (with ``overrides.csv``) to a scenario or a reason.
 
     Supported scenarios have been loaded with ``sim.config.scenario_from_dict``; a row the loader
-    rejects is unsupported with the loader's message. Raises ``ConfigError`` for missing or
-    malformed data files (bad numbers, unknown splits, duplicate ids, bad overrides).
+    rejects is unsupported with the loader's message, one that repeats another's measurement
+    (``repeats``) with that row. Raises ``ConfigError`` for missing or malformed data files.
     """
     out: list[MappedRun] = []
-    for r in read_rows(data_dir):
+    rows = read_rows(data_dir)
+    repeated = repeats(rows)
+    for r in rows:
         row = r.cells
         mapper = _RowMapper(row, r.where, r.forced_topology)
         mapper.assumptions.extend(r.overrides)
         chips = mapper.integer("chips")
         try:
+            if (kept := repeated.get(row["id"])) is not None:
+                raise _Unsupported(f"the measurement of {kept.cells['id']} ({kept.cells['split']}) "
+                                   "again: same model, hardware, chips, sequence and figures")
             topo, raw = mapper.scenario()
             try:
                 scn = scenario_from_dict(raw, source=f"{RUNS_FILE}:{row['id']}")

@@ -17,7 +17,7 @@ from ..software import MOE_DISPATCHERS
 from .data import RUNS_FILE, SPLITS, integer, read_csv
 from .training_rules import TOPOLOGY_CHIPS
 
-__all__ = ["OVERRIDABLE_FIELDS", "Row", "RowReader", "load_overrides", "read_rows"]
+__all__ = ["OVERRIDABLE_FIELDS", "Row", "RowReader", "load_overrides", "read_rows", "repeats"]
 
 OVERRIDES_FILE = "overrides.csv"
 OVERRIDE_COLUMNS = ("id", "field", "value", "reason")
@@ -35,6 +35,10 @@ OVERRIDABLE_FIELDS = frozenset({
     # software the source's recipe ran, where the framework profile's default is not it
     "moe_dispatcher", "ep_overlap",
 })
+# What makes two rows one measurement: the same model, hardware, chips and sequence length with
+# the same published figures (a source's table quoted again by another page of the same source).
+SAME_MEASUREMENT = ("model", "hardware", "chips", "seq_len", "step_time_s", "tokens_per_s",
+                    "tflops_per_chip", "mfu_pct")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,4 +133,20 @@ def load_overrides(path: Path, ids: Mapping[str, int]) -> dict[str, list[tuple[s
                               f"{seen[run_id, field]})")
         seen[run_id, field] = line
         out.setdefault(run_id, []).append((field, value, reason))
+    return out
+
+
+def repeats(rows: list[Row]) -> dict[str, Row]:
+    """``{id: the row it repeats}`` for rows that report a measurement another row already does
+    (``SAME_MEASUREMENT``): a measurement is scored once, so a test row never repeats what the
+    calibration split holds. Of each group the first calibration row stays, else the first row."""
+    groups: dict[tuple[str, ...], list[Row]] = {}
+    for r in rows:
+        key = tuple(r.cells[c].strip() for c in SAME_MEASUREMENT)
+        if any(key[4:]):                  # rows with no published figure repeat nothing
+            groups.setdefault(key, []).append(r)
+    out: dict[str, Row] = {}
+    for group in groups.values():
+        kept = next((r for r in group if r.cells["split"] == "calibration"), group[0])
+        out.update((r.cells["id"], kept) for r in group if r is not kept)
     return out
