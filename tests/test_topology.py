@@ -8,7 +8,8 @@ import networkx as nx
 import pytest
 from graph_edits import fail_link, fail_node, fail_ocs
 
-from sim.config import load_cluster
+from sim.config import load_cluster, load_topology_spec
+from sim.config.topology_specs import bundled_topologies
 from sim.errors import ConfigError, TopologyError
 from sim.topology import build_topology
 from sim.topology.analysis import bisection_GBps, diameter_hops, summarize
@@ -238,3 +239,25 @@ def test_sizes_beyond_the_limits_are_rejected() -> None:
         load_cluster("dgx-h100", 16392)
     with pytest.raises(ConfigError, match=r"exceeds the largest tpu-v4 slice 16x16x16"):
         load_cluster("tpu-v4", slice_="16x16x20")
+
+
+GPU_FABRICS = [t for t in bundled_topologies() if not load_topology_spec(t).chip.is_tpu]
+
+
+@pytest.mark.parametrize("name", GPU_FABRICS)
+def test_gpu_graphs_are_what_networkx_itself_would_hold(name: str) -> None:
+    """The GPU builder writes its edges into the graph's own dicts (a PERF path beside
+    ``nx.Graph.add_edge``): every node has its attribute dict, every edge one attribute dict seen
+    from both ends, and the graph equals one rebuilt through networkx's own API, at one node and
+    at a size with the switch tiers."""
+    gpn = load_topology_spec(name).gpus_per_node
+    for chips in (gpn, 64 * gpn):
+        g = topo(name, min(chips, load_topology_spec(name).max_gpus)).graph
+        adj, nodes = g._adj, g._node  # noqa: SLF001
+        assert list(adj) == list(nodes)
+        for u, nbrs in adj.items():
+            assert all(adj[v][u] is d for v, d in nbrs.items()), (name, u)
+        h = nx.Graph()
+        h.add_nodes_from(g.nodes(data=True))
+        h.add_edges_from(g.edges(data=True))
+        assert nx.utils.graphs_equal(g, h) and h.number_of_edges() == g.number_of_edges()
