@@ -37,8 +37,8 @@ OVERRIDABLE_FIELDS = frozenset({
 })
 # What makes two rows one measurement: the same model, hardware, chips and sequence length with
 # the same published figures (a source's table quoted again by another page of the same source).
-SAME_MEASUREMENT = ("model", "hardware", "chips", "seq_len", "step_time_s", "tokens_per_s",
-                    "tflops_per_chip", "mfu_pct")
+PUBLISHED_FIGURES = ("step_time_s", "tokens_per_s", "tflops_per_chip", "mfu_pct")
+SAME_MEASUREMENT = ("model", "hardware", "chips", "seq_len", *PUBLISHED_FIGURES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +142,8 @@ def repeats(rows: list[Row]) -> dict[str, Row]:
     calibration split holds. Of each group the first calibration row stays, else the first row."""
     groups: dict[tuple[str, ...], list[Row]] = {}
     for r in rows:
-        key = tuple(r.cells[c].strip() for c in SAME_MEASUREMENT)
-        if any(key[4:]):                  # rows with no published figure repeat nothing
-            groups.setdefault(key, []).append(r)
+        if any(r.cells[c].strip() for c in PUBLISHED_FIGURES):   # else it repeats nothing
+            groups.setdefault(tuple(r.cells[c].strip() for c in SAME_MEASUREMENT), []).append(r)
     out: dict[str, Row] = {}
     for group in groups.values():
         kept = next((r for r in group if r.cells["split"] == "calibration"), group[0])
