@@ -352,3 +352,63 @@ def test_a_group_on_one_node_costs_the_same_on_every_node(name: str) -> None:
                     other = m._group([node * gpn + r for r in local])
                     assert m._solve_cost(op, other, algo) == want, (name, local, op, algo, node)
                     assert m._class_of(other) == m._class_of(first)
+
+
+# --------------------------------------------------------------------------- torus groups in bulk
+
+def _groups_by_stride(chips: int, size: int, stride: int) -> list[list[int]]:
+    """*chips* split into groups of *size* chips *stride* apart (blocks of size x stride)."""
+    out = []
+    for block in range(0, chips, size * stride):
+        for first in range(block, block + stride):
+            out.append([first + k * stride for k in range(size)])
+    return out
+
+
+@pytest.mark.parametrize("name, chips, size, stride", [
+    ("tpu-v4", 64, 4, 1),            # along the fastest axis, a full wrapped ring
+    ("tpu-v4", 64, 4, 4),            # along the middle axis
+    ("tpu-v4", 64, 16, 4),           # two axes at once
+    ("tpu-v4", 64, 2, 2),            # every other chip: no two members are neighbours
+    ("tpu-v4", 512, 8, 64),          # across cubes (optical links) along the slowest axis
+    ("tpu-v5p", 128, 8, 1),          # a line of 8 on an axis of 8
+    ("tpu-v5e", 256, 16, 16),        # a 2-D pod's column, wrapped
+    ("tpu-v5e", 512, 4, 1),          # two pods over the DCN, each group on one
+    ("tpu-v6e", 64, 8, 1),           # 8x8 without wraparound
+])
+@pytest.mark.parametrize("op", ["allgather", "reducescatter", "allreduce", "broadcast"])
+def test_torus_in_bulk_is_every_groups_torus_merged(name: str, chips: int, size: int,
+                                                    stride: int, op: str) -> None:
+    """``torus_bulk`` (one numpy pass over all groups) gives, phase by phase, what merging each
+    group's own ``torus`` stages gives: the same flows in the same order, bit for bit."""
+    import numpy as np
+
+    from sim.collectives import merge_phases
+    from sim.collectives.stages import group_info
+    from sim.collectives.torus import torus, torus_bulk
+    t = build_topology(load_cluster(name, chips))
+    groups = _groups_by_stride(chips, size, stride)
+    bulk = torus_bulk(op, groups, 1e6, t)
+    built = [torus(op, group_info(t, g), 1e6, t) for g in groups]
+    want = [merge_phases([b[j][k] for b in built])
+            for j, stage in enumerate(built[0]) for k in range(len(stage))]
+    assert bulk is not None and len(bulk) == len(want)
+    for a, b in zip(bulk, want):
+        assert (a.name, a.steps, a.extra, a.hops_per_step, a.uniform) == \
+            (b.name, b.steps, b.extra, b.hops_per_step, b.uniform)
+        for f in ("src", "dst", "nbytes"):
+            x, y = getattr(a, f), getattr(b, f)
+            assert x.dtype == y.dtype and np.array_equal(x, y), (f, a.name)
+
+
+def test_torus_in_bulk_declines_what_it_cannot_merge() -> None:
+    """Groups of unequal sizes or extents, shared chips, groups over two pods or of one chip
+    take the per-group path (``torus_bulk`` answers None)."""
+    from sim.collectives.torus import torus_bulk
+    t = build_topology(load_cluster("tpu-v5e", 512))
+    assert torus_bulk("allgather", [[0, 1], [2, 3, 4]], 1e6, t) is None
+    assert torus_bulk("allgather", [[0, 1, 2, 3], [4, 5, 20, 21]], 1e6, t) is None   # 4x1, 2x2
+    assert torus_bulk("allgather", [[0, 1], [1, 2]], 1e6, t) is None
+    assert torus_bulk("allgather", [[0, 256], [1, 257]], 1e6, t) is None
+    assert torus_bulk("allgather", [[0], [1]], 1e6, t) is None
+    assert torus_bulk("allgather", [[0, 1], [2, 3]], 1e6, t) is not None

@@ -261,3 +261,29 @@ def test_gpu_graphs_are_what_networkx_itself_would_hold(name: str) -> None:
         h.add_nodes_from(g.nodes(data=True))
         h.add_edges_from(g.edges(data=True))
         assert nx.utils.graphs_equal(g, h) and h.number_of_edges() == g.number_of_edges()
+
+
+TPU_FABRICS = [t for t in bundled_topologies() if load_topology_spec(t).chip.is_tpu]
+
+
+@pytest.mark.parametrize("name", TPU_FABRICS)
+def test_tpu_graphs_are_what_networkx_itself_would_hold(name: str) -> None:
+    """The TPU builder writes its nodes and edges into the graph's own dicts (a PERF path beside
+    ``nx.Graph.add_node`` / ``add_edge``): every node has its own attribute dict, every edge one
+    attribute dict seen from both ends, and the graph equals one rebuilt through networkx's API,
+    at one host, at the default slice and (where the generation joins pods over the DCN) on two
+    pods."""
+    spec = load_topology_spec(name)
+    sizes = [4, spec.default_chips] + ([2 * 256] if name in ("tpu-v5e", "tpu-v6e") else [])
+    for chips in sizes:
+        g = topo(name, chips).graph
+        adj, nodes = g._adj, g._node  # noqa: SLF001
+        assert list(adj) == list(nodes)
+        assert len({id(d) for d in nodes.values()}) == len(nodes)
+        for u, nbrs in adj.items():
+            assert all(adj[v][u] is d for v, d in nbrs.items()), (name, u)
+        h = nx.Graph()
+        h.add_nodes_from(g.nodes(data=True))
+        h.add_edges_from(g.edges(data=True))
+        assert nx.utils.graphs_equal(g, h) and h.number_of_edges() == g.number_of_edges()
+        assert list(h.nodes) == list(g.nodes)

@@ -17,6 +17,7 @@ import numpy as np
 from ..network.traffic import Traffic
 from . import CollectiveModel, merge_phases
 from .algorithms import build
+from .torus import TORUS, torus_bulk
 
 __all__ = ["collective_traffic", "p2p_traffic"]
 
@@ -68,14 +69,16 @@ def _link_bytes(net: CollectiveModel, op: str, algo: str,
     if hit is not None:
         return hit
     total = np.zeros(len(net.links))
-    built = [build(algo, op, net.group_info(g), _REF_BYTES, net.topo) for g in groups]
-    shape = [tuple((p.name, p.steps) for p in stage) for stage in built[0]]
-    if all([tuple((p.name, p.steps) for p in stage) for stage in b] == shape for b in built):
-        # PERF: the same phase of every group routed in one bulk call
-        phases = [merge_phases([b[j][k] for b in built])
-                  for j, stage in enumerate(built[0]) for k in range(len(stage))]
-    else:
-        phases = [p for b in built for stage in b for p in stage]
+    phases = torus_bulk(op, groups, _REF_BYTES, net.topo) if algo == TORUS.name else None
+    if phases is None:
+        built = [build(algo, op, net.group_info(g), _REF_BYTES, net.topo) for g in groups]
+        shape = [tuple((p.name, p.steps) for p in stage) for stage in built[0]]
+        if all([tuple((p.name, p.steps) for p in stage) for stage in b] == shape for b in built):
+            # PERF: the same phase of every group routed in one bulk call
+            phases = [merge_phases([b[j][k] for b in built])
+                      for j, stage in enumerate(built[0]) for k in range(len(stage))]
+        else:
+            phases = [p for b in built for stage in b for p in stage]
     for phase in phases:
         links, nbytes = net.phase_link_bytes(phase)
         total[links] += nbytes * phase.steps
