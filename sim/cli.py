@@ -79,7 +79,7 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The ``clustersim`` argument parser: the global flags and one sub-parser per command."""
     parser = _Parser(prog="clustersim", description="Simulate accelerator clusters training large models.")
-    parser.add_argument("--version", action="version", version=f"clustersim {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--debug", action="store_true",
                         help="on an internal error, print the Python traceback")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -240,6 +240,22 @@ def _add_bench(sub: Any) -> None:
     be.add_argument("--yes", action="store_true",
                     help="run a set estimated to take over 15 minutes (refused otherwise)")
     be.set_defaults(func=commands.cmd_bench)
+
+class _VersionAction(argparse.Action):
+    """``--version``: argparse's version action, the version looked up when asked for (PERF:
+    importlib.metadata costs every command ~15 ms of imports, benchmarks/release.py)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS,
+                 help: str = "show program's version number and exit") -> None:  # noqa: A002
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        parser._print_message(f"clustersim {_version()}\n", sys.stdout)  # noqa: SLF001
+        parser.exit()
+
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
