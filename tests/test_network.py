@@ -183,3 +183,21 @@ def test_link_matrix_matches_scipy_csr_to_the_bit() -> None:
         assert np.allclose(mine.sum(axis=0), np.asarray(ref.sum(axis=0)).ravel(), rtol=1e-14)
         cap = rng.random(n_links) + 0.1
         assert np.array_equal(maxmin_rates(mine, cap), maxmin_rates(ref, cap))
+
+
+@pytest.mark.parametrize("name, chips", [("dgx-h100", 256), ("gb200-nvl72", 144), ("tpu-v4", 128),
+                                         ("tpu-v5e", 512)])
+def test_link_ids_follow_the_graphs_own_edge_order(name: str, chips: int) -> None:
+    """The link table walks the adjacency itself (a PERF path): edge i of
+    ``graph.edges(data=True)`` is link 2i one way and 2i + 1 the other, with that edge's
+    bandwidth, latency and kind, also after a failure edit removed a link."""
+    topo = build_topology(load_cluster(name, chips))
+    for t in (topo, fail_link(topo, *next(iter(topo.graph.edges())))):
+        links = LinkTable(t)
+        edges = list(t.graph.edges(data=True))
+        assert len(links) == 2 * len(edges)
+        assert list(links.index) == [(u, v) for u, v, _ in edges] + [(v, u) for u, v, _ in edges]
+        for i, (u, v, d) in enumerate(edges):
+            assert links.id(u, v) == 2 * i and links.id(v, u) == 2 * i + 1
+            assert links.kind[2 * i] == d["kind"]
+            assert links.latency_s[2 * i + 1] == d["latency_us"] * 1e-6

@@ -32,12 +32,19 @@ class LinkTable:
         bws: list[float] = []
         lats: list[float] = []
         kinds: list[str] = []
-        for u, v, d in g.edges(data=True):
-            us.append(u)
-            vs.append(v)
-            bws.append(d["bandwidth_GBps"])
-            lats.append(d["latency_us"])
-            kinds.append(d["kind"])
+        # PERF: the walk nx.Graph.edges(data=True) makes (each edge once, from the end met
+        # first, in the adjacency's order), without its generator: the same edges in the same
+        # order (tests/test_network.py), so the same link ids.
+        seen: set[Hashable] = set()
+        for u, nbrs in g._adj.items():  # noqa: SLF001
+            for v, d in nbrs.items():
+                if v not in seen:
+                    us.append(u)
+                    vs.append(v)
+                    bws.append(d["bandwidth_GBps"])
+                    lats.append(d["latency_us"])
+                    kinds.append(d["kind"])
+            seen.add(u)
         kind_eff = {k: eff.get(k, 1.0) for k in set(kinds)}
         cap = np.asarray(bws, dtype=float) * GB * np.fromiter((kind_eff[k] for k in kinds), float,
                                                                  len(kinds))
