@@ -241,6 +241,22 @@ def test_sizes_beyond_the_limits_are_rejected() -> None:
         load_cluster("tpu-v4", slice_="16x16x20")
 
 
+def _assert_networkx_would_hold(g: nx.Graph, name: str) -> None:
+    """*g*, built by writing into its own dicts, is well formed: every node has its own
+    attribute dict, every edge one attribute dict seen from both ends, and it equals (same nodes
+    in the same order, same edges and attributes) the graph networkx's API builds from them."""
+    adj, nodes = g._adj, g._node  # noqa: SLF001
+    assert list(adj) == list(nodes)
+    assert len({id(d) for d in nodes.values()}) == len(nodes)
+    for u, nbrs in adj.items():
+        assert all(adj[v][u] is d for v, d in nbrs.items()), (name, u)
+    h = nx.Graph()
+    h.add_nodes_from(g.nodes(data=True))
+    h.add_edges_from(g.edges(data=True))
+    assert nx.utils.graphs_equal(g, h) and h.number_of_edges() == g.number_of_edges()
+    assert list(h.nodes) == list(g.nodes)
+
+
 GPU_FABRICS = [t for t in bundled_topologies() if not load_topology_spec(t).chip.is_tpu]
 
 
@@ -252,15 +268,8 @@ def test_gpu_graphs_are_what_networkx_itself_would_hold(name: str) -> None:
     at a size with the switch tiers."""
     gpn = load_topology_spec(name).gpus_per_node
     for chips in (gpn, 64 * gpn):
-        g = topo(name, min(chips, load_topology_spec(name).max_gpus)).graph
-        adj, nodes = g._adj, g._node  # noqa: SLF001
-        assert list(adj) == list(nodes)
-        for u, nbrs in adj.items():
-            assert all(adj[v][u] is d for v, d in nbrs.items()), (name, u)
-        h = nx.Graph()
-        h.add_nodes_from(g.nodes(data=True))
-        h.add_edges_from(g.edges(data=True))
-        assert nx.utils.graphs_equal(g, h) and h.number_of_edges() == g.number_of_edges()
+        _assert_networkx_would_hold(topo(name, min(chips, load_topology_spec(name).max_gpus)).graph,
+                                    name)
 
 
 TPU_FABRICS = [t for t in bundled_topologies() if load_topology_spec(t).chip.is_tpu]
@@ -276,14 +285,4 @@ def test_tpu_graphs_are_what_networkx_itself_would_hold(name: str) -> None:
     spec = load_topology_spec(name)
     sizes = [4, spec.default_chips] + ([2 * 256] if name in ("tpu-v5e", "tpu-v6e") else [])
     for chips in sizes:
-        g = topo(name, chips).graph
-        adj, nodes = g._adj, g._node  # noqa: SLF001
-        assert list(adj) == list(nodes)
-        assert len({id(d) for d in nodes.values()}) == len(nodes)
-        for u, nbrs in adj.items():
-            assert all(adj[v][u] is d for v, d in nbrs.items()), (name, u)
-        h = nx.Graph()
-        h.add_nodes_from(g.nodes(data=True))
-        h.add_edges_from(g.edges(data=True))
-        assert nx.utils.graphs_equal(g, h) and h.number_of_edges() == g.number_of_edges()
-        assert list(h.nodes) == list(g.nodes)
+        _assert_networkx_would_hold(topo(name, chips).graph, name)
