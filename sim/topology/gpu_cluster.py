@@ -24,6 +24,7 @@ from ..errors import TopologyError
 from ..topology_spec import GpuClusterSpec
 from ..units import Bps_to_GBps, s_to_us
 from .fabric import GpuFabric
+from .writes import graph_writers
 
 
 def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
@@ -44,26 +45,10 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
     nvl_lat, pcie_lat, ib_lat = (s_to_us(x) for x in (spec.nvlink_latency_s, spec.pcie_latency_s,
                                                       spec.ib_latency_s))
 
-    # PERF: what nx.Graph.add_edge does, on the graph's own dicts (same nodes, edges, attribute
-    # dicts and insertion order; the graph is new, so there is no cache to clear): 642,048 edges
-    # at 98,304 GPUs (benchmarks/release.py run-98k, run-16k).
-    adj, node_attrs = g._adj, g._node  # noqa: SLF001
+    _, edge = graph_writers(g)
 
     def link(u: object, v: object, Bps: float, lat_us: float, kind: str, cables: float) -> None:
-        au = adj.get(u)
-        if au is None:
-            au = adj[u] = {}
-            node_attrs[u] = {}
-        av = adj.get(v)
-        if av is None:
-            av = adj[v] = {}
-            node_attrs[v] = {}
-        attrs = au.get(v)
-        if attrs is None:
-            attrs = {}
-        attrs.update(bandwidth_GBps=Bps_to_GBps(Bps), latency_us=lat_us, kind=kind, cables=cables)
-        au[v] = attrs
-        av[u] = attrs
+        edge(u, v, bandwidth_GBps=Bps_to_GBps(Bps), latency_us=lat_us, kind=kind, cables=cables)
 
     sus = math.ceil(nodes / spec.su_nodes)
     rails = spec.rails

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 
 import networkx as nx
 
@@ -20,6 +19,7 @@ from ..config import ClusterConfig
 from ..topology_spec import SliceShape, TpuPodSpec
 from ..units import Bps_to_GBps, s_to_us
 from .fabric import TpuFabric
+from .writes import graph_writers
 
 
 def build_tpu_pod(cluster: ClusterConfig) -> tuple[nx.Graph, TpuFabric]:
@@ -37,7 +37,7 @@ def build_tpu_pod(cluster: ClusterConfig) -> tuple[nx.Graph, TpuFabric]:
     index = {c: i for i, c in enumerate(coords)}
     twist = _twists(shape) if cluster.twisted else {}
     hosts_per_pod = 0
-    node, edge = _writers(g)
+    node, edge = graph_writers(g)
     for pod in range(cluster.pods):
         base = pod * per_pod
         host_ids: dict[SliceShape, str] = {}
@@ -89,39 +89,6 @@ def build_tpu_pod(cluster: ClusterConfig) -> tuple[nx.Graph, TpuFabric]:
                        latency_us=dcn_us, kind="dcn", cables=1)
     return g, TpuFabric(shape=shape, wraps=wraps, pods=cluster.pods, hosts=hosts_per_pod * cluster.pods,
                         twisted=cluster.twisted)
-
-
-def _writers(g: nx.Graph) -> tuple[Callable[..., None], Callable[..., None]]:
-    """add_node and add_edge for the new graph *g*.
-
-    PERF: nodes and edges written into the graph's own dicts as nx.Graph.add_node / add_edge
-    would (same attribute dicts, same insertion order; the graph is new, so there is no cache to
-    clear), without their per-call checks: the TPU v4 pod's 16,384 edges (benchmarks/release.py
-    run-tpu-v4; tests/test_topology.py checks the graph equals one built through networkx's API).
-    """
-    adj, node_attrs = g._adj, g._node  # noqa: SLF001
-
-    def node(n: object, **attrs: object) -> None:
-        if n not in node_attrs:
-            adj[n] = {}
-            node_attrs[n] = attrs
-        else:
-            node_attrs[n].update(attrs)
-
-    def edge(u: object, v: object, **attrs: object) -> None:
-        for x in (u, v):
-            if x not in node_attrs:
-                adj[x] = {}
-                node_attrs[x] = {}
-        data = adj[u].get(v)
-        if data is None:
-            data = attrs
-        else:
-            data.update(attrs)
-        adj[u][v] = data
-        adj[v][u] = data
-
-    return node, edge
 
 
 def _host_block(shape: SliceShape, chips_per_host: int) -> SliceShape:
