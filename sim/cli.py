@@ -241,6 +241,7 @@ def _add_bench(sub: Any) -> None:
                     help="run a set estimated to take over 15 minutes (refused otherwise)")
     be.set_defaults(func=commands.cmd_bench)
 
+
 class _VersionAction(argparse.Action):
     """``--version``: argparse's version action, the version looked up when asked for (PERF:
     importlib.metadata costs every command ~15 ms of imports, benchmarks/release.py)."""

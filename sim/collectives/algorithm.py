@@ -30,12 +30,13 @@ bandwidth ceilings NCCL assumes) and takes the physics (link rates, sharing) fro
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..topology import Topology
 from .platform import PROTOCOLS, Platform
-from .stages import NET_GRAPH_CHANNELS, NET_RAILS, GroupInfo, Stage
+from .stages import NET_GRAPH_CHANNELS, NET_RAILS, GroupInfo, Phase, Stage
 
 __all__ = ["PROTO_INDEX", "PROXY_CHANNELS", "REFERENCE_WIRES", "REFERENCE_WIRE_US", "Algorithm", "Call", "Wires",
            "latency_terms_us", "net_step_us", "proxy_channels"]
@@ -188,6 +189,14 @@ class Algorithm:
     def stages(self, op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
         """Its flows for *op* of *size* bytes on *gi* (the caller has checked that it is offered)."""
         raise NotImplementedError(self.name)
+
+    def bulk_phases(self, op: str, groups: Sequence[Sequence[int]], size: float,
+                    topo: Topology) -> list[Phase] | None:
+        """The phases of *op* run by every group of *groups* at once, each what ``merge_phases``
+        makes of that phase of every group's own ``stages`` (stage by stage, phase by phase),
+        where the algorithm can find them for all groups in one pass; None (the default) where
+        it cannot, and the caller merges ``stages`` group by group."""
+        return None
 
     # ----------------------------------------------------------------- NCCL's cost model
 

@@ -224,5 +224,9 @@ class Torus(Algorithm):
     def stages(self, op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
         return torus(op, gi, size, topo)
 
+    def bulk_phases(self, op: str, groups: Sequence[Sequence[int]], size: float,
+                    topo: Topology) -> list[Phase] | None:
+        return torus_bulk(op, groups, size, topo)
+
 
 TORUS = Torus()

@@ -16,8 +16,7 @@ import numpy as np
 
 from ..network.traffic import Traffic
 from . import CollectiveModel, merge_phases
-from .algorithms import build
-from .torus import TORUS, torus_bulk
+from .algorithms import BY_NAME, build
 
 __all__ = ["collective_traffic", "p2p_traffic"]
 
@@ -69,7 +68,7 @@ def _link_bytes(net: CollectiveModel, op: str, algo: str,
     if hit is not None:
         return hit
     total = np.zeros(len(net.links))
-    phases = torus_bulk(op, groups, _REF_BYTES, net.topo) if algo == TORUS.name else None
+    phases = BY_NAME[algo].bulk_phases(op, groups, _REF_BYTES, net.topo)
     if phases is None:
         built = [build(algo, op, net.group_info(g), _REF_BYTES, net.topo) for g in groups]
         shape = [tuple((p.name, p.steps) for p in stage) for stage in built[0]]
