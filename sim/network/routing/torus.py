@@ -40,17 +40,85 @@ class TorusRouter(Router):
         at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
         hit = chips & (keys[at] == want)
         parts.append((ids[at[hit]], idx[hit], np.ones(int(hit.sum()))))
-        return ~hit
+        rest = ~hit
+        far = np.flatnonzero(rest & chips & (a != b))
+        if len(far) and not self.fabric.twisted:
+            rest[far[self._dor_bulk(a[far], b[far], idx[far], parts)]] = False
+        return rest
+
+    def _dor_bulk(self, a: np.ndarray, b: np.ndarray, cols: np.ndarray, parts: list[Coo]) -> np.ndarray:
+        """Dimension-order routes (``_dor``) of the multi-hop flows a[i] -> b[i] inside one slice,
+        all flows one hop at a time; which of them it routed (a mask). A flow between slices, or
+        one whose hop has no link (an edited graph), is left to ``route``. A tie on a wrapped axis
+        sends half each way, and both halves meet again before the next axis, as in ``_dor``."""
+        shape, wraps = self.fabric.shape, self.fabric.wraps
+        keys, ids, span = self._chip_links
+        per_pod = int(np.prod(shape))
+        ok = (a // per_pod) == (b // per_pod)
+        fixed = a.copy()                     # each flow's chip as it goes, updated axis by axis
+        cur = np.array(np.unravel_index(a % per_pod, shape)).T
+        goal = np.array(np.unravel_index(b % per_pod, shape)).T
+        strides = [int(np.prod(shape[ax + 1:])) for ax in range(len(shape))]
+        flow_l: list[np.ndarray] = []
+        link_l: list[np.ndarray] = []
+        val_l: list[np.ndarray] = []
+        for ax, length in enumerate(shape):
+            diff = goal[:, ax] - cur[:, ax]
+            moving = ok & (diff != 0)
+            if not moving.any():
+                continue
+            fwd = diff % length
+            if wraps[ax]:
+                plus, minus = 2 * fwd < length, 2 * fwd > length
+            else:
+                plus, minus = diff > 0, diff < 0
+            tie = moving & ~plus & ~minus
+            for step, sel in ((1, plus | tie), (-1, minus | tie)):
+                f = np.flatnonzero(sel & moving)
+                if not len(f):
+                    continue
+                hops = fwd[f] if step == 1 else (-diff[f] if not wraps[ax] else (length - fwd[f]) % length)
+                share = np.where(tie[f], 0.5, 1.0)
+                pos = cur[f, ax].copy()
+                rest = fixed[f] - pos * strides[ax]
+                for k in range(int(hops.max())):
+                    live = np.flatnonzero(hops > k)
+                    p = pos[live]
+                    nxt = (p + step) % length
+                    want = (rest[live] + p * strides[ax]) * span + rest[live] + nxt * strides[ax]
+                    at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+                    found = keys[at] == want
+                    ok[f[live[~found]]] = False
+                    flow_l.append(f[live])
+                    link_l.append(np.where(found, ids[at], -1))
+                    val_l.append(share[live])
+                    pos[live] = nxt
+            fixed[moving] += (goal[moving, ax] - cur[moving, ax]) * strides[ax]
+            cur[moving, ax] = goal[moving, ax]
+        if flow_l:
+            flows = np.concatenate(flow_l)
+            keep = ok[flows]
+            parts.append((np.concatenate(link_l)[keep], cols[flows[keep]], np.concatenate(val_l)[keep]))
+        return ok
 
     @cached_property
     def _chip_links(self) -> tuple[np.ndarray, np.ndarray, int]:
         """The links between two chips (integer nodes) as sorted keys u * span + v, their ids,
         and span (one more than the largest such chip)."""
-        pairs = [(u, v, i) for (u, v), i in self.links.index.items()
-                 if type(u) is int and type(v) is int]
-        span = 1 + max((max(u, v) for u, v, _ in pairs), default=0)
-        keys = np.fromiter((u * span + v for u, v, _ in pairs), np.int64, len(pairs))
-        ids = np.fromiter((i for _, _, i in pairs), np.int64, len(pairs))
+        # PERF: one pass over the index into plain lists, then arrays (not three generator
+        # passes over (u, v, id) tuples): a third of the time at 4,096 chips
+        us: list[int] = []
+        vs: list[int] = []
+        at: list[int] = []
+        for (u, v), i in self.links.index.items():
+            if type(u) is int and type(v) is int:
+                us.append(u)
+                vs.append(v)
+                at.append(i)
+        u_arr, v_arr = np.array(us, np.int64), np.array(vs, np.int64)
+        span = 1 + int(max(u_arr.max(), v_arr.max())) if len(us) else 1
+        keys = u_arr * span + v_arr
+        ids = np.array(at, np.int64)
         order = np.argsort(keys)
         return keys[order], ids[order], span
 
