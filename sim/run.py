@@ -12,7 +12,6 @@ from __future__ import annotations
 from .collectives import CollectiveModel
 from .config import Scenario
 from .cost import cost_summary, time_to_train
-from .goodput import failure_report
 from .job import resolve_job
 from .progress import progress
 from .results import RunResult, StepDistribution
@@ -57,6 +56,7 @@ def run(scenario: Scenario, seed: int | None = None, *, steps: int = 1, trace: b
     step = played.result
     failures = failures_time = None
     if scenario.failures is not None:
+        from .goodput import failure_report  # PERF: the failure models only for runs with failures
         failures = failure_report(scenario, step.tokens_per_s, step_seed, step.step_time_s)
         if scenario.failures.tokens is not None:
             failures_time = time_to_train(scenario.failures.tokens, step.tokens_per_s, failures.goodput)

@@ -412,3 +412,28 @@ def test_torus_in_bulk_declines_what_it_cannot_merge() -> None:
     assert torus_bulk("allgather", [[0, 256], [1, 257]], 1e6, t) is None
     assert torus_bulk("allgather", [[0], [1]], 1e6, t) is None
     assert torus_bulk("allgather", [[0, 1], [2, 3]], 1e6, t) is not None
+
+
+def test_large_groups_find_the_same_torus_neighbours_with_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large group's ICI neighbours come from numpy (``_neighbours_np``): the same (src, dst)
+    pairs in the same order as the per-chip walk, on full and partial grids, wrapped or not,
+    axes of length 1, 2 (both neighbours the same chip) and more."""
+    import itertools
+    import random
+
+    import numpy as np
+
+    import sim.collectives.torus as tor
+
+    rng = random.Random(1)
+    monkeypatch.setattr(tor, "_FEW_CHIPS", 10**9)          # the walk, for every size
+    for _ in range(120):
+        shape = [rng.choice([1, 2, 3, 4, 8]) for _ in range(rng.choice([2, 3]))]
+        points = list(itertools.product(*(range(d) for d in shape)))
+        rng.shuffle(points)
+        coords = {c: 7 * i + 3 for i, c in enumerate(points[:rng.randint(1, len(points))])}
+        for axis, length in enumerate(shape):
+            for wrap in (True, False):
+                walk = tor._neighbours(coords, axis, length, wrap)
+                fast = tor._neighbours_np(coords, axis, length, wrap)
+                assert np.array_equal(walk[0], fast[0]) and np.array_equal(walk[1], fast[1])

@@ -21,10 +21,11 @@ __all__ = ["TORUS", "Torus", "torus", "torus_bulk"]
 
 def _grid(topo: Topology, gi: GroupInfo) -> tuple[list[int], dict[tuple[int, ...], int]] | None:
     """Axes along which the group spans a full sub-grid (same pod), and coords -> device."""
-    g = topo.graph
-    coords = {tuple(g.nodes[d]["coords"]): d for d in gi.devices}
-    if len({g.nodes[d]["pod"] for d in gi.devices}) != 1:
+    pods, places = _places(topo)              # PERF: the graph's attributes read once per graph
+    devs = np.asarray(gi.devices, np.int64)
+    if np.any(pods[devs] != pods[devs[0]]):
         return None
+    coords = dict(zip(map(tuple, places[devs].tolist()), gi.devices))
     ndim = len(next(iter(coords)))
     values = [sorted({c[a] for c in coords}) for a in range(ndim)]
     if math.prod(len(v) for v in values) != len(coords):
@@ -41,6 +42,8 @@ def _neighbours(coords: dict[tuple[int, ...], int], axis: int, L: int,
     # PERF: once per axis, not once per (stage, part) as before (D^2 phases per group: the TPU v4
     # pod's 2,060 data-parallel groups; benchmarks/where_time_goes.py). Groups are mostly a few
     # chips, where a Python pass beats numpy's per-call setup.
+    if len(coords) > _FEW_CHIPS:
+        return _neighbours_np(coords, axis, L, full_wrap)
     src: list[int] = []
     dst: list[int] = []
     for c, d in coords.items():
@@ -54,6 +57,30 @@ def _neighbours(coords: dict[tuple[int, ...], int], axis: int, L: int,
                 src.append(d)
                 dst.append(other)
     return np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
+
+
+# PERF: above this many chips a group's neighbours are found with numpy (``_neighbours_np``)
+_FEW_CHIPS = 64
+
+
+def _neighbours_np(coords: dict[tuple[int, ...], int], axis: int, L: int,
+                   full_wrap: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``_neighbours`` for a large group: every chip's +1 and -1 neighbours at once, looked up
+    among the group's coordinates encoded as integers (the same pairs in the same order)."""
+    pts = np.array(list(coords), np.int64)
+    devs = np.fromiter(coords.values(), np.int64, len(coords))
+    radix = int(max(pts.max(), L)) + 2                   # every coordinate and -1 fit in a digit
+    weights = radix ** np.arange(pts.shape[1] - 1, -1, -1, dtype=np.int64)
+    keys = (pts + 1) @ weights
+    order = np.argsort(keys)
+    nb = np.repeat(pts, 2, axis=0)                        # each chip: +1, then -1
+    nb[:, axis] += np.tile(np.array([1, -1], np.int64), len(pts))
+    if full_wrap:
+        nb[:, axis] %= L
+    want = (nb + 1) @ weights
+    at = np.minimum(np.searchsorted(keys[order], want), len(keys) - 1)
+    found = keys[order][at] == want
+    return np.repeat(devs, 2)[found], devs[order][at][found]
 
 
 def _axis_phase(axis: int, data: float, tag: str, links: tuple[np.ndarray, np.ndarray], L: int,
