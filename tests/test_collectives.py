@@ -414,26 +414,31 @@ def test_torus_in_bulk_declines_what_it_cannot_merge() -> None:
     assert torus_bulk("allgather", [[0, 1], [2, 3]], 1e6, t) is not None
 
 
-def test_large_groups_find_the_same_torus_neighbours_with_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A large group's ICI neighbours come from numpy (``_neighbours_np``): the same (src, dst)
-    pairs in the same order as the per-chip walk, on full and partial grids, wrapped or not,
-    axes of length 1, 2 (both neighbours the same chip) and more."""
-    import itertools
-    import random
-
+def test_large_groups_take_the_same_torus_stages_from_the_bulk_grid(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group of more than ``_FEW_CHIPS`` chips takes its grid and links from ``_bulk_grid``
+    (numpy): the same phases, flows in the same order and bytes as the per-chip walk, on whole
+    and partial slices, wrapped or not, and on a strided group."""
     import numpy as np
 
     import sim.collectives.torus as tor
+    from sim.collectives.stages import group_info
 
-    rng = random.Random(1)
-    monkeypatch.setattr(tor, "_FEW_CHIPS", 10**9)          # the walk, for every size
-    for _ in range(120):
-        shape = [rng.choice([1, 2, 3, 4, 8]) for _ in range(rng.choice([2, 3]))]
-        points = list(itertools.product(*(range(d) for d in shape)))
-        rng.shuffle(points)
-        coords = {c: 7 * i + 3 for i, c in enumerate(points[:rng.randint(1, len(points))])}
-        for axis, length in enumerate(shape):
-            for wrap in (True, False):
-                walk = tor._neighbours(coords, axis, length, wrap)
-                fast = tor._neighbours_np(coords, axis, length, wrap)
-                assert np.array_equal(walk[0], fast[0]) and np.array_equal(walk[1], fast[1])
+    cases = [("tpu-v4", 4096, range(0, 4096, 4)), ("tpu-v4", 4096, range(4096)),
+             ("tpu-v4", 4096, range(1024)), ("tpu-v5e", 256, range(256)),
+             ("tpu-v5e", 256, range(128)), ("tpu-v5p", 1024, range(512)),
+             ("tpu-v6e", 256, range(0, 256, 2))]
+    for name, chips, group in cases:
+        t = build_topology(load_cluster(name, chips))
+        gi = group_info(t, list(group))
+        for op in ("allgather", "reducescatter", "allreduce"):
+            fast = tor.torus(op, gi, 1e6, t)
+            with monkeypatch.context() as m:
+                m.setattr(tor, "_FEW_CHIPS", 10**9)          # the walk, for every size
+                walk = tor.torus(op, gi, 1e6, t)
+            assert [[(p.name, p.steps) for p in s] for s in fast] == \
+                [[(p.name, p.steps) for p in s] for s in walk], (name, op)
+            for fs, ws in zip(fast, walk):
+                for f, w in zip(fs, ws):
+                    assert np.array_equal(f.src, w.src) and np.array_equal(f.dst, w.dst)
+                    assert np.array_equal(f.nbytes, w.nbytes), (name, op, f.name)

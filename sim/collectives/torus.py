@@ -42,8 +42,6 @@ def _neighbours(coords: dict[tuple[int, ...], int], axis: int, L: int,
     # PERF: once per axis, not once per (stage, part) as before (D^2 phases per group: the TPU v4
     # pod's 2,060 data-parallel groups; benchmarks/where_time_goes.py). Groups are mostly a few
     # chips, where a Python pass beats numpy's per-call setup.
-    if len(coords) > _FEW_CHIPS:
-        return _neighbours_np(coords, axis, L, full_wrap)
     src: list[int] = []
     dst: list[int] = []
     for c, d in coords.items():
@@ -59,28 +57,9 @@ def _neighbours(coords: dict[tuple[int, ...], int], axis: int, L: int,
     return np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
 
 
-# PERF: above this many chips a group's neighbours are found with numpy (``_neighbours_np``)
+# PERF: a group of more chips than this takes its grid from ``_bulk_grid`` (numpy) rather than
+# the per-chip walk of ``_grid`` and ``_neighbours``
 _FEW_CHIPS = 64
-
-
-def _neighbours_np(coords: dict[tuple[int, ...], int], axis: int, L: int,
-                   full_wrap: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``_neighbours`` for a large group: every chip's +1 and -1 neighbours at once, looked up
-    among the group's coordinates encoded as integers (the same pairs in the same order)."""
-    pts = np.array(list(coords), np.int64)
-    devs = np.fromiter(coords.values(), np.int64, len(coords))
-    radix = int(max(pts.max(), L)) + 2                   # every coordinate and -1 fit in a digit
-    weights = radix ** np.arange(pts.shape[1] - 1, -1, -1, dtype=np.int64)
-    keys = (pts + 1) @ weights
-    order = np.argsort(keys)
-    nb = np.repeat(pts, 2, axis=0)                        # each chip: +1, then -1
-    nb[:, axis] += np.tile(np.array([1, -1], np.int64), len(pts))
-    if full_wrap:
-        nb[:, axis] %= L
-    want = (nb + 1) @ weights
-    at = np.minimum(np.searchsorted(keys[order], want), len(keys) - 1)
-    found = keys[order][at] == want
-    return np.repeat(devs, 2)[found], devs[order][at][found]
 
 
 def _axis_phase(axis: int, data: float, tag: str, links: tuple[np.ndarray, np.ndarray], L: int,
@@ -107,6 +86,10 @@ def torus(op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
     one chunk per step in each direction (twice the wrapped time, SB-TPU). Reduce-scatter is the
     same traffic in reverse; all-reduce = reduce-scatter then all-gather (SB-SHARD).
     """
+    if len(gi.devices) > _FEW_CHIPS:
+        bulk = _bulk_grid([gi.devices], topo)
+        if bulk is not None:
+            return _stages(op, size, *bulk)
     grid = _grid(topo, gi)
     if grid is None or not grid[0]:
         return ring(op, gi, size)
@@ -161,6 +144,17 @@ def torus_bulk(op: str, groups: Sequence[Sequence[int]], size: float,
 
     PERF: the TPU v4 pod's 2,060 data-parallel and tensor groups took ~70 us each through
     ``torus`` (benchmarks/release.py run-tpu-v4)."""
+    grid = _bulk_grid(groups, topo)
+    if grid is None:
+        return None
+    return [p for stage in _stages(op, size, *grid) for p in stage]
+
+
+def _bulk_grid(groups: Sequence[Sequence[int]], topo: Topology
+               ) -> tuple[list[int], dict[int, int], dict[int, bool],
+                          dict[int, tuple[np.ndarray, np.ndarray]]] | None:
+    """What ``_stages`` takes for *groups* (``torus_bulk``'s conditions): the axes they span,
+    their lengths, which wrap, and every group's links along each, found in one numpy pass."""
     if not isinstance(topo.fabric, TpuFabric) or not groups:
         return None
     n = len(groups[0])
@@ -213,7 +207,7 @@ def torus_bulk(op: str, groups: Sequence[Sequence[int]], size: float,
         nb_at = (np.repeat(pod[:, :, None], 2, axis=2),) + tuple(at)
         keep = inside & (member[nb_at] == gid[:, :, None])
         links[a] = (np.repeat(devs[:, :, None], 2, axis=2)[keep], device[nb_at][keep])
-    return [p for stage in _stages(op, size, axes, lengths, wrapped, links) for p in stage]
+    return axes, lengths, wrapped, links
 
 
 _PLACES: weakref.WeakKeyDictionary[object, tuple[np.ndarray, np.ndarray]] = (

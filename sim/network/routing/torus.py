@@ -77,15 +77,15 @@ class TorusRouter(Router):
                 f = np.flatnonzero(sel & moving)
                 if not len(f):
                     continue
-                hops = fwd[f] if step == 1 else (-diff[f] if not wraps[ax] else (length - fwd[f]) % length)
+                hops = fwd[f] if step == 1 else (length - fwd[f]) % length   # (= -diff unwrapped)
                 share = np.where(tie[f], 0.5, 1.0)
                 pos = cur[f, ax].copy()
-                rest = fixed[f] - pos * strides[ax]
+                off = fixed[f] - pos * strides[ax]     # the chip's number less this axis' part
                 for k in range(int(hops.max())):
                     live = np.flatnonzero(hops > k)
                     p = pos[live]
                     nxt = (p + step) % length
-                    want = (rest[live] + p * strides[ax]) * span + rest[live] + nxt * strides[ax]
+                    want = (off[live] + p * strides[ax]) * span + off[live] + nxt * strides[ax]
                     at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
                     found = keys[at] == want
                     ok[f[live[~found]]] = False
