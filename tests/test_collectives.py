@@ -436,9 +436,30 @@ def test_large_groups_take_the_same_torus_stages_from_the_bulk_grid(
             with monkeypatch.context() as m:
                 m.setattr(tor, "_FEW_CHIPS", 10**9)          # the walk, for every size
                 walk = tor.torus(op, gi, 1e6, t)
-            assert [[(p.name, p.steps) for p in s] for s in fast] == \
-                [[(p.name, p.steps) for p in s] for s in walk], (name, op)
+            assert [[(p.name, p.steps, p.hops_per_step) for p in s] for s in fast] == \
+                [[(p.name, p.steps, p.hops_per_step) for p in s] for s in walk], (name, op)
             for fs, ws in zip(fast, walk):
                 for f, w in zip(fs, ws):
                     assert np.array_equal(f.src, w.src) and np.array_equal(f.dst, w.dst)
                     assert np.array_equal(f.nbytes, w.nbytes), (name, op, f.name)
+
+
+def test_a_group_strided_along_a_torus_axis_sends_over_the_chips_between_its_own() -> None:
+    """A data-parallel group of every 4th chip along v5e's wrapped 16-chip axis (beside 4-way
+    tensor parallelism) is a ring closed over the wraparound whose transfers cross 4 links each:
+    alone as fast as a wrapped ring (half the open line's time), 4 links of latency a step, and
+    the 4 interleaved groups at once 4x slower (every link carries a transfer of each)."""
+    from sim.collectives.stages import group_info
+    from sim.collectives.torus import torus
+
+    t = build_topology(load_cluster("tpu-v5e", 256))
+    net = CollectiveModel(t)
+    strided = [0, 4, 8, 12]
+    stages = torus("allgather", group_info(t, strided), 1e6, t)
+    assert [(p.steps, p.hops_per_step, len(p.src)) for s in stages for p in s] == [(2, 4, 8)]
+    lone = net.time("allgather", 10**8, strided)
+    line = net.time("allgather", 10**8, [0, 1, 2, 3])
+    assert lone.transfer_s == pytest.approx(line.transfer_s / 2)
+    assert lone.latency_s == pytest.approx(2 * 4 * 1e-6)          # 2 steps of 4 links, 1 us each
+    together = net.time_concurrent("allgather", 10**8, [[c + o for c in strided] for o in range(4)])
+    assert together.transfer_s == pytest.approx(4 * lone.transfer_s)

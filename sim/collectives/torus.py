@@ -34,26 +34,41 @@ def _grid(topo: Topology, gi: GroupInfo) -> tuple[list[int], dict[tuple[int, ...
     return axes, coords
 
 
-def _neighbours(coords: dict[tuple[int, ...], int], axis: int, L: int,
-                full_wrap: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) of every link along *axis* between two of the group's chips, both directions:
-    each chip in the group's order, its +1 neighbour then its -1 neighbour (modulo *L* where the
-    axis wraps), where that neighbour is in the group."""
+def _axis_ring(values: Sequence[int], size: int, wraps: bool) -> tuple[bool, int]:
+    """How the group's chips at *values* (sorted coordinates along an axis of *size* chips) pass
+    data along it: whether they close a ring over the axis's wraparound (evenly spaced over the
+    whole axis, which wraps) and the most links a step's transfer crosses (the spacing: a group
+    strided along an axis, as a data-parallel group beside a tensor-parallel one, sends each
+    transfer over the links of the chips between its own)."""
+    gaps = np.diff(np.asarray(values, dtype=np.int64))
+    hops = int(gaps.max()) if len(gaps) else 1
+    even = bool(np.all(gaps == hops))
+    return wraps and even and hops * len(values) == size, hops
+
+
+def _neighbours(coords: dict[tuple[int, ...], int], axis: int, values: Sequence[int],
+                wrapped: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) of every transfer along *axis* between two of the group's chips, both
+    directions: each chip in the group's order, its next chip up the axis (*values*: the group's
+    sorted coordinates along it) then its next chip down, around where the ring is *wrapped*."""
     # PERF: once per axis, not once per (stage, part) as before (D^2 phases per group: the TPU v4
     # pod's 2,060 data-parallel groups; benchmarks/where_time_goes.py). Groups are mostly a few
     # chips, where a Python pass beats numpy's per-call setup.
+    index = {v: i for i, v in enumerate(values)}
+    L = len(values)
     src: list[int] = []
     dst: list[int] = []
     for c, d in coords.items():
-        for step in (1, -1):
+        i = index[c[axis]]
+        for j in (i + 1, i - 1):
+            if wrapped:
+                j %= L
+            elif not 0 <= j < L:
+                continue
             nb = list(c)
-            nb[axis] = c[axis] + step
-            if full_wrap:
-                nb[axis] %= L
-            other = coords.get(tuple(nb))
-            if other is not None:
-                src.append(d)
-                dst.append(other)
+            nb[axis] = values[j]
+            src.append(d)
+            dst.append(coords[tuple(nb)])
     return np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
 
 
@@ -63,18 +78,20 @@ _FEW_CHIPS = 64
 
 
 def _axis_phase(axis: int, data: float, tag: str, links: tuple[np.ndarray, np.ndarray], L: int,
-                full_wrap: bool) -> Phase:
+                full_wrap: bool, hops: int) -> Phase:
     """All-gather-style traffic on every line along *axis* (*L* chips, a ring where *full_wrap*,
-    else a line) over *links* (``_neighbours``): data = bytes gathered per chip."""
+    else a line) over *links* (``_neighbours``), each transfer crossing up to *hops* links:
+    data = bytes gathered per chip."""
     src, dst = links
     chunk = data / L
     name = f"{tag}-axis{axis}"
     if full_wrap:
         steps = L // 2
         if L % 2 == 0:              # the last step carries half a chunk each way
-            return Phase(name, steps, src, dst, np.full(len(src), chunk * (L - 1) / 2 / steps))
-        return Phase(name, steps, src, dst, np.full(len(src), chunk))
-    return Phase(name, L - 1, src, dst, np.full(len(src), chunk))
+            return Phase(name, steps, src, dst, np.full(len(src), chunk * (L - 1) / 2 / steps),
+                         hops_per_step=hops)
+        return Phase(name, steps, src, dst, np.full(len(src), chunk), hops_per_step=hops)
+    return Phase(name, L - 1, src, dst, np.full(len(src), chunk), hops_per_step=hops)
 
 
 def torus(op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
@@ -96,17 +113,20 @@ def torus(op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
     axes, coords = grid
     assert isinstance(topo.fabric, TpuFabric), topo.fabric
     shape, wraps = topo.fabric.shape, topo.fabric.wraps
-    lengths = {a: len({c[a] for c in coords}) for a in axes}
-    wrapped = {a: wraps[a] and lengths[a] == shape[a] for a in axes}
-    links = {a: _neighbours(coords, a, lengths[a], wrapped[a]) for a in axes}
-    return _stages(op, size, axes, lengths, wrapped, links)
+    values = {a: sorted({c[a] for c in coords}) for a in axes}
+    lengths = {a: len(values[a]) for a in axes}
+    ring_of = {a: _axis_ring(values[a], shape[a], wraps[a]) for a in axes}
+    wrapped = {a: ring_of[a][0] for a in axes}
+    hops = {a: ring_of[a][1] for a in axes}
+    links = {a: _neighbours(coords, a, values[a], wrapped[a]) for a in axes}
+    return _stages(op, size, axes, lengths, wrapped, links, hops)
 
 
 def _stages(op: str, size: float, axes: list[int], lengths: dict[int, int],
-            wrapped: dict[int, bool], links: dict[int, tuple[np.ndarray, np.ndarray]]
-            ) -> list[Stage]:
-    """``torus``'s stages on the grid the group spans: its axes, their lengths, which wrap, and
-    the links along each (``_neighbours``)."""
+            wrapped: dict[int, bool], links: dict[int, tuple[np.ndarray, np.ndarray]],
+            hops: dict[int, int]) -> list[Stage]:
+    """``torus``'s stages on the grid the group spans: its axes, their lengths, which wrap, the
+    transfers along each (``_neighbours``) and the links each crosses at most."""
     D = len(axes)
 
     def gather_stages(total: float, tag: str) -> list[Stage]:
@@ -119,7 +139,7 @@ def _stages(op: str, size: float, axes: list[int], lengths: dict[int, int],
                 later = math.prod(lengths[a] for a in order[k + 1:])
                 axis = order[k]
                 phases.append(_axis_phase(axis, total / D / later, tag, links[axis], lengths[axis],
-                                          wrapped[axis]))
+                                          wrapped[axis], hops[axis]))
             stages.append(tuple(phases))
         return stages
 
@@ -152,7 +172,7 @@ def torus_bulk(op: str, groups: Sequence[Sequence[int]], size: float,
 
 def _bulk_grid(groups: Sequence[Sequence[int]], topo: Topology
                ) -> tuple[list[int], dict[int, int], dict[int, bool],
-                          dict[int, tuple[np.ndarray, np.ndarray]]] | None:
+                          dict[int, tuple[np.ndarray, np.ndarray]], dict[int, int]] | None:
     """What ``_stages`` takes for *groups* (``torus_bulk``'s conditions): the axes they span,
     their lengths, which wrap, and every group's links along each, found in one numpy pass."""
     if not isinstance(topo.fabric, TpuFabric) or not groups:
@@ -173,19 +193,27 @@ def _bulk_grid(groups: Sequence[Sequence[int]], topo: Topology
     if np.any(pod != pod[:, :1]):
         return None
     xyz = coords[devs]                                            # (G, n, ndim)
-    lengths: dict[int, int] = {}
+    values: dict[int, np.ndarray] = {}                            # (G, L): each group's coords
     for a in range(len(shape)):
         srt = np.sort(xyz[:, :, a], axis=1)
-        per_group = 1 + np.count_nonzero(np.diff(srt, axis=1), axis=1)
+        first = np.ones(srt.shape, bool)
+        first[:, 1:] = srt[:, 1:] != srt[:, :-1]
+        per_group = first.sum(axis=1)
         if np.any(per_group != per_group[0]):
             return None
-        lengths[a] = int(per_group[0])
+        values[a] = srt[first].reshape(len(devs), int(per_group[0]))
+    lengths = {a: v.shape[1] for a, v in values.items()}
     if math.prod(lengths.values()) != n:                          # not a full sub-grid
         return None
     axes = [a for a in range(len(shape)) if lengths[a] > 1]
     if not axes:
         return None
-    wrapped = {a: wraps[a] and lengths[a] == shape[a] for a in axes}
+    gaps = {a: np.diff(values[a], axis=1) for a in axes}
+    if any(np.any(gaps[a] != gaps[a][:1]) for a in axes):        # groups spaced differently
+        return None
+    ring_of = {a: _axis_ring(values[a][0], shape[a], wraps[a]) for a in axes}
+    wrapped = {a: ring_of[a][0] for a in axes}
+    hops = {a: ring_of[a][1] for a in axes}
     lengths = {a: lengths[a] for a in axes}
     # the group (-1: none) and the device of each chip of the slices, by (pod, coords)
     member = np.full((int(pod.max()) + 1,) + tuple(shape), -1, np.int64)
@@ -196,18 +224,25 @@ def _bulk_grid(groups: Sequence[Sequence[int]], topo: Topology
     device[where] = devs
     links = {}
     for a in axes:
-        nb = np.stack([xyz[:, :, a] + 1, xyz[:, :, a] - 1], axis=2)   # (G, n, 2): +1 then -1
+        L = lengths[a]
+        # each chip's place among its group's coordinates along a, then the next up and down
+        span = int(shape[a]) + 1
+        keyed = (values[a] + span * np.arange(len(devs))[:, None]).ravel()
+        at_a = np.searchsorted(keyed, xyz[:, :, a] + span * gid) - L * gid       # (G, n)
+        nb_i = np.stack([at_a + 1, at_a - 1], axis=2)                           # +1 then -1
         if wrapped[a]:
-            nb %= lengths[a]
-            inside = np.ones(nb.shape, bool)
+            nb_i %= L
+            inside = np.ones(nb_i.shape, bool)
         else:
-            inside = (nb >= 0) & (nb < shape[a])
+            inside = (nb_i >= 0) & (nb_i < L)
+        nb = np.take_along_axis(values[a], np.where(inside, nb_i, 0).reshape(len(devs), -1),
+                                axis=1).reshape(nb_i.shape)
         at = [np.repeat(xyz[:, :, i, None], 2, axis=2) for i in range(len(shape))]
-        at[a] = np.where(inside, nb, 0)
+        at[a] = nb
         nb_at = (np.repeat(pod[:, :, None], 2, axis=2),) + tuple(at)
         keep = inside & (member[nb_at] == gid[:, :, None])
         links[a] = (np.repeat(devs[:, :, None], 2, axis=2)[keep], device[nb_at][keep])
-    return axes, lengths, wrapped, links
+    return axes, lengths, wrapped, links, hops
 
 
 _PLACES: weakref.WeakKeyDictionary[object, tuple[np.ndarray, np.ndarray]] = (
