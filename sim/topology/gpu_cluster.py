@@ -15,6 +15,7 @@ it has ports, see ``_spread``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import networkx as nx
@@ -54,8 +55,9 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
     rails = spec.rails
     net = spec.transport                  # link kind of every NIC and switch link
     dragonfly = spec.layout == "dragonfly"
+    build_node = _node_builder(g, spec, sharp, (nvl_lat, pcie_lat, ib_lat))
     for n in range(nodes):
-        _build_node(g, spec, n, sharp, (nvl_lat, pcie_lat, ib_lat), link)
+        build_node(n)
 
     tiers = 1 if nodes == 1 else (2 if sus <= spec.two_tier_max_sus else 3)
     if dragonfly:
@@ -71,40 +73,71 @@ def build_gpu_cluster(cluster: ClusterConfig) -> tuple[nx.Graph, GpuFabric]:
                         sharp=sharp, nvls=nvls)
 
 
-def _build_node(g: nx.Graph, spec: GpuClusterSpec, n: int, sharp: bool,
-                lat_us: tuple[float, float, float], link: Any) -> None:
-    """Adds node *n*: its NVSwitches, its GPUs wired to them (or to each other), its NICs and the
-    leaf (or dragonfly switch) each NIC is the first to reach; *lat_us*: NVLink, PCIe, network."""
+def _node_builder(g: nx.Graph, spec: GpuClusterSpec, sharp: bool,
+                  lat_us: tuple[float, float, float]) -> Callable[[int], None]:
+    """``build(n)`` adds node *n*: its NVSwitches, its GPUs wired to them (or to each other), its
+    NICs and the leaf (or dragonfly switch) each NIC is the first to reach; *lat_us*: NVLink,
+    PCIe, network.
+
+    PERF: the nodes and edges ``link`` and ``g.add_node`` would add, in the same order with the
+    same attribute dicts (keys in the same order), written into the graph's own dicts; every edge
+    here is new. 147,456 edges at 16,384 GPUs (benchmarks/release.py run-16k); the graph digest
+    of every bundled fabric is unchanged and tests/test_topology.py holds it equal to networkx's."""
     nvl_lat, pcie_lat, ib_lat = lat_us
+    adj: dict[Any, dict[Any, Any]] = g._adj  # noqa: SLF001
+    node_attrs: dict[Any, Any] = g._node  # noqa: SLF001
     gpn = spec.gpus_per_node
     nvlink_Bps = spec.chip.scaleup_link_Bps
+    nvls = spec.chip.in_network_reduction
     dragonfly = spec.layout == "dragonfly"
-    su = n // spec.su_nodes
-    for s in range(spec.nvswitches_per_node):
-        g.add_node(f"n{n}/nvs{s}", kind="nvswitch", node=n, nvls=spec.chip.in_network_reduction)
-    for local in range(gpn):
-        dev = n * gpn + local
-        rail = spec.rail_of(local)
-        g.add_node(dev, kind="gpu", node=n, local=local, rail=rail,
-                   host=n * (gpn // spec.host_gpus) + local // spec.host_gpus)
-        for s, nl in enumerate(spec.gpu_switch_links):
-            link(dev, f"n{n}/nvs{s}", nl * nvlink_Bps, nvl_lat, "nvlink", nl)
-        # No NVSwitch (4-GPU HGX boards): mesh_links NVLinks straight to every earlier GPU;
-        # one hop GPU to GPU, so each edge carries both halves of the switch path's latency.
-        for peer in range(n * gpn, dev) if spec.mesh_links else ():
-            link(peer, dev, spec.mesh_links * nvlink_Bps, 2 * nvl_lat, "nvlink", spec.mesh_links)
-        nic = f"n{n}/nic{rail}"
-        if nic not in g:                  # GPUs sharing a NIC reach it over their own PCIe lanes
-            g.add_node(nic, kind="nic", node=n, rail=rail)
-            # a dragonfly switch takes every NIC of its nodes (no rail planes)
-            leaf = f"sw/{su}" if dragonfly else f"leaf/s{su}/r{rail}"
-            if leaf not in g:
-                g.add_node(leaf, kind="leaf", su=su, rail=None if dragonfly else rail,
-                           sharp=sharp)
-            # A GPU striping several NICs (nics_per_gpu) reaches its leaf over all of them.
-            k = spec.nics_per_gpu
-            link(nic, leaf, k * min(spec.nic_Bps, spec.ib_port_Bps), ib_lat, spec.transport, k)
-        link(dev, nic, spec.pcie_Bps, pcie_lat, "pcie", 1)
+    n_switches = spec.nvswitches_per_node
+    to_switch = [(s, Bps_to_GBps(nl * nvlink_Bps), nl) for s, nl in enumerate(spec.gpu_switch_links)]
+    mesh, mesh_GBps, mesh_lat = spec.mesh_links, Bps_to_GBps(spec.mesh_links * nvlink_Bps), 2 * nvl_lat
+    k = spec.nics_per_gpu                 # a GPU striping several NICs reaches its leaf over all
+    nic_GBps = Bps_to_GBps(k * min(spec.nic_Bps, spec.ib_port_Bps))
+    pcie_GBps = Bps_to_GBps(spec.pcie_Bps)
+    net = spec.transport
+    rails = [spec.rail_of(local) for local in range(gpn)]
+    host_gpus = spec.host_gpus
+    hosts = gpn // host_gpus
+
+    def build(n: int) -> None:
+        su = n // spec.su_nodes
+        switches = [f"n{n}/nvs{s}" for s in range(n_switches)]
+        for sw in switches:
+            adj[sw] = {}
+            node_attrs[sw] = {"kind": "nvswitch", "node": n, "nvls": nvls}
+        base = n * gpn
+        for local in range(gpn):
+            dev = base + local
+            rail = rails[local]
+            own = adj[dev] = {}
+            node_attrs[dev] = {"kind": "gpu", "node": n, "local": local, "rail": rail,
+                               "host": n * hosts + local // host_gpus}
+            for s, bw, nl in to_switch:
+                own[switches[s]] = adj[switches[s]][dev] = {
+                    "bandwidth_GBps": bw, "latency_us": nvl_lat, "kind": "nvlink", "cables": nl}
+            # No NVSwitch (4-GPU HGX boards): mesh_links NVLinks straight to every earlier GPU;
+            # one hop GPU to GPU, so each edge carries both halves of the switch path's latency.
+            for peer in range(base, dev) if mesh else ():
+                adj[peer][dev] = own[peer] = {"bandwidth_GBps": mesh_GBps, "latency_us": mesh_lat,
+                                              "kind": "nvlink", "cables": mesh}
+            nic = f"n{n}/nic{rail}"
+            if nic not in adj:            # GPUs sharing a NIC reach it over their own PCIe lanes
+                adj[nic] = {}
+                node_attrs[nic] = {"kind": "nic", "node": n, "rail": rail}
+                # a dragonfly switch takes every NIC of its nodes (no rail planes)
+                leaf = f"sw/{su}" if dragonfly else f"leaf/s{su}/r{rail}"
+                if leaf not in adj:
+                    adj[leaf] = {}
+                    node_attrs[leaf] = {"kind": "leaf", "su": su,
+                                        "rail": None if dragonfly else rail, "sharp": sharp}
+                adj[nic][leaf] = adj[leaf][nic] = {"bandwidth_GBps": nic_GBps,
+                                                   "latency_us": ib_lat, "kind": net, "cables": k}
+            own[nic] = adj[nic][dev] = {"bandwidth_GBps": pcie_GBps, "latency_us": pcie_lat,
+                                        "kind": "pcie", "cables": 1}
+
+    return build
 
 
 def _build_spines(g: nx.Graph, sus: int, rails: int, up_ports: float, radix: int, port: float,
