@@ -19,8 +19,10 @@ from .stages import GroupInfo, Phase, Stage
 __all__ = ["TORUS", "Torus", "torus", "torus_bulk"]
 
 
-def _grid(topo: Topology, gi: GroupInfo) -> tuple[list[int], dict[tuple[int, ...], int]] | None:
-    """Axes along which the group spans a full sub-grid (same pod), and coords -> device."""
+def _grid(topo: Topology, gi: GroupInfo
+          ) -> tuple[list[int], list[list[int]], dict[tuple[int, ...], int]] | None:
+    """Axes along which the group spans a full sub-grid (same pod), its sorted coordinates along
+    each axis, and coords -> device."""
     pods, places = _places(topo)              # PERF: the graph's attributes read once per graph
     devs = np.asarray(gi.devices, np.int64)
     if np.any(pods[devs] != pods[devs[0]]):
@@ -31,7 +33,7 @@ def _grid(topo: Topology, gi: GroupInfo) -> tuple[list[int], dict[tuple[int, ...
     if math.prod(len(v) for v in values) != len(coords):
         return None
     axes = [a for a in range(ndim) if len(values[a]) > 1]
-    return axes, coords
+    return axes, values, coords
 
 
 def _axis_ring(values: Sequence[int], size: int, wraps: bool) -> tuple[bool, int]:
@@ -40,10 +42,9 @@ def _axis_ring(values: Sequence[int], size: int, wraps: bool) -> tuple[bool, int
     whole axis, which wraps) and the most links a step's transfer crosses (the spacing: a group
     strided along an axis, as a data-parallel group beside a tensor-parallel one, sends each
     transfer over the links of the chips between its own)."""
-    gaps = np.diff(np.asarray(values, dtype=np.int64))
-    hops = int(gaps.max()) if len(gaps) else 1
-    even = bool(np.all(gaps == hops))
-    return wraps and even and hops * len(values) == size, hops
+    gaps = [b - a for a, b in zip(values, values[1:])]
+    hops = max(gaps, default=1)
+    return wraps and all(x == hops for x in gaps) and hops * len(values) == size, hops
 
 
 def _neighbours(coords: dict[tuple[int, ...], int], axis: int, values: Sequence[int],
@@ -110,23 +111,21 @@ def torus(op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
     grid = _grid(topo, gi)
     if grid is None or not grid[0]:
         return ring(op, gi, size)
-    axes, coords = grid
+    axes, values, coords = grid
     assert isinstance(topo.fabric, TpuFabric), topo.fabric
     shape, wraps = topo.fabric.shape, topo.fabric.wraps
-    values = {a: sorted({c[a] for c in coords}) for a in axes}
     lengths = {a: len(values[a]) for a in axes}
-    ring_of = {a: _axis_ring(values[a], shape[a], wraps[a]) for a in axes}
-    wrapped = {a: ring_of[a][0] for a in axes}
-    hops = {a: ring_of[a][1] for a in axes}
-    links = {a: _neighbours(coords, a, values[a], wrapped[a]) for a in axes}
-    return _stages(op, size, axes, lengths, wrapped, links, hops)
+    rings = {a: _axis_ring(values[a], shape[a], wraps[a]) for a in axes}
+    links = {a: _neighbours(coords, a, values[a], rings[a][0]) for a in axes}
+    return _stages(op, size, axes, lengths, rings, links)
 
 
 def _stages(op: str, size: float, axes: list[int], lengths: dict[int, int],
-            wrapped: dict[int, bool], links: dict[int, tuple[np.ndarray, np.ndarray]],
-            hops: dict[int, int]) -> list[Stage]:
-    """``torus``'s stages on the grid the group spans: its axes, their lengths, which wrap, the
-    transfers along each (``_neighbours``) and the links each crosses at most."""
+            rings: dict[int, tuple[bool, int]], links: dict[int, tuple[np.ndarray, np.ndarray]]
+            ) -> list[Stage]:
+    """``torus``'s stages on the grid the group spans: its axes, their lengths, how each passes
+    data (``_axis_ring``: whether it wraps, the links a transfer crosses at most) and the
+    transfers along each (``_neighbours``)."""
     D = len(axes)
 
     def gather_stages(total: float, tag: str) -> list[Stage]:
@@ -139,7 +138,7 @@ def _stages(op: str, size: float, axes: list[int], lengths: dict[int, int],
                 later = math.prod(lengths[a] for a in order[k + 1:])
                 axis = order[k]
                 phases.append(_axis_phase(axis, total / D / later, tag, links[axis], lengths[axis],
-                                          wrapped[axis], hops[axis]))
+                                          *rings[axis]))
             stages.append(tuple(phases))
         return stages
 
@@ -171,10 +170,11 @@ def torus_bulk(op: str, groups: Sequence[Sequence[int]], size: float,
 
 
 def _bulk_grid(groups: Sequence[Sequence[int]], topo: Topology
-               ) -> tuple[list[int], dict[int, int], dict[int, bool],
-                          dict[int, tuple[np.ndarray, np.ndarray]], dict[int, int]] | None:
+               ) -> tuple[list[int], dict[int, int], dict[int, tuple[bool, int]],
+                          dict[int, tuple[np.ndarray, np.ndarray]]] | None:
     """What ``_stages`` takes for *groups* (``torus_bulk``'s conditions): the axes they span,
-    their lengths, which wrap, and every group's links along each, found in one numpy pass."""
+    their lengths, how each passes data, and every group's transfers along each, found in one
+    numpy pass."""
     if not isinstance(topo.fabric, TpuFabric) or not groups:
         return None
     n = len(groups[0])
@@ -211,17 +211,12 @@ def _bulk_grid(groups: Sequence[Sequence[int]], topo: Topology
     gaps = {a: np.diff(values[a], axis=1) for a in axes}
     if any(np.any(gaps[a] != gaps[a][:1]) for a in axes):        # groups spaced differently
         return None
-    ring_of = {a: _axis_ring(values[a][0], shape[a], wraps[a]) for a in axes}
-    wrapped = {a: ring_of[a][0] for a in axes}
-    hops = {a: ring_of[a][1] for a in axes}
+    rings = {a: _axis_ring(values[a][0].tolist(), shape[a], wraps[a]) for a in axes}
     lengths = {a: lengths[a] for a in axes}
-    # the group (-1: none) and the device of each chip of the slices, by (pod, coords)
-    member = np.full((int(pod.max()) + 1,) + tuple(shape), -1, np.int64)
-    device = member.copy()
+    # the device of each chip of the slices, by (pod, coords)
+    device = np.full((int(pod.max()) + 1,) + tuple(shape), -1, np.int64)
+    device[(pod,) + tuple(xyz[:, :, a] for a in range(len(shape)))] = devs
     gid = np.repeat(np.arange(len(devs)), n).reshape(devs.shape)
-    where = (pod,) + tuple(xyz[:, :, a] for a in range(len(shape)))
-    member[where] = gid
-    device[where] = devs
     links = {}
     for a in axes:
         L = lengths[a]
@@ -230,19 +225,19 @@ def _bulk_grid(groups: Sequence[Sequence[int]], topo: Topology
         keyed = (values[a] + span * np.arange(len(devs))[:, None]).ravel()
         at_a = np.searchsorted(keyed, xyz[:, :, a] + span * gid) - L * gid       # (G, n)
         nb_i = np.stack([at_a + 1, at_a - 1], axis=2)                           # +1 then -1
-        if wrapped[a]:
+        if rings[a][0]:
             nb_i %= L
             inside = np.ones(nb_i.shape, bool)
         else:
             inside = (nb_i >= 0) & (nb_i < L)
         nb = np.take_along_axis(values[a], np.where(inside, nb_i, 0).reshape(len(devs), -1),
                                 axis=1).reshape(nb_i.shape)
+        # (a full sub-grid: the chip at the neighbour's coordinates is in the group)
         at = [np.repeat(xyz[:, :, i, None], 2, axis=2) for i in range(len(shape))]
         at[a] = nb
         nb_at = (np.repeat(pod[:, :, None], 2, axis=2),) + tuple(at)
-        keep = inside & (member[nb_at] == gid[:, :, None])
-        links[a] = (np.repeat(devs[:, :, None], 2, axis=2)[keep], device[nb_at][keep])
-    return axes, lengths, wrapped, links, hops
+        links[a] = (np.repeat(devs[:, :, None], 2, axis=2)[inside], device[nb_at][inside])
+    return axes, lengths, rings, links
 
 
 _PLACES: weakref.WeakKeyDictionary[object, tuple[np.ndarray, np.ndarray]] = (

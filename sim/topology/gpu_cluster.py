@@ -79,13 +79,10 @@ def _node_builder(g: nx.Graph, spec: GpuClusterSpec, sharp: bool,
     NICs and the leaf (or dragonfly switch) each NIC is the first to reach; *lat_us*: NVLink,
     PCIe, network.
 
-    PERF: the nodes and edges ``link`` and ``g.add_node`` would add, in the same order with the
-    same attribute dicts (keys in the same order), written into the graph's own dicts; every edge
-    here is new. 147,456 edges at 16,384 GPUs (benchmarks/release.py run-16k); the graph digest
-    of every bundled fabric is unchanged and tests/test_topology.py holds it equal to networkx's."""
+    PERF: every attribute value worked out once per build, not once an edge (147,456 edges at
+    16,384 GPUs: benchmarks/release.py run-16k)."""
     nvl_lat, pcie_lat, ib_lat = lat_us
-    adj: dict[Any, dict[Any, Any]] = g._adj  # noqa: SLF001
-    node_attrs: dict[Any, Any] = g._node  # noqa: SLF001
+    node, edge = graph_writers(g)
     gpn = spec.gpus_per_node
     nvlink_Bps = spec.chip.scaleup_link_Bps
     nvls = spec.chip.in_network_reduction
@@ -105,37 +102,28 @@ def _node_builder(g: nx.Graph, spec: GpuClusterSpec, sharp: bool,
         su = n // spec.su_nodes
         switches = [f"n{n}/nvs{s}" for s in range(n_switches)]
         for sw in switches:
-            adj[sw] = {}
-            node_attrs[sw] = {"kind": "nvswitch", "node": n, "nvls": nvls}
+            node(sw, kind="nvswitch", node=n, nvls=nvls)
         base = n * gpn
         for local in range(gpn):
             dev = base + local
             rail = rails[local]
-            own = adj[dev] = {}
-            node_attrs[dev] = {"kind": "gpu", "node": n, "local": local, "rail": rail,
-                               "host": n * hosts + local // host_gpus}
+            node(dev, kind="gpu", node=n, local=local, rail=rail, host=n * hosts + local // host_gpus)
             for s, bw, nl in to_switch:
-                own[switches[s]] = adj[switches[s]][dev] = {
-                    "bandwidth_GBps": bw, "latency_us": nvl_lat, "kind": "nvlink", "cables": nl}
+                edge(dev, switches[s], bandwidth_GBps=bw, latency_us=nvl_lat, kind="nvlink", cables=nl)
             # No NVSwitch (4-GPU HGX boards): mesh_links NVLinks straight to every earlier GPU;
             # one hop GPU to GPU, so each edge carries both halves of the switch path's latency.
             for peer in range(base, dev) if mesh else ():
-                adj[peer][dev] = own[peer] = {"bandwidth_GBps": mesh_GBps, "latency_us": mesh_lat,
-                                              "kind": "nvlink", "cables": mesh}
+                edge(peer, dev, bandwidth_GBps=mesh_GBps, latency_us=mesh_lat, kind="nvlink",
+                     cables=mesh)
             nic = f"n{n}/nic{rail}"
-            if nic not in adj:            # GPUs sharing a NIC reach it over their own PCIe lanes
-                adj[nic] = {}
-                node_attrs[nic] = {"kind": "nic", "node": n, "rail": rail}
+            if nic not in g:           # GPUs sharing a NIC reach it over their own PCIe lanes
+                node(nic, kind="nic", node=n, rail=rail)
                 # a dragonfly switch takes every NIC of its nodes (no rail planes)
                 leaf = f"sw/{su}" if dragonfly else f"leaf/s{su}/r{rail}"
-                if leaf not in adj:
-                    adj[leaf] = {}
-                    node_attrs[leaf] = {"kind": "leaf", "su": su,
-                                        "rail": None if dragonfly else rail, "sharp": sharp}
-                adj[nic][leaf] = adj[leaf][nic] = {"bandwidth_GBps": nic_GBps,
-                                                   "latency_us": ib_lat, "kind": net, "cables": k}
-            own[nic] = adj[nic][dev] = {"bandwidth_GBps": pcie_GBps, "latency_us": pcie_lat,
-                                        "kind": "pcie", "cables": 1}
+                if leaf not in g:
+                    node(leaf, kind="leaf", su=su, rail=None if dragonfly else rail, sharp=sharp)
+                edge(nic, leaf, bandwidth_GBps=nic_GBps, latency_us=ib_lat, kind=net, cables=k)
+            edge(dev, nic, bandwidth_GBps=pcie_GBps, latency_us=pcie_lat, kind="pcie", cables=1)
 
     return build
 
