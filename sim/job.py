@@ -18,7 +18,7 @@ import numpy as np
 
 from .collectives import CollectiveModel
 from .config import ClusterConfig, Scenario
-from .engine import Schedule, StagePlan, estimate_events, private_loads
+from .engine import Schedule, StagePlan, estimate_events, step_loads
 from .errors import ConfigError
 from .stages import StackEfficiency, plan_stages
 from .topology import Topology, build_topology, paused_gc
@@ -102,9 +102,11 @@ def _check_work(scn: Scenario, plans: list[StagePlan], schedule: Schedule, capac
     (``sim.engine.estimate_events``), with the time they would take."""
     par = scn.parallelism
     sims = par.dp if scn.stragglers is not None and not per_rank else 1
-    delays = private_loads(plans, capacity_Bps, schedule.micro * schedule.vs) if not trace else None
+    delays, quiet = (step_loads(plans, capacity_Bps, schedule.micro * schedule.vs) if not trace
+                     else (None, None))
     events = steps * estimate_events(plans, vs=schedule.vs, micro=schedule.micro,
-                                     ranks_per_stage=ranks_per_stage(scn, per_rank), simulations=sims, delays=delays)
+                                     ranks_per_stage=ranks_per_stage(scn, per_rank), simulations=sims,
+                                     delays=delays, quiet=quiet)
     if events > max_events:
         what = f"{scn.source}: {steps} steps" if steps > 1 else f"{scn.source}: this step"
         minutes = events / EVENTS_PER_S / 60

@@ -304,3 +304,38 @@ def test_transfers_alone_on_their_links_skip_the_bookkeeping_exactly(
         fast, lazy = _deliveries(few, seed, monkeypatch)
         assert lazy > 0, few
         assert fast == reference
+
+
+@pytest.mark.parametrize("framework,parallelism", [
+    ("deepspeed", {"tp": 4, "pp": 4, "schedule": "1f1b", "zero": 1}),
+    ("megatron", {"tp": 4, "pp": 2, "schedule": "interleaved", "virtual_stages": 2})])
+def test_loads_only_their_own_gradient_stream_meets_play_alone_while_it_is_idle_exactly(
+        framework: str, parallelism: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensor-parallel traffic on NVLink that the stage's own data-parallel ring also crosses
+    (``step_loads``' quiet loads) is played as the links play it alone while that stream has nothing queued
+    or in flight, with no transfer through the shared links (PERF): the step, its breakdown and
+    the solves are those of playing every such transfer through the shared links, to the bit."""
+    import sim.engine.step as step
+    from sim.stages import plan_stages
+    from sim.workload.transformer import build_workload
+
+    scn = scenario_from_dict({"cluster": {"topology": "hgx-a100-4nic", "chips": 64},
+                              "model": {"preset": "llama3-8b", "layers": 8},
+                              "training": {"seq_len": 2048, "global_batch": 64},
+                              "parallelism": parallelism, "software": {"framework": framework}})
+    net = CollectiveModel(build_topology(scn.cluster))
+    wl = build_workload(scn)
+    plans = plan_stages(wl, net)
+    p = scn.parallelism
+    kw = Schedule(pp=p.pp, vs=p.virtual_stages if p.schedule == "interleaved" else 1,
+                  micro=wl.microbatches, schedule_kind=p.schedule)
+    private, quiet = step.step_loads(plans, net.links.capacity_Bps, wl.microbatches * kw.vs)
+    assert all(q - private for q in quiet)             # every stage has such loads
+    fast = simulate(plans, kw, capacity_Bps=net.links.capacity_Bps)
+    real = step.step_loads
+    monkeypatch.setattr(step, "step_loads", lambda plan, *a: (real(plan, *a)[0], [set()] * len(plan)))
+    full = simulate(plans, kw, capacity_Bps=net.links.capacity_Bps)
+    assert full.network_solves > 0                     # the gradient ring does meet them
+    assert fast.events < full.events
+    assert (fast.step_time_s, fast.breakdown_s, fast.network_solves) == (
+        full.step_time_s, full.breakdown_s, full.network_solves)

@@ -16,26 +16,33 @@ __all__ = ["estimate_events", "fast_step", "step_floor"]
 
 
 def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_stage: int = 1,
-                    simulations: int = 1, delays: set[int] | None = None) -> int:
+                    simulations: int = 1, delays: set[int] | None = None,
+                    quiet: list[set[int]] | None = None) -> int:
     """About how many simpy events ``simulate`` will process (within a factor of ~2; the
     benchmark's events/s turns it into seconds), so that a plan too big to play can be refused
     before it runs. Every rank plays micro x vs forward and backward passes, each with its
     dependency and hand-over events. A representative rank (``ranks_per_stage`` 1, no trace)
     plays a pass (forward or backward) whose layer's transfers, and ZeRO-3's exposed gather,
     are all plain delays (ids in *delays*: ``private_loads``) as one wake-up a chunk (one a
-    layer in the last backward of each chunk, with a gradient reduction each); otherwise every
-    segment of every layer is a timeout and a resume."""
+    layer in the last backward of each chunk, with a gradient reduction each); one whose
+    transfers are delays or, for its stage, quiet (*quiet*: ``step_loads``) as one a layer;
+    otherwise every segment of every layer is a timeout and a resume."""
     per_rank = 0.0
-    for sp in plan:
+    for stage, sp in enumerate(plan):
         layers = sp.total_layers(vs)                # all of the stage's chunks
         for kind, layer in (("F", sp.layer_fwd), ("B", sp.layer_bwd)):
             fused = delays is not None and ranks_per_stage == 1 and all(
                 s.traffic is None or id(s.traffic) in delays
                 for s in layer if s.kind != "compute") and not _exposed_load(sp, kind, delays)
+            calm = delays is not None and quiet is not None and ranks_per_stage == 1 and all(
+                s.traffic is None or id(s.traffic) in delays or id(s.traffic) in quiet[stage]
+                for s in layer if s.kind != "compute") and not _exposed_load(sp, kind, delays)
             if fused:
                 per_rank += micro * 4 * vs
                 if kind == "B" and sp.handed_layer() is not None:
                     per_rank += layers * 4
+            elif calm:
+                per_rank += micro * (layers * 2 + 2 * vs)
             else:
                 per_rank += micro * (layers * (len(layer) + 0.5) + 2 * vs)
     return int(simulations * ranks_per_stage * per_rank)

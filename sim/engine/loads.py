@@ -8,7 +8,18 @@ import numpy as np
 from ..network.traffic import Traffic
 from .records import StagePlan
 
-__all__ = ["private_loads"]
+__all__ = ["private_loads", "step_loads"]
+
+
+def _compute_loads(sp: StagePlan) -> list[Traffic]:
+    """The compute stream's: blocking collectives, ZeRO-3 exposure, the final parameter gather."""
+    compute = [seg.traffic for seg in sp.layer_fwd + sp.layer_bwd if seg.traffic is not None]
+    return compute + [t for t in (sp.fsdp_fwd, sp.fsdp_bwd, sp.param_traffic) if t is not None]
+
+
+def _dp_loads(sp: StagePlan) -> list[Traffic]:
+    """The data-parallel stream's: gradient reductions and the replica all-reduce."""
+    return [t for t in (sp.dp_traffic, sp.replica_traffic, sp.replica_tail) if t is not None]
 
 
 def _streams(sp: StagePlan, sends: int) -> list[tuple[list[Traffic], int]]:
@@ -16,10 +27,7 @@ def _streams(sp: StagePlan, sends: int) -> list[tuple[list[Traffic], int]]:
     can be in flight at once: the compute stream (blocking collectives, ZeRO-3 exposure, the
     final parameter gather) and the data-parallel stream one at a time; pipeline sends are
     handed over without waiting, so up to *sends* (its passes) of one direction may overlap."""
-    compute = [seg.traffic for seg in sp.layer_fwd + sp.layer_bwd if seg.traffic is not None]
-    compute += [t for t in (sp.fsdp_fwd, sp.fsdp_bwd, sp.param_traffic) if t is not None]
-    dp = [t for t in (sp.dp_traffic, sp.replica_traffic, sp.replica_tail) if t is not None]
-    out = [(compute, 1), (dp, 1)]
+    out = [(_compute_loads(sp), 1), (_dp_loads(sp), 1)]
     out += [([t], sends) for t in (sp.p2p_fwd, sp.p2p_bwd) if t is not None]
     return [(loads, n) for loads, n in out if loads]
 
@@ -31,14 +39,39 @@ def private_loads(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int = 
     traffic on a node's NVLink while data parallelism is rail-aligned. They are played as plain
     delays (PERF: no load bookkeeping for most transfers; exact, since no link they use can
     ever be over capacity)."""
+    return step_loads(plan, capacity_Bps, sends)[0]
+
+
+def step_loads(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int = 1
+               ) -> tuple[set[int], list[set[int]]]:
+    """(``private_loads``, and per stage the ids of its other compute-stream loads that only its
+    own data-parallel stream can meet on a link over capacity: the bound fits on each of their
+    links once that stream is left out, e.g. tensor-parallel traffic on NVLink that the gradient
+    reduction also crosses). While that stream has nothing queued or in flight, such a quiet load
+    runs alone: the engine plays it as the shared links would (``Traffic.end_alone``)."""
     streams = [st for sp in plan for st in _streams(sp, sends)]
     if not streams:
-        return set()
-    worst = np.zeros(len(capacity_Bps))
+        return set(), [set() for _ in plan]
+    cap = capacity_Bps * (1 + 1e-9)
+    worst = _worst(streams, len(capacity_Bps))
+    ok = worst <= cap
+    private = {id(t) for loads, _ in streams for t in loads if np.all(ok[t.link_ids])}
+    quiet: list[set[int]] = []
+    for sp in plan:
+        compute = [t for t in _compute_loads(sp) if id(t) not in private]
+        dp = _dp_loads(sp)
+        rest = worst - _worst([(dp, 1)], len(capacity_Bps)) if compute and dp else None
+        quiet.append(set() if rest is None else
+                     {id(t) for t in compute if np.all(rest[t.link_ids] <= cap[t.link_ids])})
+    return private, quiet
+
+
+def _worst(streams: list[tuple[list[Traffic], int]], n_links: int) -> np.ndarray:
+    """Per link, the most the *streams* could put there at once."""
+    worst = np.zeros(n_links)
     for loads, n in streams:
-        most = np.zeros(len(capacity_Bps))
+        most = np.zeros(n_links)
         for t in loads:
             np.maximum.at(most, t.link_ids, t.link_Bps)
         worst += n * most
-    ok = worst <= capacity_Bps * (1 + 1e-9)
-    return {id(t) for loads, _ in streams for t in loads if np.all(ok[t.link_ids])}
+    return worst

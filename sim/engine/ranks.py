@@ -35,7 +35,7 @@ class Barrier:
 class Rank:
     """One simulated rank: where it sits and what it has spent its time on."""
 
-    __slots__ = ("rank", "local", "stage", "plan", "busy", "computed")
+    __slots__ = ("rank", "local", "stage", "plan", "busy", "computed", "dp_open")
 
     def __init__(self, rank: int, local: int, stage: int, plan: StagePlan) -> None:
         self.rank = rank
@@ -44,3 +44,4 @@ class Rank:
         self.plan = plan
         self.busy: dict[str, float] = defaultdict(float)
         self.computed = 0                 # compute segments so far (the jitter's index)
+        self.dp_open = 0                  # items on its data-parallel stream, queued or in flight

@@ -27,7 +27,7 @@ import simpy
 from ..network.shared import SharedLinks, succeed_after, wake_at
 from ..network.traffic import Traffic
 from ..workload.schedules import schedule as schedule_steps
-from .loads import private_loads
+from .loads import step_loads
 from .ranks import Barrier, Rank
 from .records import EngineResult, Interval, Schedule, Segment, StagePlan
 
@@ -60,9 +60,12 @@ class StepEngine:
         if links is None and capacity_Bps is not None:
             links = SharedLinks(self.env, capacity_Bps)
         self.links = links
+        # a second job's step (*private* given) plays every load that is not private on the links
+        self._quiet = [set[int]() for _ in plan]
         if private is None:
-            private = (private_loads(plan, links.capacity, micro * vs) if links is not None
-                       else set())
+            private = set()
+            if links is not None:
+                private, self._quiet = step_loads(plan, links.capacity, micro * vs)
         self._private = private
         self._start = self.env.now
         self.n_chunks = pp * vs
@@ -175,6 +178,7 @@ class StepEngine:
             yield from self.chunk_pass(r, kind, m, g, n_step, queue if m == last_b[c] else None)
             self.hand_over(r, kind, m, g)
         if sp.replica_tail_s:
+            r.dp_open += 1
             queue.put((sp.replica_tail_s, sp.replica_tail))   # the replica all-reduce after the backward
         queue.put(None)
         t0 = self.env.now
@@ -224,6 +228,7 @@ class StepEngine:
                 busy["comm"] += comm + expo
                 if item is not None:
                     yield wake_at(self.env, t)
+                    r.dp_open += 1
                     reduce_into.put(item)                 # type: ignore[union-attr]
             if item is None:
                 yield wake_at(self.env, t)
@@ -235,6 +240,7 @@ class StepEngine:
                     self._record(r, "comm", "fsdp-gather", t0)
                 yield from self.segments(r, layer, f"{kind}{m}.{g}", (n_step, li))
                 if item is not None:
+                    r.dp_open += 1
                     reduce_into.put(item)                 # type: ignore[union-attr]
         if extra and not embed_first:
             yield from self.segments(r, (Segment("compute", extra),), "head" if last else "embed",
@@ -269,27 +275,31 @@ class StepEngine:
         r.computed += 1
         return dt
 
-    def _plain(self, seg: Segment) -> bool:
+    def _plain(self, r: Rank, seg: Segment) -> bool:
         """Whether a segment is a plain delay for this process: compute, or a representative
-        rank's transfer that shares no link."""
-        return seg.kind == "compute" or (self.groups is None and self._delay(seg.traffic))
+        rank's transfer that shares no link, or none now (``step_loads``: its stage's data-
+        parallel stream idle, the only one that could meet it)."""
+        return seg.kind == "compute" or (self.groups is None and (self._delay(seg.traffic) or (
+            r.dp_open == 0 and id(seg.traffic) in self._quiet[r.stage])))
 
     def segments(self, r: Rank, segs: tuple[Segment, ...], label: str, seq: Any) -> ProcGen:
         env = self.env
         i, n = 0, len(segs)
         while i < n:
-            if not self.trace and self._plain(segs[i]):
+            if not self.trace and self._plain(r, segs[i]):
                 # PERF: a run of plain delays is one wake-up at the time their timeouts, one after
                 # the other, would reach: the same sums in the same order (jitter draws
                 # included), and nothing else waits on a point inside the run.
                 t, busy = env.now, r.busy
-                while i < n and self._plain(segs[i]):
+                while i < n and self._plain(r, segs[i]):
                     seg = segs[i]
                     if seg.kind == "compute":
                         end = t + self._compute_s(r, seg)
                         busy["compute"] += end - t
                     else:
-                        end = t + seg.seconds
+                        tr = seg.traffic       # a quiet load (``_plain``): as the links play it
+                        end = (t + seg.seconds if tr is None or self._delay(tr)
+                               else tr.end_alone(t))
                         busy["comm"] += end - t
                     t = end
                     i += 1
@@ -350,6 +360,7 @@ class StepEngine:
             seconds, traffic = item
             yield from self.communicate(r, "dp", ("grad", n), seconds, traffic, "grad-reduce",
                                         kind="dp")
+            r.dp_open -= 1
             n += 1
 
     def hand_over(self, r: Rank, kind: str, m: int, g: int) -> None:

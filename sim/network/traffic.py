@@ -40,6 +40,12 @@ class Traffic:
         """Seconds of transfer at full speed (the part link sharing can stretch)."""
         return max(0.0, self.seconds - self.latency_s)
 
+    def end_alone(self, t: float) -> float:
+        """When it ends, started at *t* on links it has to itself, in ``SharedLinks``' arithmetic
+        (``transfer``, ``_arm``; a load with links): its transfer at speed 1, then its latency."""
+        end = t + self.work_s
+        return end + self.latency_s if self.latency_s > 0 else end
+
     @classmethod
     def of(cls, seconds: float, link_ids: np.ndarray, link_bytes: np.ndarray, alone_s: float,
            latency_s: float = 0.0, groups: int = 1, label: str = "") -> "Traffic":
