@@ -62,11 +62,9 @@ class StepEngine:
         self.links = links
         # a second job's step (*private* given) plays every load that is not private on the links
         self._quiet = [set[int]() for _ in plan]
-        if private is None:
-            private = set()
-            if links is not None:
-                private, self._quiet = step_loads(plan, links.capacity, micro * vs)
-        self._private = private
+        if private is None and links is not None:
+            private, self._quiet = step_loads(plan, links.capacity, micro * vs)
+        self._private = private or set()
         self._start = self.env.now
         self.n_chunks = pp * vs
         self.intervals: list[Interval] = []
@@ -76,6 +74,7 @@ class StepEngine:
         self._wait_caused: dict[int, float] = defaultdict(float)
         self._ranks: list[Rank] = []
         self._comm_cache: dict[int, float | None] = {}
+        self._comp_cache: dict[int, tuple[float, int]] = {}
         self._expo_cache: dict[tuple[int, str], tuple[float, Traffic | None]] = {}
 
     # ------------------------------------------------------------------ running
@@ -109,8 +108,7 @@ class StepEngine:
             "straggler_wait": b["straggler_wait"],
             "optimizer": b["optimizer"],
         }
-        # Whatever the critical rank spent neither busy nor in a named wait (none, by construction).
-        breakdown["other"] = max(0.0, step - sum(breakdown.values()))
+        breakdown["other"] = max(0.0, step - sum(breakdown.values()))   # none, by construction
         events = next(self.env._eid)      # noqa: SLF001 - simpy's event counter, for the benchmark
         return EngineResult(step, breakdown, crit.stage, self.intervals, events=events,
                             straggler_ranks=dict(self._wait_caused),
@@ -212,17 +210,13 @@ class StepEngine:
         expo, expo_load = self._exposure(r, kind)
         comm = self._comm_of(layer) if not self.trace and self.groups is None else None
         if comm is not None and self._delay(expo_load):
-            # PERF: a layer whose transfers are all plain delays is one step of time (its
-            # compute segments keep their own jitter draws), the same sum for every layer and
-            # every plan. Exact: nothing else waits on a point inside a layer, so the process
-            # wakes only where a layer hands a gradient reduction over, else once at the
-            # chunk's end: the time the layers' steps, added one after the other, reach.
+            # PERF: a layer whose transfers are all plain delays is one step of time (its compute
+            # keeps its own jitter draws). Exact: nothing else waits on a point inside a layer,
+            # so the process wakes only where a layer hands a gradient reduction over, else once
+            # at the chunk's end: the time the layers' steps, added one after the other, reach.
             t, busy = self.env.now, r.busy
             for _ in range(sp.layers_of(g // self.pp)):
-                comp = 0.0
-                for seg in layer:
-                    if seg.kind == "compute":
-                        comp += self._compute_s(r, seg)
+                comp = self._layer_compute_s(r, layer)
                 t = t + (comp + (comm + expo))
                 busy["compute"] += comp
                 busy["comm"] += comm + expo
@@ -246,13 +240,25 @@ class StepEngine:
             yield from self.segments(r, (Segment("compute", extra),), "head" if last else "embed",
                                      (n_step, -2))
 
+    def _layer_compute_s(self, r: Rank, layer: tuple[Segment, ...]) -> float:
+        """A layer's compute seconds on *r*, its draws added in order (PERF: without jitter, the same
+        sum each time, kept with how many draws it stands for)."""
+        if self.jitter is None and (hit := self._comp_cache.get(id(layer))) is not None:
+            r.computed += hit[1]
+            return hit[0]
+        n, comp = r.computed, 0.0
+        for seg in (seg for seg in layer if seg.kind == "compute"):
+            comp += self._compute_s(r, seg)
+        if self.jitter is None:
+            self._comp_cache[id(layer)] = (comp, r.computed - n)
+        return comp
+
     def _comm_of(self, layer: tuple[Segment, ...]) -> float | None:
         """Seconds of a layer's transfers when every one is a plain delay, else None."""
-        key = id(layer)
-        if key not in self._comm_cache:
-            delays = all(self._delay(s.traffic) for s in layer if s.kind != "compute")
-            self._comm_cache[key] = (sum(s.seconds for s in layer if s.kind != "compute")
-                                     if delays else None)
+        if (key := id(layer)) not in self._comm_cache:
+            comm = [s for s in layer if s.kind != "compute"]
+            delays = all(self._delay(s.traffic) for s in comm)
+            self._comm_cache[key] = sum(s.seconds for s in comm) if delays else None
         return self._comm_cache[key]
 
     def _exposure(self, r: Rank, kind: str) -> tuple[float, Traffic | None]:
