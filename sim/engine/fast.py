@@ -31,12 +31,12 @@ def estimate_events(plan: list[StagePlan], *, vs: int, micro: int, ranks_per_sta
     for stage, sp in enumerate(plan):
         layers = sp.total_layers(vs)                # all of the stage's chunks
         for kind, layer in (("F", sp.layer_fwd), ("B", sp.layer_bwd)):
-            fused = delays is not None and ranks_per_stage == 1 and all(
-                s.traffic is None or id(s.traffic) in delays
-                for s in layer if s.kind != "compute") and not _exposed_load(sp, kind, delays)
-            calm = delays is not None and quiet is not None and ranks_per_stage == 1 and all(
-                s.traffic is None or id(s.traffic) in delays or id(s.traffic) in quiet[stage]
-                for s in layer if s.kind != "compute") and not _exposed_load(sp, kind, delays)
+            loads = [id(s.traffic) for s in layer if s.kind != "compute" and s.traffic is not None]
+            batched = (delays is not None and ranks_per_stage == 1
+                       and not _exposed_load(sp, kind, delays))
+            plain_ids, quiet_ids = delays or set(), quiet[stage] if quiet is not None else set()
+            fused = batched and all(k in plain_ids for k in loads)
+            calm = batched and all(k in plain_ids or k in quiet_ids for k in loads)
             if fused:
                 per_rank += micro * 4 * vs
                 if kind == "B" and sp.handed_layer() is not None:

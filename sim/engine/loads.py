@@ -39,7 +39,7 @@ def private_loads(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int = 
     traffic on a node's NVLink while data parallelism is rail-aligned. They are played as plain
     delays (PERF: no load bookkeeping for most transfers; exact, since no link they use can
     ever be over capacity)."""
-    return step_loads(plan, capacity_Bps, sends)[0]
+    return _bound(plan, capacity_Bps, sends)[0]
 
 
 def step_loads(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int = 1
@@ -49,13 +49,7 @@ def step_loads(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int = 1
     links once that stream is left out, e.g. tensor-parallel traffic on NVLink that the gradient
     reduction also crosses). While that stream has nothing queued or in flight, such a quiet load
     runs alone: the engine plays it as the shared links would (``Traffic.end_alone``)."""
-    streams = [st for sp in plan for st in _streams(sp, sends)]
-    if not streams:
-        return set(), [set() for _ in plan]
-    cap = capacity_Bps * (1 + 1e-9)
-    worst = _worst(streams, len(capacity_Bps))
-    ok = worst <= cap
-    private = {id(t) for loads, _ in streams for t in loads if np.all(ok[t.link_ids])}
+    private, worst, cap = _bound(plan, capacity_Bps, sends)
     quiet: list[set[int]] = []
     for sp in plan:
         compute = [t for t in _compute_loads(sp) if id(t) not in private]
@@ -64,6 +58,16 @@ def step_loads(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int = 1
         quiet.append(set() if rest is None else
                      {id(t) for t in compute if np.all(rest[t.link_ids] <= cap[t.link_ids])})
     return private, quiet
+
+
+def _bound(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int
+           ) -> tuple[set[int], np.ndarray, np.ndarray]:
+    """(the private loads, the bound per link, the capacities with their tolerance)."""
+    streams = [st for sp in plan for st in _streams(sp, sends)]
+    cap = capacity_Bps * (1 + 1e-9)
+    worst = _worst(streams, len(capacity_Bps))
+    ok = worst <= cap
+    return {id(t) for loads, _ in streams for t in loads if np.all(ok[t.link_ids])}, worst, cap
 
 
 def _worst(streams: list[tuple[list[Traffic], int]], n_links: int) -> np.ndarray:
