@@ -13,7 +13,7 @@ the job's topology.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +70,7 @@ def _overlap_gemm_s(items: tuple[Item, ...], i: int, cm: ComputeModel) -> float:
 
 
 def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
-              groups: dict[str, list[list[int]]] | None, lay: Layout,
+              groups: Mapping[str, list[list[int]]] | None, lay: Layout,
               stage: int) -> tuple[Segment, ...]:
     """A layer's items as compute segments and blocking collectives; with *groups* (every group
     of each kind in this stage) each collective carries the load of all of them."""

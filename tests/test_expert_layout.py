@@ -188,6 +188,11 @@ def test_each_kind_of_expert_group_covers_a_stage_once(tp: int, cp: int, dp: int
                 assert gsize == size
                 by_id.setdefault(gid, []).append(stage_devices[local])
             assert sorted(by_id.values()) == sorted(groups), kind
+        # ``groups`` lists a kind when first asked for: every kind, each as its own method's
+        every = lay.groups(stage)
+        assert dict(every) == {k: getattr(lay, f"{k}_groups")(stage)
+                               for k in ("tp", "cp", "ep", "dp", "etp", "edp")}
+        assert "pp" not in every and len(every) == 6
         # an expert-parallel group meets each expert tensor-parallel group at most once, and one
         # ep x etp block of consecutive ranks holds every expert once (edp copies of it per stage)
         for g in lay.ep_groups(stage):

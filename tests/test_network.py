@@ -210,3 +210,26 @@ def test_link_ids_follow_the_graphs_own_edge_order(name: str, chips: int) -> Non
             assert links.id(u, v) == 2 * i and links.id(v, u) == 2 * i + 1
             assert links.kind[2 * i] == d["kind"]
             assert links.latency_s[2 * i + 1] == d["latency_us"] * 1e-6
+
+
+@pytest.mark.parametrize("name, chips", [("dgx-h100", 256), ("tpu-v4", 128)])
+def test_links_found_by_their_ends_positions_are_the_index_links(name: str, chips: int) -> None:
+    """``ids`` / ``ids_at`` (the array lookups the routers use instead of the (u, v) dict) give
+    every link's id, in the shape asked, and name a pair that has no edge, as ``id`` does."""
+    topo = build_topology(load_cluster(name, chips))
+    links = LinkTable(topo)
+    pairs = list(links.index.items())
+    us, vs = [u for (u, _), _ in pairs], [v for (_, v), _ in pairs]
+    assert links.ids(us, vs).tolist() == [i for _, i in pairs]
+    pu, pv = links.positions(us[:6]).reshape(2, 3), links.positions(vs[:6]).reshape(2, 3)
+    assert links.ids_at(pu, pv).tolist() == [[i for _, i in pairs[:3]], [i for _, i in pairs[3:6]]]
+    chips_only = [n for n in topo.graph if isinstance(n, int)]
+    a, b = next((a, b) for a in chips_only for b in chips_only
+                if a != b and not topo.graph.has_edge(a, b))
+    with pytest.raises(KeyError, match=repr((a, b)).replace("(", r"\(").replace(")", r"\)")):
+        links.ids([us[0], a], [vs[0], b])
+    with pytest.raises(KeyError):
+        links.id(a, b)
+    with pytest.raises(KeyError):
+        links.id("no such node", b)
+    assert links.ids([], []).shape == (0,)

@@ -63,7 +63,7 @@ def p2p_traffic(net: CollectiveModel, pairs: Sequence[tuple[int, int]], nbytes: 
 def _link_bytes(net: CollectiveModel, op: str, algo: str,
                 groups: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """(link ids, bytes per byte of size) of *algo* run by all *groups*; cached."""
-    key = (op, algo, tuple(tuple(map(int, g)) for g in groups))
+    key = (op, algo, _groups_key(groups))
     hit = net.link_bytes_cache.get(key)
     if hit is not None:
         return hit
@@ -86,6 +86,18 @@ def _link_bytes(net: CollectiveModel, op: str, algo: str,
     if len(net.link_bytes_cache) < 10_000:
         net.link_bytes_cache[key] = hit
     return hit
+
+
+def _groups_key(groups: Sequence[Sequence[int]]) -> object:
+    """A hashable key of *groups*: their devices' bytes and shape when they are all one size.
+
+    PERF: one array instead of a tuple of tuples of ints (a chip-wide FSDP layout: 4,096 groups
+    a call; benchmarks/release.py run-tpu-v4)."""
+    sizes = {len(g) for g in groups}
+    if len(sizes) == 1:
+        a = np.asarray(groups, np.int64)
+        return a.shape, a.tobytes()
+    return tuple(tuple(map(int, g)) for g in groups)
 
 
 def _per_link(rows: np.ndarray, vals: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:

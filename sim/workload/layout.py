@@ -24,6 +24,7 @@ take the context-parallel ranks first, as Megatron-Core's do.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,10 +166,13 @@ class Layout:
         other = (stage + step) % self.pp
         return list(zip(self._grid(stage).ravel().tolist(), self._grid(other).ravel().tolist()))
 
-    def groups(self, stage: int) -> dict[str, list[list[int]]]:
-        return {"tp": self.tp_groups(stage), "cp": self.cp_groups(stage),
-                "ep": self.ep_groups(stage), "dp": self.dp_groups(stage),
-                "etp": self.etp_groups(stage), "edp": self.edp_groups(stage)}
+    def groups(self, stage: int) -> Mapping[str, list[list[int]]]:
+        """Every group of each kind in *stage*, by kind ("tp", "cp", "ep", "dp", "etp", "edp").
+
+        PERF: a kind's groups are listed when first asked for: a layer's collectives name one or
+        two kinds, and a chip-wide FSDP layout has thousands of one-rank groups of the others
+        (benchmarks/release.py run-tpu-v4)."""
+        return _StageGroups(self, stage)
 
     def local_group(self, kind: str, local: int) -> tuple[tuple[int, ...], int]:
         """(group id, size) of the *kind* group ("tp", "cp", "dp"; "ep", "etp", "edp" of the
@@ -192,3 +196,27 @@ class Layout:
     def stage_pair(self, stage: int) -> tuple[int, int]:
         """Representative devices of stage and stage + 1 (pipeline send/recv)."""
         return self.device(0, 0, 0, stage), self.device(0, 0, 0, (stage + 1) % self.pp)
+
+
+class _StageGroups(Mapping[str, list[list[int]]]):
+    """``Layout.groups``: each kind's groups of one stage, listed on first use."""
+
+    _KINDS = ("tp", "cp", "ep", "dp", "etp", "edp")
+
+    def __init__(self, lay: Layout, stage: int) -> None:
+        self._lay, self._stage = lay, stage
+        self._made: dict[str, list[list[int]]] = {}
+
+    def __getitem__(self, kind: str) -> list[list[int]]:
+        got = self._made.get(kind)
+        if got is None:
+            if kind not in self._KINDS:
+                raise KeyError(kind)
+            got = self._made[kind] = getattr(self._lay, f"{kind}_groups")(self._stage)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._KINDS)
+
+    def __len__(self) -> int:
+        return len(self._KINDS)

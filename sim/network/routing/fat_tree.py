@@ -68,10 +68,15 @@ class FatTreeRouter(GpuRouter):
         names = hops.leaf_names
         cap_up, cap_dn, lat_up, lat_dn = [], [], [], []
         kind = str(L.kind[L.id(names[0], self._group_of(names[0])[0])])
-        for lf in names:
-            grp = self._group_of(lf)
-            ups = [L.id(lf, sp) for sp in grp]
-            downs = [L.id(sp, lf) for sp in grp]
+        # PERF: each group's spine positions found once, each leaf's links all at once
+        at_of: dict[tuple[str, ...], np.ndarray] = {}
+        for lf, lf_at in zip(names, L.positions(names).tolist()):
+            grp = tuple(self._group_of(lf))
+            sp_at = at_of.get(grp)
+            if sp_at is None:
+                sp_at = at_of[grp] = L.positions(grp)
+            ups = L.ids_at(np.full(len(sp_at), lf_at), sp_at)
+            downs = L.ids_at(sp_at, np.full(len(sp_at), lf_at))
             cap_up.append(L.capacity_Bps[ups].sum())
             cap_dn.append(L.capacity_Bps[downs].sum())
             lat_up.append(L.latency_s[ups[0]])
@@ -128,16 +133,14 @@ class PodRouter(FatTreeRouter):
             return
         pu_cap, pd_cap, pu_lat, pd_lat = [], [], [], []
         for key in planes:                                # insertion order = index order
-            ups, downs = [], []
-            for sp in self._spines_of[key]:
-                for c in g[sp]:
-                    if g.nodes[c]["kind"] == "core":
-                        ups.append(L.id(sp, c))
-                        downs.append(L.id(c, sp))
+            ends = [(sp, c) for sp in self._spines_of[key] for c in g[sp]
+                    if g.nodes[c]["kind"] == "core"]
+            ups = L.ids([sp for sp, _ in ends], [c for _, c in ends])
+            downs = L.ids([c for _, c in ends], [sp for sp, _ in ends])
             pu_cap.append(L.capacity_Bps[ups].sum())
             pd_cap.append(L.capacity_Bps[downs].sum())
-            pu_lat.append(L.latency_s[ups[0]] if ups else 0.0)
-            pd_lat.append(L.latency_s[downs[0]] if downs else 0.0)
+            pu_lat.append(L.latency_s[ups[0]] if len(ups) else 0.0)
+            pd_lat.append(L.latency_s[downs[0]] if len(downs) else 0.0)
         self._plane_of_leaf = plane_of_leaf
         self._core_trunks = Trunks(L.add_virtual(np.array(pu_cap), np.array(pu_lat), kind),
                                    L.add_virtual(np.array(pd_cap), np.array(pd_lat), kind), kind)
