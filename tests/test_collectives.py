@@ -414,6 +414,55 @@ def test_torus_in_bulk_declines_what_it_cannot_merge() -> None:
     assert torus_bulk("allgather", [[0, 1], [2, 3]], 1e6, t) is not None
 
 
+@pytest.mark.parametrize("name, chips, groups", [
+    ("dgx-h100", 64, [[8 * k + j for j in range(8)] for k in range(8)]),        # one node each
+    ("dgx-h100", 64, [[t + 8 * k for k in range(8)] for t in range(8)]),        # one GPU a node
+    ("dgx-h100", 64, [[b + t + 16 * k for k in range(4) for t in (0, 8)] for b in range(4)]),
+    ("dgx-h100", 64, [[16 * k + j for j in range(16)] for k in range(4)]),      # two nodes each
+    ("dgx-h100", 64, [[2 * k, 2 * k + 1] for k in range(32)]),                  # pairs
+    ("hgx-h100-4gpu", 16, [[4 * k + j for j in range(4)] for k in range(4)]),   # NVLink mesh
+    ("tpu-v4", 64, [[4 * k + j for j in range(4)] for k in range(16)]),         # TPU fallback
+])
+@pytest.mark.parametrize("op", ["allgather", "reducescatter", "allreduce", "broadcast"])
+def test_rings_in_bulk_are_every_groups_rings_merged(name: str, chips: int,
+                                                     groups: list[list[int]], op: str) -> None:
+    """``Ring.bulk_phases`` (the first group's rings, shifted to each group) gives, phase by
+    phase, what merging each group's own rings gives: the same flows in the same order, bit for
+    bit."""
+    import numpy as np
+
+    from sim.collectives import merge_phases
+    from sim.collectives.algorithms import BY_NAME
+    from sim.collectives.stages import group_info
+    t = build_topology(load_cluster(name, chips))
+    ring = BY_NAME["ring"]
+    bulk = ring.bulk_phases(op, groups, 1e6, t)
+    built = [ring.stages(op, group_info(t, g), 1e6, t) for g in groups]
+    want = [merge_phases([b[j][k] for b in built])
+            for j, stage in enumerate(built[0]) for k in range(len(stage))]
+    assert bulk is not None and len(bulk) == len(want)
+    for a, b in zip(bulk, want):
+        assert (a.name, a.steps, a.extra, a.hops_per_step, a.uniform, a.to_switch, a.from_switch) == \
+            (b.name, b.steps, b.extra, b.hops_per_step, b.uniform, b.to_switch, b.from_switch)
+        for f in ("src", "dst", "nbytes"):
+            x, y = getattr(a, f), getattr(b, f)
+            assert x.dtype == y.dtype and np.array_equal(x, y), (f, a.name)
+
+
+def test_rings_in_bulk_decline_groups_that_are_not_one_group_shifted() -> None:
+    """Groups of unequal sizes, groups whose ranks are not the first's shifted, groups whose ranks
+    sit on nodes differently (a shift across a node boundary) and a single group take the
+    per-group path (``bulk_phases`` answers None)."""
+    from sim.collectives.algorithms import BY_NAME
+    t = build_topology(load_cluster("dgx-h100", 64))
+    ring = BY_NAME["ring"]
+    assert ring.bulk_phases("allgather", [[0, 1], [2, 3, 4]], 1e6, t) is None
+    assert ring.bulk_phases("allgather", [[0, 1], [2, 4]], 1e6, t) is None
+    assert ring.bulk_phases("allgather", [[6, 7, 8, 9], [7, 8, 9, 10]], 1e6, t) is None
+    assert ring.bulk_phases("allgather", [[0, 8]], 1e6, t) is None
+    assert ring.bulk_phases("allgather", [[6, 7, 8, 9], [14, 15, 16, 17]], 1e6, t) is not None
+
+
 def test_large_groups_take_the_same_torus_stages_from_the_bulk_grid(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A group of more than ``_FEW_CHIPS`` chips takes its grid and links from ``_bulk_grid``

@@ -12,10 +12,12 @@ import itertools
 from collections.abc import Sequence
 from typing import ClassVar
 
+import numpy as np
+
 from ..topology import Topology
 from ..topology_spec import NCCL_PROTOCOLS, GpuClusterSpec
 from .algorithm import REFERENCE_WIRES, Algorithm, Call, Wires, latency_terms_us
-from .stages import NET_RAILS, GroupInfo, Stage, phase
+from .stages import NET_RAILS, GroupInfo, Phase, Stage, group_info, island_of_devices, phase
 from .tree import TREE_NET_US
 
 __all__ = ["RING", "Ring", "mesh_of", "ring"]
@@ -123,6 +125,27 @@ class Ring(Algorithm):
     def stages(self, op: str, gi: GroupInfo, size: float, topo: Topology) -> list[Stage]:
         return ring(op, gi, size, mesh=mesh_of(topo))
 
+    def bulk_phases(self, op: str, groups: Sequence[Sequence[int]], size: float,
+                    topo: Topology) -> list[Phase] | None:
+        """Every group's rings at once where the groups are one group shifted (``_shifts``):
+        a ring is built from its group's ranks and how they sit on nodes alone, so the shifted
+        group's rings are the first group's shifted, and each phase of them all is the first
+        group's phase repeated at each shift, in group order (what ``merge_phases`` makes of
+        them one by one; PERF: tensor- and data-parallel groups of a 16,384-GPU stage,
+        benchmarks/release.py run-16k)."""
+        shifts = _shifts(groups, topo)
+        if shifts is None:
+            return None
+        gi = group_info(topo, groups[0])
+        out = []
+        for stage in self.stages(op, gi, size, topo):
+            for p in stage:
+                assert not (p.extra or p.uniform or p.to_switch or p.from_switch), p.name
+                out.append(Phase(p.name, p.steps, (p.src[None, :] + shifts[:, None]).ravel(),
+                                 (p.dst[None, :] + shifts[:, None]).ravel(),
+                                 np.tile(p.nbytes, len(shifts)), hops_per_step=p.hops_per_step))
+        return out
+
     def latency_s(self, call: Call, wires: Wires = REFERENCE_WIRES,
                   net_us: tuple[float, float] | None = None, exposed_net: bool = True,
                   net_channels: int | None = None) -> float:
@@ -170,3 +193,23 @@ class Ring(Algorithm):
 
 
 RING = Ring()
+
+
+def _shifts(groups: Sequence[Sequence[int]], topo: Topology) -> np.ndarray | None:
+    """How far each group's ranks sit from the first group's (one number a group), where every
+    group is the first shifted rank by rank and its ranks' GPU nodes are the first's shifted
+    alike (the same ranks a node, nodes in the same order); None where they are not, or for
+    fewer than two groups."""
+    if len(groups) < 2 or len({len(g) for g in groups}) != 1:
+        return None
+    g = np.asarray(groups, np.int64)
+    shift = g[:, :1] - g[:1, :1]
+    if not np.array_equal(g - shift, np.broadcast_to(g[:1], g.shape)):
+        return None
+    if not topo.is_tpu:
+        island = island_of_devices(topo, g.ravel().tolist())
+        node = np.fromiter((island[d] for d in g.ravel().tolist()), np.int64, g.size).reshape(g.shape)
+        moved = node[:, :1] - node[:1, :1]
+        if not np.array_equal(node - moved, np.broadcast_to(node[:1], node.shape)):
+            return None
+    return shift.ravel()

@@ -143,6 +143,6 @@ def one_node_class(topo: Topology, gi: GroupInfo) -> tuple[str, tuple[int, ...]]
 
 def island_of_devices(topo: Topology, devices: Sequence[int] | None = None) -> dict[int, int]:
     """The GPU node (TPU slice) of each of *devices* (all of *topo*'s when None), from the graph."""
-    nodes = topo.graph.nodes
+    nodes = topo.graph._node  # noqa: SLF001 (PERF: the attribute dicts, not a NodeView a lookup)
     key = "pod" if topo.is_tpu else "node"
     return {d: nodes[d][key] for d in (topo.devices if devices is None else devices)}

@@ -40,7 +40,8 @@ class FatTreeRouter(GpuRouter):
     def __init__(self, topo: Topology, links: LinkTable) -> None:
         # the spine groups first: GpuRouter.__init__ builds the trunk tables from them
         g = topo.graph
-        self._spines_all = sorted((n for n, k in g.nodes(data="kind") if k == "spine"), key=str)
+        self._spines_all = sorted((n for n, a in g._node.items()  # noqa: SLF001
+                                   if a.get("kind") == "spine"), key=str)
         groups: dict[Hashable, list[str]] = defaultdict(list)
         for n in self._spines_all:
             if g.nodes[n].get("rail") is not None:
@@ -81,8 +82,7 @@ class FatTreeRouter(GpuRouter):
             cap_dn.append(L.capacity_Bps[downs].sum())
             lat_up.append(L.latency_s[ups[0]])
             lat_dn.append(L.latency_s[downs[0]])
-        self._spine_trunks = Trunks(L.add_virtual(np.array(cap_up), np.array(lat_up), kind),
-                                    L.add_virtual(np.array(cap_dn), np.array(lat_dn), kind), kind)
+        self._spine_trunks = Trunks(*_virtual_pair(L, cap_up, lat_up, cap_dn, lat_dn, kind), kind)
 
     def _between_leaves_bulk(self, la: np.ndarray, lb: np.ndarray, cols: np.ndarray,
                              parts: list[Coo]) -> None:
@@ -142,8 +142,7 @@ class PodRouter(FatTreeRouter):
             pu_lat.append(L.latency_s[ups[0]] if len(ups) else 0.0)
             pd_lat.append(L.latency_s[downs[0]] if len(downs) else 0.0)
         self._plane_of_leaf = plane_of_leaf
-        self._core_trunks = Trunks(L.add_virtual(np.array(pu_cap), np.array(pu_lat), kind),
-                                   L.add_virtual(np.array(pd_cap), np.array(pd_lat), kind), kind)
+        self._core_trunks = Trunks(*_virtual_pair(L, pu_cap, pu_lat, pd_cap, pd_lat, kind), kind)
 
     def _between_leaves_bulk(self, la: np.ndarray, lb: np.ndarray, cols: np.ndarray,
                              parts: list[Coo]) -> None:
@@ -161,3 +160,11 @@ class PodRouter(FatTreeRouter):
         if self.g.nodes[leaf_s].get("pod") != self.g.nodes[leaf_d].get("pod"):
             raise NoPolicy                        # across the core: ECMP over shortest paths
         super()._between_leaves(leaf_s, leaf_d, w, acc)
+
+
+def _virtual_pair(L: LinkTable, cap_up: list[float], lat_up: list[float], cap_dn: list[float],
+                  lat_dn: list[float], kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Ids of the up trunks then the down trunks, appended to *L* as one block (the same ids as
+    two ``add_virtual`` calls; PERF: one copy of the table's columns, 1.3 M links at 98,304 GPUs)."""
+    ids = L.add_virtual(np.array(cap_up + cap_dn), np.array(lat_up + lat_dn), kind)
+    return ids[:len(cap_up)], ids[len(cap_up):]

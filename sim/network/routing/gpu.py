@@ -163,23 +163,29 @@ class GpuRouter(Router):
         # (``LinkTable.ids_at``): 1.2 M lookups at 98,304 GPUs (benchmarks/release.py run-98k).
         node_attrs = g._node  # noqa: SLF001
         devices = self.topo.devices
+        adj = g._adj  # noqa: SLF001
+        rails = [self._rail_of(x) for x in range(gpn)]
         rail_l: list[int] = []
         nic_l: list[str] = []
-        for d in devices:
-            n = d // gpn
-            attrs = node_attrs[d]
-            r = attrs["rail"]
-            assert attrs["node"] == n and r == self._rail_of(d % gpn)
-            rail_l.append(r)
-            nic_l.append(f"n{n}/nic{r}")
         leaf_of_nic: dict[str, str] = {}
         leaf_ids: dict[str, int] = {}
         leaf_l: list[int] = []
         leaf_names: list[str] = []
-        for nic in nic_l:
+        for d in devices:
+            attrs = node_attrs[d]
+            n, r = attrs["node"], attrs["rail"]
+            assert n == d // gpn and r == rails[d % gpn]
+            rail_l.append(r)
+            nic = f"n{n}/nic{r}"
+            nic_l.append(nic)
             lf = leaf_of_nic.get(nic)
             if lf is None:
-                lf = leaf_of_nic[nic] = next(x for x in g[nic] if node_attrs[x]["kind"] == "leaf")
+                for lf in adj[nic]:
+                    if node_attrs[lf]["kind"] == "leaf":
+                        break
+                else:
+                    raise TopologyError(f"{nic}: no edge switch")
+                leaf_of_nic[nic] = lf
             leaf_names.append(lf)
             leaf_l.append(leaf_ids.setdefault(lf, len(leaf_ids)))
         dev_at = L.positions(devices)
