@@ -14,9 +14,8 @@ phases and NCCL cost model).
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +32,7 @@ from .algorithm import Call, Wires
 from .algorithms import ALGORITHMS, BY_NAME, build
 from .nccl import busbw_factor
 from .platform import platform
-from .stages import GroupInfo, Phase, Stage, group_info, island_of_devices, one_node_class
+from .stages import GroupInfo, Phase, Stage, gpus_of, group_info, island_of_devices, one_node_class
 
 __all__ = ["OPS", "ALGORITHMS", "CollectiveModel", "CollectiveResult", "busbw_factor",
            "DTYPE_BYTES"]
@@ -223,18 +222,12 @@ class CollectiveModel:
         trips = (len(pods) - 1) * (2 if op == "allreduce" else 1)
         return trips * self.router.path_latency_s(a, b)
 
-    @functools.cached_property
-    def _gpus(self) -> list[Hashable]:
-        """The graph's GPU nodes, sorted (one pass over its node attributes)."""
-        return sorted(n for n, d in self.topo.graph._node.items()  # noqa: SLF001
-                      if d.get("kind") == "gpu")
-
     def _net_Bps(self) -> float:
         """One GPU's rate into the scale-out network: the bottleneck of the route from the first
         GPU to a GPU of another node (its NIC, on the bundled GPU topologies); 0 on one node."""
         if self._net is None:
             g = self.topo.graph
-            devs = self._gpus
+            devs = gpus_of(self.topo)
             other = next((d for d in devs[1:] if g.nodes[d].get("node") != g.nodes[devs[0]].get("node")), None)
             self._net = 0.0
             if other is not None:
@@ -247,7 +240,7 @@ class CollectiveModel:
         routed links' latencies (NVLink and NVSwitch; PCIe, NIC and InfiniBand switches)."""
         if self._wire is None:
             g = self.topo.graph
-            devs = self._gpus
+            devs = gpus_of(self.topo)
             node_of = {d: g.nodes[d].get("node") for d in devs}
             first = devs[0] if devs else None
             intra = next((d for d in devs[1:] if node_of[d] == node_of[first]), None)

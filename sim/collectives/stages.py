@@ -17,7 +17,7 @@ import numpy as np
 
 from ..topology import Topology
 
-__all__ = ["NET_GRAPH_CHANNELS", "NET_RAILS", "GroupInfo", "Phase", "Stage", "group_info",
+__all__ = ["NET_GRAPH_CHANNELS", "NET_RAILS", "GroupInfo", "Phase", "Stage", "gpus_of", "group_info",
            "island_of_devices", "phase", "one_node_class"]
 
 # The NICs of a node NCCL's graphs cross the network on: one NIC per ring/tree graph channel pair
@@ -146,3 +146,8 @@ def island_of_devices(topo: Topology, devices: Sequence[int] | None = None) -> d
     nodes = topo.graph._node  # noqa: SLF001 (PERF: the attribute dicts, not a NodeView a lookup)
     key = "pod" if topo.is_tpu else "node"
     return {d: nodes[d][key] for d in (topo.devices if devices is None else devices)}
+
+
+def gpus_of(topo: Topology) -> list[Hashable]:
+    """The graph's GPU nodes, sorted (one pass over its attribute dicts, not a NodeDataView)."""
+    return sorted(n for n, d in topo.graph._node.items() if d.get("kind") == "gpu")  # noqa: SLF001
