@@ -233,3 +233,17 @@ def test_links_found_by_their_ends_positions_are_the_index_links(name: str, chip
     with pytest.raises(KeyError):
         links.id("no such node", b)
     assert links.ids([], []).shape == (0,)
+
+
+@pytest.mark.parametrize("n_rows, n_links", [(10, 50), (5_000, 2_000), (5_000, 1_000_000),
+                                             (70, 70)])
+def test_flow_sets_find_their_links_as_np_unique_does(n_rows: int, n_links: int) -> None:
+    """The links a flow set uses and each route entry's row among them (a table of the links
+    where that is cheaper than sorting) are ``np.unique(rows, return_inverse=True)``'s."""
+    from sim.network.fluid import _unique_links
+    rng = np.random.default_rng(n_rows + n_links)
+    rows = rng.integers(0, n_links, n_rows)
+    links, at = _unique_links(rows, n_links)
+    want_links, want_at = np.unique(rows, return_inverse=True)
+    assert np.array_equal(links, want_links) and np.array_equal(at.reshape(-1), want_at.reshape(-1))
+    assert np.array_equal(links[at], rows)

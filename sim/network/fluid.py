@@ -72,6 +72,19 @@ class _Transposed:
         return np.bincount(m.cols, weights=m.vals * y[m.rows], minlength=m.shape[1])
 
 
+def _unique_links(rows: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, return_inverse=True)`` for link ids below *n_links*: marked in a table
+    of the links where sorting *rows* would cost more than reading the table (PERF: the routes
+    of a 4,096-chip torus collective, benchmarks/release.py run-tpu-v4); the same arrays."""
+    if len(rows) < 64 or len(rows) * len(rows).bit_length() < 2 * n_links:
+        return np.unique(rows, return_inverse=True)
+    used = np.zeros(n_links, bool)
+    used[rows] = True
+    links = np.flatnonzero(used)
+    at = np.cumsum(used, dtype=np.int64)
+    return links, at[rows] - 1
+
+
 class FlowSet:
     """Flows with their routes as a sparse (links x flows) matrix of rate fractions.
 
@@ -88,7 +101,7 @@ class FlowSet:
         # links of the 98,304-GPU fabric costs more than its few thousand entries
         # (benchmarks/test_bench_training.py). Each row holds the same entries in the same order
         # as the full matrix's, so duplicates sum the same.
-        self.links, local = np.unique(rows, return_inverse=True)
+        self.links, local = _unique_links(np.asarray(rows, np.int64), n_links)
         self.routes = LinkMatrix(local.reshape(-1), cols, vals, (len(self.links), len(self.nbytes)))
 
     def link_bytes(self) -> np.ndarray:
