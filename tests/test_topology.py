@@ -286,3 +286,19 @@ def test_tpu_graphs_are_what_networkx_itself_would_hold(name: str) -> None:
     sizes = [4, spec.default_chips] + ([2 * 256] if name in ("tpu-v5e", "tpu-v6e") else [])
     for chips in sizes:
         _assert_networkx_would_hold(topo(name, chips).graph, name)
+
+
+@pytest.mark.parametrize("name, chips", [("dgx-h100", 64), ("hgx-h100-4gpu", 16), ("tpu-v4", 128),
+                                         ("tpu-v5e", 512)])
+def test_each_devices_island_and_the_gpu_list_are_the_graphs(name: str, chips: int) -> None:
+    """``Topology.islands`` (read once) holds each device's GPU node or TPU slice as the graph
+    does, ``island_of_devices`` answers from it, and ``gpus_of`` (the devices that are GPUs) is
+    every GPU node of the graph, sorted."""
+    from sim.collectives.stages import gpus_of, island_of_devices
+    t = topo(name, chips)
+    key = "pod" if t.is_tpu else "node"
+    assert t.islands.tolist() == [t.graph.nodes[d][key] for d in t.devices]
+    assert island_of_devices(t) == {d: t.graph.nodes[d][key] for d in t.devices}
+    assert island_of_devices(t, [5, 1]) == {5: t.graph.nodes[5][key], 1: t.graph.nodes[1][key]}
+    assert gpus_of(t) == sorted(n for n, k in t.graph.nodes(data="kind") if k == "gpu")
+    assert len(set(t.islands.tolist())) == (t.pods if t.is_tpu else t.nodes)

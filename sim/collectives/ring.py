@@ -17,7 +17,7 @@ import numpy as np
 from ..topology import Topology
 from ..topology_spec import NCCL_PROTOCOLS, GpuClusterSpec
 from .algorithm import REFERENCE_WIRES, Algorithm, Call, Wires, latency_terms_us
-from .stages import NET_RAILS, GroupInfo, Phase, Stage, group_info, island_of_devices, phase
+from .stages import NET_RAILS, GroupInfo, Phase, Stage, group_info, phase
 from .tree import TREE_NET_US
 
 __all__ = ["RING", "Ring", "mesh_of", "ring"]
@@ -207,8 +207,7 @@ def _shifts(groups: Sequence[Sequence[int]], topo: Topology) -> np.ndarray | Non
     if not np.array_equal(g - shift, np.broadcast_to(g[:1], g.shape)):
         return None
     if not topo.is_tpu:
-        island = island_of_devices(topo, g.ravel().tolist())
-        node = np.fromiter((island[d] for d in g.ravel().tolist()), np.int64, g.size).reshape(g.shape)
+        node = topo.islands[g]
         moved = node[:, :1] - node[:1, :1]
         if not np.array_equal(node - moved, np.broadcast_to(node[:1], node.shape)):
             return None

@@ -143,11 +143,12 @@ def one_node_class(topo: Topology, gi: GroupInfo) -> tuple[str, tuple[int, ...]]
 
 def island_of_devices(topo: Topology, devices: Sequence[int] | None = None) -> dict[int, int]:
     """The GPU node (TPU slice) of each of *devices* (all of *topo*'s when None), from the graph."""
-    nodes = topo.graph._node  # noqa: SLF001 (PERF: the attribute dicts, not a NodeView a lookup)
-    key = "pod" if topo.is_tpu else "node"
-    return {d: nodes[d][key] for d in (topo.devices if devices is None else devices)}
+    devs = list(topo.devices if devices is None else devices)
+    return dict(zip(devs, topo.islands[devs].tolist()))
 
 
 def gpus_of(topo: Topology) -> list[Hashable]:
-    """The graph's GPU nodes, sorted (one pass over its attribute dicts, not a NodeDataView)."""
-    return sorted(n for n, d in topo.graph._node.items() if d.get("kind") == "gpu")  # noqa: SLF001
+    """The graph's GPU nodes, sorted: the devices that are GPUs (a builder makes every GPU a
+    device, numbered 0..chips-1: ``build_topology``), read from their attribute dicts alone."""
+    attrs = topo.graph._node  # noqa: SLF001
+    return [d for d in topo.devices if attrs[d].get("kind") == "gpu"]

@@ -40,18 +40,21 @@ def collective_traffic(net: CollectiveModel, op: str, size_bytes: int,
     return Traffic.of(secs, ids, per_byte * size, first.time_s, first.latency_s, len(groups), label)
 
 
-def p2p_traffic(net: CollectiveModel, pairs: Sequence[tuple[int, int]], nbytes: int,
+def p2p_traffic(net: CollectiveModel, pairs: Sequence[tuple[int, int]] | np.ndarray, nbytes: int,
                 seconds: float, latency_s: float = 0.0, label: str = "pp") -> Traffic:
     """One-way transfers of *nbytes* from each pair's first device to its second (pipeline
-    activations or gradients), taking *seconds* alone (*latency_s* of them latency)."""
-    if seconds <= 0 or not pairs:
+    activations or gradients; *pairs* may be an (n, 2) array), taking *seconds* alone
+    (*latency_s* of them latency)."""
+    if seconds <= 0 or not len(pairs):
         return Traffic(max(0.0, seconds), np.zeros(0, np.int64), np.zeros(0), len(pairs), label,
                        max(0.0, seconds))
-    key = ("p2p", tuple(pairs))
+    # PERF: the pairs as one (n, 2) array, keyed by its bytes (a stage's 6,144 pairs at 98,304
+    # GPUs, benchmarks/release.py run-98k)
+    ends = np.asarray(pairs, np.int64).reshape(-1, 2)
+    key = ("p2p", ends.tobytes())
     hit = net.link_bytes_cache.get(key)
     if hit is None:
-        src = np.fromiter((a for a, _ in pairs), np.int64, len(pairs))
-        dst = np.fromiter((b for _, b in pairs), np.int64, len(pairs))
+        src, dst = np.ascontiguousarray(ends[:, 0]), np.ascontiguousarray(ends[:, 1])
         rows, _, vals = net.router.routes_coo(src, dst)
         hit = _per_link(rows, vals, len(net.links))
         net.link_bytes_cache[key] = hit

@@ -9,6 +9,7 @@ prints. Graph edits for failures live in ``edits``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import types
 from collections.abc import Callable, Iterator, Mapping
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from ..config import ClusterConfig
 from ..topology_spec import TRANSPORTS, GpuClusterSpec, TopologySpec, TpuPodSpec
@@ -88,6 +90,15 @@ class Topology:
         if self.edited:
             out["edited"] = True
         return types.MappingProxyType(out)
+
+    @functools.cached_property
+    def islands(self) -> np.ndarray:
+        """Each device's island, by device number: its GPU node (the graph's ``node``) or TPU
+        slice (``pod``), read from the graph once (PERF: collectives group thousands of devices
+        by it, benchmarks/release.py run-98k)."""
+        attrs = self.graph._node  # noqa: SLF001
+        key = "pod" if self.is_tpu else "node"
+        return np.fromiter((attrs[d][key] for d in self.devices), np.int64, len(self.devices))
 
     def with_graph(self, graph: nx.Graph) -> "Topology":
         """The same topology over an edited graph (see ``sim.topology.edits``)."""

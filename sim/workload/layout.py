@@ -161,10 +161,11 @@ class Layout:
         g = self._grid(stage).reshape(self.replicas, self.shard_dp, self.cp, self.tp)
         return g.transpose(0, 3, 1, 2).reshape(self.replicas * self.tp, -1).tolist()
 
-    def stage_pairs(self, stage: int, step: int = 1) -> list[tuple[int, int]]:
-        """Every rank of *stage* with its peer in stage + *step* (pipeline send/recv)."""
+    def stage_pairs(self, stage: int, step: int = 1) -> np.ndarray:
+        """Every rank of *stage* with its peer in stage + *step* (pipeline send/recv): an (n, 2)
+        array of (rank, peer) rows."""
         other = (stage + step) % self.pp
-        return list(zip(self._grid(stage).ravel().tolist(), self._grid(other).ravel().tolist()))
+        return np.stack([self._grid(stage).ravel(), self._grid(other).ravel()], axis=1)
 
     def groups(self, stage: int) -> Mapping[str, list[list[int]]]:
         """Every group of each kind in *stage*, by kind ("tp", "cp", "ep", "dp", "etp", "edp").
