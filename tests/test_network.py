@@ -240,10 +240,24 @@ def test_links_found_by_their_ends_positions_are_the_index_links(name: str, chip
 def test_flow_sets_find_their_links_as_np_unique_does(n_rows: int, n_links: int) -> None:
     """The links a flow set uses and each route entry's row among them (a table of the links
     where that is cheaper than sorting) are ``np.unique(rows, return_inverse=True)``'s."""
-    from sim.network.fluid import _unique_links
+    from sim.network.fluid import unique_links
     rng = np.random.default_rng(n_rows + n_links)
     rows = rng.integers(0, n_links, n_rows)
-    links, at = _unique_links(rows, n_links)
+    links, at = unique_links(rows, n_links)
     want_links, want_at = np.unique(rows, return_inverse=True)
     assert np.array_equal(links, want_links) and np.array_equal(at.reshape(-1), want_at.reshape(-1))
     assert np.array_equal(links[at], rows)
+
+
+@pytest.mark.parametrize("n_rows, n_links", [(0, 10), (50, 100_000), (20_000, 3_000)])
+def test_link_loads_sum_over_the_links_named_as_over_all_links(n_rows: int, n_links: int) -> None:
+    """``_per_link`` sums each link's entries over the links the routes name, bit for bit what a
+    ``np.bincount`` over every link gives, keeping the links whose total is > 0."""
+    from sim.collectives.traffic import _per_link
+    rng = np.random.default_rng(n_rows)
+    rows = rng.integers(0, n_links, n_rows)
+    vals = rng.random(n_rows) * (rng.random(n_rows) > 0.1)          # some zero entries
+    ids, total = _per_link(rows, vals, n_links)
+    dense = np.bincount(rows, weights=vals, minlength=n_links) if n_rows else np.zeros(n_links)
+    want = np.flatnonzero(dense > 0)
+    assert np.array_equal(ids, want) and total.tobytes() == dense[want].tobytes()

@@ -288,17 +288,23 @@ def test_tpu_graphs_are_what_networkx_itself_would_hold(name: str) -> None:
         _assert_networkx_would_hold(topo(name, chips).graph, name)
 
 
-@pytest.mark.parametrize("name, chips", [("dgx-h100", 64), ("hgx-h100-4gpu", 16), ("tpu-v4", 128),
-                                         ("tpu-v5e", 512)])
+@pytest.mark.parametrize("name, chips", [("dgx-h100", 64), ("dgx-h100", 8), ("hgx-h100-4gpu", 16),
+                                         ("tpu-v4", 128), ("tpu-v5e", 512)])
 def test_each_devices_island_and_the_gpu_list_are_the_graphs(name: str, chips: int) -> None:
     """``Topology.islands`` (read once) holds each device's GPU node or TPU slice as the graph
-    does, ``island_of_devices`` answers from it, and ``gpus_of`` (the devices that are GPUs) is
-    every GPU node of the graph, sorted."""
+    does, ``island_of_devices`` answers from it, and ``gpus_of`` (read from the devices) finds
+    the first GPU node of the graph and the next on its node and on another, as a scan of every
+    GPU node does."""
     from sim.collectives.stages import gpus_of, island_of_devices
     t = topo(name, chips)
     key = "pod" if t.is_tpu else "node"
     assert t.islands.tolist() == [t.graph.nodes[d][key] for d in t.devices]
     assert island_of_devices(t) == {d: t.graph.nodes[d][key] for d in t.devices}
     assert island_of_devices(t, [5, 1]) == {5: t.graph.nodes[5][key], 1: t.graph.nodes[1][key]}
-    assert gpus_of(t) == sorted(n for n, k in t.graph.nodes(data="kind") if k == "gpu")
+    gpus = sorted(n for n, k in t.graph.nodes(data="kind") if k == "gpu")
+    node = {d: t.graph.nodes[d]["node"] for d in gpus}
+    want = ((gpus[0], next((d for d in gpus[1:] if node[d] == node[gpus[0]]), None),
+             next((d for d in gpus[1:] if node[d] != node[gpus[0]]), None)) if gpus else
+            (None, None, None))
+    assert gpus_of(t) == want
     assert len(set(t.islands.tolist())) == (t.pods if t.is_tpu else t.nodes)

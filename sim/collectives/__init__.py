@@ -226,12 +226,10 @@ class CollectiveModel:
         """One GPU's rate into the scale-out network: the bottleneck of the route from the first
         GPU to a GPU of another node (its NIC, on the bundled GPU topologies); 0 on one node."""
         if self._net is None:
-            g = self.topo.graph
-            devs = gpus_of(self.topo)
-            other = next((d for d in devs[1:] if g.nodes[d].get("node") != g.nodes[devs[0]].get("node")), None)
+            first, _, other = gpus_of(self.topo)
             self._net = 0.0
             if other is not None:
-                ids, fr = self.router.route(devs[0], other)
+                ids, fr = self.router.route(first, other)
                 self._net = float(np.min(self.links.capacity_Bps[ids] / np.maximum(fr, 1e-12)))
         return self._net
 
@@ -239,12 +237,7 @@ class CollectiveModel:
         """Path latency of one step inside a node and one between nodes (GPU topologies): the
         routed links' latencies (NVLink and NVSwitch; PCIe, NIC and InfiniBand switches)."""
         if self._wire is None:
-            g = self.topo.graph
-            devs = gpus_of(self.topo)
-            node_of = {d: g.nodes[d].get("node") for d in devs}
-            first = devs[0] if devs else None
-            intra = next((d for d in devs[1:] if node_of[d] == node_of[first]), None)
-            inter = next((d for d in devs[1:] if node_of[d] != node_of[first]), None)
+            first, intra, inter = gpus_of(self.topo)
             self._wire = Wires(self.router.path_latency_s(first, intra) if intra is not None else 0.0,
                                self.router.path_latency_s(first, inter) if inter is not None else 0.0)
         return self._wire

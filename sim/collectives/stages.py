@@ -147,8 +147,23 @@ def island_of_devices(topo: Topology, devices: Sequence[int] | None = None) -> d
     return dict(zip(devs, topo.islands[devs].tolist()))
 
 
-def gpus_of(topo: Topology) -> list[Hashable]:
-    """The graph's GPU nodes, sorted: the devices that are GPUs (a builder makes every GPU a
-    device, numbered 0..chips-1: ``build_topology``), read from their attribute dicts alone."""
+def gpus_of(topo: Topology) -> tuple[Hashable | None, Hashable | None, Hashable | None]:
+    """The graph's first GPU node (in node-number order), the next GPU on its node and the next on
+    another node (None where there is none). PERF: the GPUs are the devices (a builder makes every
+    GPU a device, numbered 0..chips-1: ``build_topology``), read one by one until both are found,
+    not all 98,304 of them."""
     attrs = topo.graph._node  # noqa: SLF001
-    return [d for d in topo.devices if attrs[d].get("kind") == "gpu"]
+    gpus = (d for d in topo.devices if attrs[d].get("kind") == "gpu")
+    first = next(gpus, None)
+    intra = inter = None
+    if first is not None:
+        home = attrs[first].get("node")
+        for d in gpus:
+            same = attrs[d].get("node") == home
+            if same and intra is None:
+                intra = d
+            elif not same and inter is None:
+                inter = d
+            if intra is not None and inter is not None:
+                break
+    return first, intra, inter

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..network.fluid import unique_links
 from ..network.traffic import Traffic
 from . import CollectiveModel, merge_phases
 from .algorithms import BY_NAME, build
@@ -70,7 +71,6 @@ def _link_bytes(net: CollectiveModel, op: str, algo: str,
     hit = net.link_bytes_cache.get(key)
     if hit is not None:
         return hit
-    total = np.zeros(len(net.links))
     phases = BY_NAME[algo].bulk_phases(op, groups, _REF_BYTES, net.topo)
     if phases is None:
         built = [build(algo, op, net.group_info(g), _REF_BYTES, net.topo) for g in groups]
@@ -81,11 +81,13 @@ def _link_bytes(net: CollectiveModel, op: str, algo: str,
                       for j, stage in enumerate(built[0]) for k in range(len(stage))]
         else:
             phases = [p for b in built for stage in b for p in stage]
-    for phase in phases:
-        links, nbytes = net.phase_link_bytes(phase)
-        total[links] += nbytes * phase.steps
-    ids = np.flatnonzero(total > 0)
-    hit = (ids, total[ids] / _REF_BYTES)
+    parts = [net.phase_link_bytes(phase) + (phase.steps,) for phase in phases]
+    # each phase's links are distinct, so per link the phases add up in phase order from 0, as
+    # ``total[links] += ...`` into a table of every link would (PERF: 1.3 M links at 98,304 GPUs)
+    ids, total = _per_link(np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64),
+                           np.concatenate([p[1] * p[2] for p in parts]) if parts else np.zeros(0),
+                           len(net.links))
+    hit = (ids, total / _REF_BYTES)
     if len(net.link_bytes_cache) < 10_000:
         net.link_bytes_cache[key] = hit
     return hit
@@ -104,7 +106,14 @@ def _groups_key(groups: Sequence[Sequence[int]]) -> object:
 
 
 def _per_link(rows: np.ndarray, vals: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
-    """(links used, the fraction of one byte each carries) of routes given as COO rows."""
-    total = np.bincount(rows, weights=vals, minlength=n_links) if len(rows) else np.zeros(n_links)
-    ids = np.flatnonzero(total > 0)
-    return ids, total[ids]
+    """(links used, the fraction of one byte each carries) of routes given as COO rows: the
+    entries of each link summed in their order (``np.bincount``), links with a total > 0.
+
+    PERF: summed over the links the rows name (``unique_links``), not a table of all of them
+    (1.3 M links at 98,304 GPUs); the same sums, in the same order."""
+    if not len(rows):
+        return np.zeros(0, np.int64), np.zeros(0)
+    links, at = unique_links(np.asarray(rows, np.int64), n_links)
+    total = np.bincount(at.reshape(-1), weights=vals, minlength=len(links))
+    keep = total > 0
+    return links[keep], total[keep]

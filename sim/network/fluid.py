@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FlowSet", "LinkMatrix", "maxmin_rates", "play_flows"]
+__all__ = ["FlowSet", "LinkMatrix", "maxmin_rates", "play_flows", "unique_links"]
 
 _EPS = 1e-12
 
@@ -72,7 +72,7 @@ class _Transposed:
         return np.bincount(m.cols, weights=m.vals * y[m.rows], minlength=m.shape[1])
 
 
-def _unique_links(rows: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
+def unique_links(rows: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(rows, return_inverse=True)`` for link ids below *n_links*: marked in a table
     of the links where sorting *rows* would cost more than reading the table (PERF: the routes
     of a 4,096-chip torus collective, benchmarks/release.py run-tpu-v4); the same arrays."""
@@ -101,7 +101,7 @@ class FlowSet:
         # links of the 98,304-GPU fabric costs more than its few thousand entries
         # (benchmarks/test_bench_training.py). Each row holds the same entries in the same order
         # as the full matrix's, so duplicates sum the same.
-        self.links, local = _unique_links(np.asarray(rows, np.int64), n_links)
+        self.links, local = unique_links(np.asarray(rows, np.int64), n_links)
         self.routes = LinkMatrix(local.reshape(-1), cols, vals, (len(self.links), len(self.nbytes)))
 
     def link_bytes(self) -> np.ndarray:
