@@ -339,3 +339,31 @@ def test_loads_only_their_own_gradient_stream_meets_play_alone_while_it_is_idle_
     assert fast.events < full.events
     assert (fast.step_time_s, fast.breakdown_s, fast.network_solves) == (
         full.step_time_s, full.breakdown_s, full.network_solves)
+
+
+def test_a_runs_second_question_about_its_loads_takes_the_first_answer_only_for_the_same_plan(
+        ) -> None:
+    """``step_loads`` keeps its last answer for the next question (the work estimate's, then the
+    engine's): the same stages, capacities and sends get it once, then it is forgotten; any
+    other question is worked out afresh, and every answer is the one worked out afresh."""
+    from sim.engine.loads import step_loads
+    from sim.stages import plan_stages
+    from sim.workload.transformer import build_workload
+
+    scn = scenario_from_dict({"cluster": {"topology": "dgx-h100", "chips": 32},
+                              "model": {"preset": "llama3-8b", "layers": 4},
+                              "training": {"seq_len": 2048, "global_batch": 32},
+                              "parallelism": {"tp": 8, "pp": 2}})
+    net = CollectiveModel(build_topology(scn.cluster))
+    plans = plan_stages(build_workload(scn), net)
+    cap = net.links.capacity_Bps
+    first = step_loads(plans, cap, 4)
+    kept = step_loads(plans, cap, 4)
+    assert kept[0] is first[0] and kept[1] is first[1]          # the kept answer, once
+    again = step_loads(plans, cap, 4)
+    assert again[0] is not first[0] and again == first          # then worked out afresh
+    for other in ((plans, cap * 0.01, 4), (plans, cap, 5), (list(reversed(plans)), cap, 4)):
+        got = step_loads(*other)
+        assert got[0] is not again[0]
+        step_loads(plans, cap, 99)                               # forget it
+        assert got == step_loads(*other)
