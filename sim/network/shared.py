@@ -115,7 +115,7 @@ class SharedLinks:
         if not hit[2]:
             self._hot = None
         active = self._active
-        alone = hit[4] and not self._wide and not any(active[k] for k in self._conflicts[key])
+        alone = hit[4] and not self._wide and not any(map(active.__getitem__, self._conflicts[key]))
         active[key] += 1
         if alone:
             # Nobody in flight shares a link with it and its load alone fits (a share of it all
