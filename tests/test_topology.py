@@ -292,10 +292,10 @@ def test_tpu_graphs_are_what_networkx_itself_would_hold(name: str) -> None:
                                          ("tpu-v4", 128), ("tpu-v5e", 512)])
 def test_each_devices_island_and_the_gpu_list_are_the_graphs(name: str, chips: int) -> None:
     """``Topology.islands`` (read once) holds each device's GPU node or TPU slice as the graph
-    does, ``island_of_devices`` answers from it, and ``gpus_of`` (read from the devices) finds
+    does, ``island_of_devices`` answers from it, and ``first_gpus`` (read from the islands) finds
     the first GPU node of the graph and the next on its node and on another, as a scan of every
     GPU node does."""
-    from sim.collectives.stages import gpus_of, island_of_devices
+    from sim.collectives.stages import first_gpus, island_of_devices
     t = topo(name, chips)
     key = "pod" if t.is_tpu else "node"
     assert t.islands.tolist() == [t.graph.nodes[d][key] for d in t.devices]
@@ -306,5 +306,5 @@ def test_each_devices_island_and_the_gpu_list_are_the_graphs(name: str, chips: i
     want = ((gpus[0], next((d for d in gpus[1:] if node[d] == node[gpus[0]]), None),
              next((d for d in gpus[1:] if node[d] != node[gpus[0]]), None)) if gpus else
             (None, None, None))
-    assert gpus_of(t) == want
+    assert first_gpus(t) == want
     assert len(set(t.islands.tolist())) == (t.pods if t.is_tpu else t.nodes)

@@ -32,7 +32,7 @@ from .algorithm import Call, Wires
 from .algorithms import ALGORITHMS, BY_NAME, build
 from .nccl import busbw_factor
 from .platform import platform
-from .stages import GroupInfo, Phase, Stage, gpus_of, group_info, island_of_devices, one_node_class
+from .stages import GroupInfo, Phase, Stage, first_gpus, group_info, island_of_devices, one_node_class
 
 __all__ = ["OPS", "ALGORITHMS", "CollectiveModel", "CollectiveResult", "busbw_factor",
            "DTYPE_BYTES"]
@@ -226,7 +226,7 @@ class CollectiveModel:
         """One GPU's rate into the scale-out network: the bottleneck of the route from the first
         GPU to a GPU of another node (its NIC, on the bundled GPU topologies); 0 on one node."""
         if self._net is None:
-            first, _, other = gpus_of(self.topo)
+            first, _, other = first_gpus(self.topo)
             self._net = 0.0
             if other is not None:
                 ids, fr = self.router.route(first, other)
@@ -237,7 +237,7 @@ class CollectiveModel:
         """Path latency of one step inside a node and one between nodes (GPU topologies): the
         routed links' latencies (NVLink and NVSwitch; PCIe, NIC and InfiniBand switches)."""
         if self._wire is None:
-            first, intra, inter = gpus_of(self.topo)
+            first, intra, inter = first_gpus(self.topo)
             self._wire = Wires(self.router.path_latency_s(first, intra) if intra is not None else 0.0,
                                self.router.path_latency_s(first, inter) if inter is not None else 0.0)
         return self._wire

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..topology import Topology
 
-__all__ = ["NET_GRAPH_CHANNELS", "NET_RAILS", "GroupInfo", "Phase", "Stage", "gpus_of", "group_info",
+__all__ = ["NET_GRAPH_CHANNELS", "NET_RAILS", "GroupInfo", "Phase", "Stage", "first_gpus", "group_info",
            "island_of_devices", "phase", "one_node_class"]
 
 # The NICs of a node NCCL's graphs cross the network on: one NIC per ring/tree graph channel pair
@@ -147,23 +147,13 @@ def island_of_devices(topo: Topology, devices: Sequence[int] | None = None) -> d
     return dict(zip(devs, topo.islands[devs].tolist()))
 
 
-def gpus_of(topo: Topology) -> tuple[Hashable | None, Hashable | None, Hashable | None]:
-    """The graph's first GPU node (in node-number order), the next GPU on its node and the next on
-    another node (None where there is none). PERF: the GPUs are the devices (a builder makes every
-    GPU a device, numbered 0..chips-1: ``build_topology``), read one by one until both are found,
-    not all 98,304 of them."""
-    attrs = topo.graph._node  # noqa: SLF001
-    gpus = (d for d in topo.devices if attrs[d].get("kind") == "gpu")
-    first = next(gpus, None)
-    intra = inter = None
-    if first is not None:
-        home = attrs[first].get("node")
-        for d in gpus:
-            same = attrs[d].get("node") == home
-            if same and intra is None:
-                intra = d
-            elif not same and inter is None:
-                inter = d
-            if intra is not None and inter is not None:
-                break
-    return first, intra, inter
+def first_gpus(topo: Topology) -> tuple[int | None, int | None, int | None]:
+    """The first GPU (device 0 of a GPU cluster; None on a TPU slice), the next GPU on its node
+    and the next on another node (None where there is none), by ``Topology.islands``."""
+    if topo.is_tpu or not topo.devices:
+        return None, None, None
+    devs, node = topo.devices, topo.islands
+    same = node[1:] == node[0]
+    intra = devs[1 + int(np.argmax(same))] if same.any() else None
+    inter = devs[1 + int(np.argmax(~same))] if not same.all() else None
+    return devs[0], intra, inter

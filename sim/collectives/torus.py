@@ -240,22 +240,19 @@ def _bulk_grid(groups: Sequence[Sequence[int]], topo: Topology
     return axes, lengths, rings, links
 
 
-_PLACES: weakref.WeakKeyDictionary[object, tuple[np.ndarray, np.ndarray]] = (
-    weakref.WeakKeyDictionary())
+_COORDS: weakref.WeakKeyDictionary[object, np.ndarray] = weakref.WeakKeyDictionary()
 
 
 def _places(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
-    """Each chip's slice and coordinates in it (the graph's ``pod`` and ``coords``), indexed by
-    device id; read once per graph."""
-    hit = _PLACES.get(topo.graph)
-    if hit is None:
+    """Each chip's slice (``Topology.islands``) and coordinates in it (the graph's ``coords``,
+    read once per graph), indexed by device id."""
+    coords = _COORDS.get(topo.graph)
+    if coords is None:
         nodes = topo.graph.nodes
         devs = topo.devices
         assert list(devs) == list(range(len(devs))), "TPU chips are numbered 0..N-1"
-        hit = (np.fromiter((nodes[d]["pod"] for d in devs), np.int64, len(devs)),
-               np.array([nodes[d]["coords"] for d in devs], dtype=np.int64))
-        _PLACES[topo.graph] = hit
-    return hit
+        coords = _COORDS[topo.graph] = np.array([nodes[d]["coords"] for d in devs], dtype=np.int64)
+    return topo.islands, coords
 
 
 class Torus(Algorithm):

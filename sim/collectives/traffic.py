@@ -81,12 +81,15 @@ def _link_bytes(net: CollectiveModel, op: str, algo: str,
                       for j, stage in enumerate(built[0]) for k in range(len(stage))]
         else:
             phases = [p for b in built for stage in b for p in stage]
-    parts = [net.phase_link_bytes(phase) + (phase.steps,) for phase in phases]
+    links: list[np.ndarray] = [np.zeros(0, np.int64)]
+    loads: list[np.ndarray] = [np.zeros(0)]
+    for phase in phases:
+        ids, nbytes = net.phase_link_bytes(phase)
+        links.append(ids)
+        loads.append(nbytes * phase.steps)
     # each phase's links are distinct, so per link the phases add up in phase order from 0, as
     # ``total[links] += ...`` into a table of every link would (PERF: 1.3 M links at 98,304 GPUs)
-    ids, total = _per_link(np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64),
-                           np.concatenate([p[1] * p[2] for p in parts]) if parts else np.zeros(0),
-                           len(net.links))
+    ids, total = _per_link(np.concatenate(links), np.concatenate(loads), len(net.links))
     hit = (ids, total / _REF_BYTES)
     if len(net.link_bytes_cache) < 10_000:
         net.link_bytes_cache[key] = hit

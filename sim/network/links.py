@@ -32,8 +32,6 @@ class LinkTable:
         # (u, v) tuples: building that dict took most of the table's time.
         adj = g._adj  # noqa: SLF001
         pos: dict[Hashable, int] = dict(zip(adj, range(len(adj))))
-        us: list[Hashable] = []
-        vs: list[Hashable] = []
         pus: list[int] = []
         pvs: list[int] = []
         bws: list[float] = []
@@ -42,12 +40,10 @@ class LinkTable:
         # PERF: the walk nx.Graph.edges(data=True) makes (each edge once, from the end met
         # first, in the adjacency's order), without its generator: the same edges in the same
         # order (tests/test_network.py), so the same link ids.
-        for i, (u, nbrs) in enumerate(adj.items()):
+        for i, nbrs in enumerate(adj.values()):
             for v, d in nbrs.items():
                 j = pos[v]
                 if j >= i:
-                    us.append(u)
-                    vs.append(v)
                     pus.append(i)
                     pvs.append(j)
                     bws.append(d["bandwidth_GBps"])
@@ -59,7 +55,6 @@ class LinkTable:
         self.capacity_Bps = np.repeat(cap, 2)
         self.latency_s = np.repeat(np.asarray(lats, dtype=float) * US, 2)
         self.kind = np.repeat(np.asarray(kinds), 2)
-        self._ends = (us, vs)
         self._pos = pos
         self._n_nodes = len(adj)
         pu, pv = np.asarray(pus, np.int64), np.asarray(pvs, np.int64)
@@ -73,7 +68,8 @@ class LinkTable:
     @functools.cached_property
     def index(self) -> dict[tuple[Hashable, Hashable], int]:
         """{(u, v): link id} of every graph link, each way: built when first asked for."""
-        us, vs = self._ends
+        nodes, (pu, pv) = list(self._pos), self._ends_at
+        us, vs = [nodes[i] for i in pu.tolist()], [nodes[j] for j in pv.tolist()]
         out = dict(zip(zip(us, vs), range(0, 2 * len(us), 2)))
         out.update(zip(zip(vs, us), range(1, 2 * len(us), 2)))
         return out

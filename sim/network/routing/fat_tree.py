@@ -76,8 +76,7 @@ class FatTreeRouter(GpuRouter):
             sp_at = at_of.get(grp)
             if sp_at is None:
                 sp_at = at_of[grp] = L.positions(grp)
-            ups = L.ids_at(np.full(len(sp_at), lf_at), sp_at)
-            downs = L.ids_at(sp_at, np.full(len(sp_at), lf_at))
+            ups, downs = L.ids_at(lf_at, sp_at), L.ids_at(sp_at, lf_at)
             cap_up.append(L.capacity_Bps[ups].sum())
             cap_dn.append(L.capacity_Bps[downs].sum())
             lat_up.append(L.latency_s[ups[0]])
