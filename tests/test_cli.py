@@ -112,3 +112,20 @@ def test_the_algo_help_names_every_registered_algorithm() -> None:
     algo = next(a for a in coll._actions if a.dest == "algo")
     listed = algo.help.split("(", 1)[1].rstrip(")").split(", ")
     assert sorted(listed) == sorted(ALGORITHMS)
+
+
+def test_the_console_entry_exits_with_mains_status_and_leaves_its_objects_to_the_os(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``clustersim`` / ``python -m sim`` (``entry``): main's exit status, every object moved out
+    of the collector's reach before the interpreter's last collection (PERF: ``gc.freeze``)."""
+    import gc
+
+    import sim.cli
+
+    monkeypatch.setattr(sim.cli, "main", lambda: 3)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            sim.cli.entry()
+        assert stop.value.code == 3 and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
