@@ -367,3 +367,74 @@ def test_a_runs_second_question_about_its_loads_takes_the_first_answer_only_for_
         assert got[0] is not again[0]
         step_loads(plans, cap, 99)                               # forget it
         assert got == step_loads(*other)
+
+
+def _symmetric_loads(rng: np.random.Generator, copies: int) -> tuple[np.ndarray, list[Traffic]]:
+    """Loads over *copies* translated copies of a small fabric (as a pipeline send of many pairs
+    or a data-parallel ring over many nodes crosses them), with a few links each copy shares
+    (spines), so that loads meet and links go over capacity."""
+    n_own, n_shared = 30, 6
+    capacity = np.concatenate([np.tile(rng.choice([5.0, 10.0, 20.0], n_own), copies),
+                               rng.choice([10.0, 40.0], n_shared)])
+    loads = []
+    for _ in range(10):
+        own = np.sort(rng.choice(n_own, int(rng.integers(2, 12)), replace=False))
+        own_rate = rng.choice([1.0, 2.5, 4.0, 8.0], len(own))
+        spine = np.sort(rng.choice(n_shared, int(rng.integers(0, 3)), replace=False))
+        ids = np.concatenate([own + k * n_own for k in range(copies)] + [copies * n_own + spine])
+        rate = np.concatenate([own_rate] * copies + [rng.uniform(1.0, 30.0, len(spine))])
+        loads.append(Traffic(float(rng.uniform(0.2, 1.0)), ids.astype(np.int64), rate,
+                             latency_s=float(rng.uniform(0.0, 0.05))))
+    return capacity, loads
+
+
+def _delivered(capacity: np.ndarray, loads: list[Traffic], by_class: bool, seed: int
+               ) -> tuple[list[float], int]:
+    rng = np.random.default_rng(seed)
+    env = simpy.Environment()
+    links = SharedLinks(env, capacity, loads if by_class else None)
+    done: list[float] = []
+
+    def go(at: float, tr: Traffic, share: float):  # type: ignore[no-untyped-def]
+        yield env.timeout(at)
+        yield links.transfer(tr, share)
+        done.append(env.now)
+
+    for _ in range(150):
+        tr = loads[int(rng.integers(len(loads)))]
+        env.process(go(float(rng.uniform(0.0, 30.0)), tr, float(rng.choice([1.0, 0.25]))))
+    env.run()
+    return done, links.solves
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_links_kept_by_class_deliver_as_links_kept_one_by_one(seed: int) -> None:
+    """Links no load tells apart are kept as one (``LinkClasses``, PERF): every delivery time is
+    the same to the bit as with every link kept, over loads that meet and slow each other."""
+    from sim.network.link_classes import LinkClasses
+
+    capacity, loads = _symmetric_loads(np.random.default_rng(seed), copies=16)
+    assert len(LinkClasses(loads, capacity)) < len(capacity) / 8
+    each, solves = _delivered(capacity, loads, False, seed)
+    assert solves > 10
+    assert _delivered(capacity, loads, True, seed) == (each, solves)
+
+
+def test_link_classes_split_by_every_load_and_refuse_a_stranger() -> None:
+    """Two links are one class only with the same capacity and the same rate from every load; a
+    load that tells links of a class apart, or crosses links no load crossed, is refused."""
+    from sim.network.link_classes import LinkClasses
+
+    capacity = np.array([10.0, 10.0, 10.0, 10.0, 20.0, 10.0])
+    a = Traffic(1.0, np.array([0, 1, 2, 3, 4]), np.array([2.0, 2.0, 2.0, 3.0, 2.0]))
+    b = Traffic(1.0, np.array([1, 2]), np.array([1.0, 1.0]))
+    classes = LinkClasses([a, b], capacity)
+    # {0}, {1, 2}, {3}, {4}: 3 has a's other rate, 4 another capacity, 0 lacks b
+    assert len(classes) == 4
+    ids, rate = classes.of(b)
+    assert len(ids) == 1 and rate.tolist() == [1.0]
+    assert sorted(classes.of(a)[1].tolist()) == [2.0, 2.0, 2.0, 3.0]
+    with pytest.raises(ValueError, match="tells apart"):
+        classes.of(Traffic(1.0, np.array([1]), np.array([1.0])))
+    with pytest.raises(ValueError, match="none of the step's loads"):
+        classes.of(Traffic(1.0, np.array([5]), np.array([1.0])))

@@ -8,7 +8,7 @@ import numpy as np
 from ..network.traffic import Traffic
 from .records import StagePlan
 
-__all__ = ["private_loads", "step_loads"]
+__all__ = ["played_loads", "private_loads", "step_loads"]
 
 
 def _compute_loads(sp: StagePlan) -> list[Traffic]:
@@ -30,6 +30,12 @@ def _streams(sp: StagePlan, sends: int) -> list[tuple[list[Traffic], int]]:
     out = [(_compute_loads(sp), 1), (_dp_loads(sp), 1)]
     out += [([t], sends) for t in (sp.p2p_fwd, sp.p2p_bwd) if t is not None]
     return [(loads, n) for loads, n in out if loads]
+
+
+def played_loads(plan: list[StagePlan], private: set[int]) -> list[Traffic]:
+    """Every load of *plan* the engine may play on the shared links: all but the *private* ones
+    (``private_loads``), which it plays as plain delays."""
+    return [t for sp in plan for loads, _ in _streams(sp, 1) for t in loads if id(t) not in private]
 
 
 def private_loads(plan: list[StagePlan], capacity_Bps: np.ndarray, sends: int = 1) -> set[int]:

@@ -27,7 +27,7 @@ import simpy
 from ..network.shared import SharedLinks, succeed_after, wake_at
 from ..network.traffic import Traffic
 from ..workload.schedules import schedule as schedule_steps
-from .loads import step_loads
+from .loads import played_loads, step_loads
 from .ranks import Barrier, Rank
 from .records import EngineResult, Interval, Schedule, Segment, StagePlan
 
@@ -57,13 +57,12 @@ class StepEngine:
         self.jitter = jitter
         self.trace = trace
         self.env = env or simpy.Environment()
-        if links is None and capacity_Bps is not None:
-            links = SharedLinks(self.env, capacity_Bps)
-        self.links = links
-        # a second job's step (*private* given) plays every load that is not private on the links
+        # a second job's step (*links* and *private* given) plays every load not private on them
         self._quiet = [set[int]() for _ in plan]
-        if private is None and links is not None:
-            private, self._quiet = step_loads(plan, links.capacity, micro * vs)
+        if links is None and capacity_Bps is not None:
+            private, self._quiet = step_loads(plan, capacity_Bps, micro * vs)
+            links = SharedLinks(self.env, capacity_Bps, played_loads(plan, private))
+        self.links = links
         self._private = private or set()
         self._start = self.env.now
         self.n_chunks = pp * vs

@@ -7,7 +7,7 @@ import numpy as np
 import simpy
 
 from ..network.shared import SharedLinks
-from .loads import private_loads
+from .loads import played_loads, private_loads
 from .records import EngineResult, Schedule, StagePlan
 from .step import ProcGen, StepEngine
 
@@ -21,9 +21,9 @@ def simulate_together(plan: list[StagePlan], other: list[StagePlan], capacity_Bp
     their transfers on one set of links. *job* / *other_job*: the schedule of each. Returns the
     job's step and the other's completed step times."""
     env = simpy.Environment()
-    links = SharedLinks(env, capacity_Bps)
     sends = max(job.micro * job.vs, other_job.micro * other_job.vs)
     private = private_loads(plan + other, capacity_Bps, sends)
+    links = SharedLinks(env, capacity_Bps, played_loads(plan + other, private))
     eng = StepEngine(plan, job, trace=trace, env=env, links=links, private=private)
     done = eng.start()
     other_steps: list[float] = []

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import functools
 import heapq
+from collections.abc import Iterable
 
 import numpy as np
 import simpy
 from simpy.events import NORMAL
 
 from .fill import TOL, firsts, progressive_fill, unique_sorted_runs
+from .link_classes import LinkClasses
 from .traffic import Traffic
 
 __all__ = ["SharedLinks", "succeed_after", "wake_at"]
@@ -31,6 +33,9 @@ __all__ = ["SharedLinks", "succeed_after", "wake_at"]
 # with (``SharedLinks._register``: a dict entry a link, once per traffic); wider ones (a data-
 # parallel ring over thousands of nodes) would cost more to look up than their bookkeeping saves
 _FEW_LINKS = 4096
+
+# (traffic, capacities + tolerance, ids sorted and distinct, work_s, may run alone, ids, bytes/s)
+_Registered = tuple[Traffic, np.ndarray, bool, float, bool, np.ndarray, np.ndarray]
 
 
 class _Flow:
@@ -55,9 +60,14 @@ class _Flow:
 class SharedLinks:
     """Directed links with capacities (bytes/s), shared by the transfers in flight."""
 
-    def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray) -> None:
+    def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray,
+                 loads: Iterable[Traffic] | None = None) -> None:
+        """*loads* given (every load that may be played on them): their links are kept by class
+        (``LinkClasses``; ``capacity``, ``load`` and a flow's ids are then per class)."""
         self.env = env
-        self.capacity = np.asarray(capacity_Bps, float)
+        self._classes = None if loads is None else LinkClasses(loads, capacity_Bps)
+        self.capacity = (np.asarray(capacity_Bps, float) if self._classes is None
+                         else self._classes.capacity_Bps)
         self.load = np.zeros(len(self.capacity))          # bytes/s of the flows at speed 1
         # insertion-ordered (a dict, not a set: a set of these would iterate in the order of
         # their addresses, and the solve's sums with it)
@@ -65,9 +75,9 @@ class SharedLinks:
         self.slowed = 0                                   # flows now below their speed alone
         self.solves = 0
         # per traffic: (the traffic, its links' capacities, whether its link ids are sorted and
-        # distinct, its work_s: 0 without links, whether it may run without load bookkeeping:
-        # ``_register``); the value keeps the key's object alive
-        self._caps: dict[int, tuple[Traffic, np.ndarray, bool, float, bool]] = {}
+        # distinct, its work_s: 0 without links, whether it may run without load bookkeeping,
+        # its link ids and bytes/s here: ``_register``); the value keeps the key's object alive
+        self._caps: dict[int, _Registered] = {}
         # PERF: every link that can be over capacity (sorted ids; a superset, pruned at each
         # solve): a link only goes over when a transfer starts on it, so while they are few a
         # solve looks them up in each flow's sorted ids instead of reading the load of all its
@@ -108,8 +118,8 @@ class SharedLinks:
             return done
         if done is None:
             done = env.event()
-        ids = traffic.link_ids
-        rate = traffic.link_Bps if share == 1.0 else traffic.link_Bps * share
+        ids = hit[5]
+        rate = hit[6] if share == 1.0 else hit[6] * share
         f = _Flow((key, share), ids, rate, hit[1], work_s, traffic.latency_s, done, env.now)
         self.flows[f] = None
         if not hit[2]:
@@ -146,17 +156,19 @@ class SharedLinks:
             self._reshare()
         return done
 
-    def _register(self, traffic: Traffic) -> tuple[Traffic, np.ndarray, bool, float, bool]:
+    def _register(self, traffic: Traffic) -> _Registered:
         """A traffic seen for the first time: its links' capacities (+ tolerance), whether its
         link ids are sorted and distinct, its work_s (0 without links), whether a flow of it may
         run without load bookkeeping while nobody shares its links (its load alone fits every
         link, and it is not wide); and the traffics it shares a link with, both ways."""
-        key, ids = id(traffic), traffic.link_ids
+        key = id(traffic)
+        ids, rate = ((traffic.link_ids, traffic.link_Bps) if self._classes is None
+                     else self._classes.of(traffic))
         cap = self.capacity[ids] * (1 + TOL)
         wide = len(ids) > _FEW_LINKS
         hit = self._caps[key] = (traffic, cap, bool(np.all(ids[1:] > ids[:-1])),
                                  traffic.work_s if len(ids) else 0.0,
-                                 not wide and not np.count_nonzero(traffic.link_Bps > cap))
+                                 not wide and not np.count_nonzero(rate > cap), ids, rate)
         self._active[key] = 0
         if wide:
             self._wide_keys.add(key)
