@@ -75,6 +75,7 @@ class StepEngine:
         self._comm_cache: dict[int, float | None] = {}
         self._comp_cache: dict[int, tuple[float, int]] = {}
         self._expo_cache: dict[tuple[int, str], tuple[float, Traffic | None]] = {}
+        self._plain_cache: dict[tuple[int, int], tuple[tuple[Segment, ...], tuple[int, ...]]] = {}
 
     # ------------------------------------------------------------------ running
 
@@ -280,31 +281,33 @@ class StepEngine:
         r.computed += 1
         return dt
 
-    def _plain(self, r: Rank, seg: Segment) -> bool:
-        """Whether a segment is a plain delay for this process: compute, or a representative
-        rank's transfer that shares no link, or none now (``step_loads``: its stage's data-
-        parallel stream idle, the only one that could meet it)."""
-        return seg.kind == "compute" or (self.groups is None and (self._delay(seg.traffic) or (
-            r.dp_open == 0 and id(seg.traffic) in self._quiet[r.stage])))
+    def _plain_of(self, r: Rank, segs: tuple[Segment, ...]) -> tuple[int, ...]:
+        """Per segment, whether it is a plain delay for *r*: 0 compute, 1 a transfer that shares no
+        link, 2 none while *r*'s data-parallel stream is idle (``step_loads``), 3 no; cached."""
+        if (hit := self._plain_cache.get((id(segs), r.stage))) is None:
+            quiet, per_rank = self._quiet[r.stage], self.groups is not None
+            hit = self._plain_cache[id(segs), r.stage] = (segs, tuple(   # (segs kept: their id)
+                0 if s.kind == "compute" else 3 if per_rank else 1 if self._delay(s.traffic)
+                else 2 if id(s.traffic) in quiet else 3 for s in segs))
+        return hit[1]
 
     def segments(self, r: Rank, segs: tuple[Segment, ...], label: str, seq: Any) -> ProcGen:
         env = self.env
         i, n = 0, len(segs)
+        plain = ((3,) * n if self.trace else (0,) if n == 1 and segs[0].kind == "compute"
+                 else self._plain_of(r, segs))
         while i < n:
-            if not self.trace and self._plain(r, segs[i]):
-                # PERF: a run of plain delays is one wake-up at the time their timeouts, one after
-                # the other, would reach: the same sums in the same order (jitter draws
-                # included), and nothing else waits on a point inside the run.
-                t, busy = env.now, r.busy
-                while i < n and self._plain(r, segs[i]):
+            if plain[i] < 2 or (plain[i] == 2 and r.dp_open == 0):
+                # PERF: a run of plain delays is one wake-up at the time their timeouts, one after the
+                # other, would reach: the same sums in order (jitter draws included); nothing waits inside.
+                t, busy, most = env.now, r.busy, 2 if r.dp_open == 0 else 1
+                while i < n and plain[i] <= most:
                     seg = segs[i]
-                    if seg.kind == "compute":
+                    if plain[i] == 0:
                         end = t + self._compute_s(r, seg)
                         busy["compute"] += end - t
-                    else:
-                        tr = seg.traffic       # a quiet load (``_plain``): as the links play it
-                        end = (t + seg.seconds if tr is None or self._delay(tr)
-                               else tr.end_alone(t))
+                    else:                      # a quiet load (2, never None): as the links play it
+                        end = t + seg.seconds if plain[i] == 1 else seg.traffic.end_alone(t)  # type: ignore[union-attr]
                         busy["comm"] += end - t
                     t = end
                     i += 1
@@ -379,7 +382,6 @@ class StepEngine:
             return
         tr = sp.p2p_fwd if kind == "F" else sp.p2p_bwd
         self._send(sp.p2p_s, tr, self._share(tr, per_group=False), done=target)
-
 
 
 def simulate(plan: list[StagePlan], schedule: Schedule, *,
