@@ -82,10 +82,13 @@ class SharedLinks:
         # solve): a link only goes over when a transfer starts on it, so while they are few a
         # solve looks them up in each flow's sorted ids instead of reading the load of all its
         # ~25,000 links; the same entries either way (benchmarks/test_bench_training.py,
-        # 98,304 GPUs). None once a flow's ids are not sorted and distinct: always the scan.
-        self._hot: np.ndarray | None = np.zeros(0, np.int64)
+        # 98,304 GPUs). None once a flow's ids are not sorted and distinct: always the scan;
+        # None from the start where links are kept by class and few (a flow's classes are
+        # fewer than its lookup would cost)
+        self._hot: np.ndarray | None = (None if self._classes is not None and len(self.capacity) <= _FEW_LINKS
+                                        else np.zeros(0, np.int64))
         # the speeds of each set of loads in flight solved so far (``_reshare``)
-        self._solved: dict[tuple[tuple[int, float], ...], np.ndarray] = {}
+        self._solved: dict[tuple[tuple[int, float], ...], tuple[list[float], int]] = {}
         # PERF: a transfer with nothing in flight on any of its links, whose load alone fits,
         # runs at its speed alone with no load bookkeeping (``transfer``): for each traffic, the
         # traffics it shares a link with (itself included), found once through the users of each
@@ -282,14 +285,16 @@ class SharedLinks:
         # PERF: the speeds are a function of the loads in flight, in their order: a step meets
         # the same few sets again and again (8,364 solves, 1,109 sets at 98,304 GPUs)
         key = tuple(f.key for f in flows)
-        speed = self._solved.get(key)
-        if speed is None:
+        hit = self._solved.get(key)
+        if hit is None:
             speed = self._solve(flows)
+            # each speed within the tolerance of 1 is 1; how many are below
+            hit = ([x if x < 1.0 - TOL else 1.0 for x in speed.tolist()],
+                   int(np.count_nonzero(speed < 1.0 - TOL)))
             if len(self._solved) < 10_000:
-                self._solved[key] = speed
-        self.slowed = int(np.sum(speed < 1.0 - TOL))
-        for f, x in zip(flows, speed.tolist()):
-            x = min(1.0, x) if x < 1.0 - TOL else 1.0
+                self._solved[key] = hit
+        self.slowed = hit[1]
+        for f, x in zip(flows, hit[0]):
             if x != f.speed or f.version == 0:
                 f.speed = x
                 self._arm(f, split=True)

@@ -12,6 +12,7 @@ on rail 3 loads rail 3's links and not rail 0's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -35,9 +36,10 @@ class Traffic:
     label: str = ""
     latency_s: float = 0.0
 
-    @property
+    @cached_property
     def work_s(self) -> float:
-        """Seconds of transfer at full speed (the part link sharing can stretch)."""
+        """Seconds of transfer at full speed (the part link sharing can stretch); worked out once
+        (PERF: every quiet load's end, ``end_alone``)."""
         return max(0.0, self.seconds - self.latency_s)
 
     def end_alone(self, t: float) -> float:
