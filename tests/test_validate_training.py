@@ -558,3 +558,24 @@ def test_uneven_interleaved_runs_count_embedding_and_loss_as_layers(real: dict[s
     qwen = real["mbridge-25.11-H100-Qwen3_235B_a22B-256"]
     assert qwen.scenario is not None and qwen.scenario["parallelism"]["etp"] == 1
     assert any("expert_tensor_parallel_size 1" in a for a in qwen.assumptions)
+
+
+def test_runs_that_play_one_step_are_scored_in_one_chunk() -> None:
+    """``validate`` on several workers: the runs of the suite that play the same step (one
+    configuration measured by two sources, e.g. MegaScale's Megatron-LM and MegaScale rows) go to
+    one chunk whole, so one worker plays it once; every run is in exactly one chunk, and chunks
+    keep to about six runs."""
+    from sim.validate.training import _CHUNK, _chunks, play_key
+    from sim.validate.training_map import map_runs
+
+    runs = [m for m in map_runs(Path(__file__).resolve().parent.parent / "validation" / "training")
+            if m.supported]
+    chunks = _chunks(runs)
+    assert sorted(i for c in chunks for i in c) == list(range(len(runs)))
+    where = {i: k for k, c in enumerate(chunks) for i in c}
+    by_key: dict[str, set[int]] = {}
+    for i, m in enumerate(runs):
+        by_key.setdefault(play_key(m.scenario or {}), set()).add(where[i])
+    shared = [k for k, c in by_key.items() if sum(play_key(m.scenario or {}) == k for m in runs) > 1]
+    assert shared and all(len(by_key[k]) == 1 for k in shared)
+    assert max(len(c) for c in chunks) < 2 * _CHUNK

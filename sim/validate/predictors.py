@@ -9,7 +9,6 @@ the command line imports it only for the suite that needs it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from ..results import StepResult
 from ..run import run
 from ..topology import Topology, build_topology
 from .collectives import CaseSpec
+from .training import play_key
 
 __all__ = ["CasePredictor", "TrainingPredictor"]
 
@@ -90,7 +90,7 @@ class TrainingPredictor:
         self._steps: dict[str, StepResult] = {}
 
     def __call__(self, raw: Mapping[str, Any]) -> StepResult:
-        key = json.dumps({k: v for k, v in raw.items() if k != "name"}, sort_keys=True, default=str)
+        key = play_key(raw)
         hit = self._steps.get(key)
         if hit is None:
             hit = self._steps[key] = self._play(raw)
