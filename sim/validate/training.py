@@ -218,13 +218,14 @@ def _score_chunk(runs: Sequence[MappedRun]) -> list[TrainingRunResult]:
 
 
 def _chunks(runs: Sequence[MappedRun]) -> list[list[int]]:
-    """The indices of *runs* in chunks of about ``_CHUNK``, in the order of their clusters; runs
-    that play the same step (``play_key``) go to one chunk whole (PERF: a worker plays it once,
-    as one process does: MegaScale's pairs of rows)."""
+    """The indices of *runs* in chunks of about ``_CHUNK`` runs of one cluster, the largest
+    clusters first (their steps take longest: the small ones last even out the workers' ends);
+    runs that play the same step (``play_key``) go to one chunk whole (PERF: a worker plays it
+    once, as one process does: MegaScale's pairs of rows)."""
     same: dict[str, list[int]] = {}
     for i, m in enumerate(runs):
         same.setdefault(play_key(m.scenario or {}), []).append(i)
-    groups = sorted(same.values(), key=lambda g: (str(runs[g[0]].topology), runs[g[0]].chips or 0, g[0]))
+    groups = sorted(same.values(), key=lambda g: (-(runs[g[0]].chips or 0), str(runs[g[0]].topology), g[0]))
     chunks: list[list[int]] = [[]]
     for g in groups:
         if len(chunks[-1]) >= _CHUNK:
