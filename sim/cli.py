@@ -313,9 +313,9 @@ def entry() -> NoReturn:
     """The ``clustersim`` console script and ``python -m sim``: ``main``, then exit with its status.
 
     PERF: before the interpreter shuts down, every object the run made is moved out of the
-    collector's reach (``gc.freeze``), so its last collection does not walk them all (0.045 -> 0.011 s of
-    a 0.4 s ``run``, benchmarks/release.py). Shutdown is otherwise the usual one: exit handlers
-    run, modules are torn down and open files flushed and closed."""
+    collector's reach (``gc.freeze``), so its last collection does not walk them all (0.045 ->
+    0.011 s of a 0.4 s ``run``, benchmarks/release.py). Shutdown is otherwise the usual one: exit
+    handlers run, modules are torn down and open files flushed and closed."""
     status = main()
     gc.freeze()
     sys.exit(status)

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .fill import firsts
 from .fluid import unique_links
 from .traffic import Traffic
 
@@ -26,7 +27,8 @@ __all__ = ["LinkClasses"]
 
 
 class LinkClasses:
-    """The classes of the links the *loads* cross (``capacity_Bps``: per class)."""
+    """The classes of the links the *loads* cross (each load's link ids distinct, as every
+    ``Traffic`` of a step has them); ``capacity_Bps``: per class."""
 
     def __init__(self, loads: Iterable[Traffic], capacity_Bps: np.ndarray) -> None:
         capacity_Bps = np.asarray(capacity_Bps, float)
@@ -73,9 +75,7 @@ class LinkClasses:
             raise ValueError(f"load {traffic.label!r} crosses links none of the step's loads cross")
         order = np.argsort(cls, kind="stable")
         c, r = cls[order], rate[order]
-        first = np.empty(len(c), bool)
-        first[:1] = True
-        np.not_equal(c[1:], c[:-1], out=first[1:])
+        first = firsts(c)
         ours, counts = c[first], np.diff(np.append(np.flatnonzero(first), len(c)))
         if not (np.array_equal(counts, self._size[ours])
                 and np.array_equal(r, np.repeat(r[first], counts))):

@@ -85,8 +85,8 @@ class SharedLinks:
         # 98,304 GPUs). None once a flow's ids are not sorted and distinct: always the scan;
         # None from the start where links are kept by class and few (a flow's classes are
         # fewer than its lookup would cost)
-        self._hot: np.ndarray | None = (None if self._classes is not None and len(self.capacity) <= _FEW_LINKS
-                                        else np.zeros(0, np.int64))
+        few = self._classes is not None and len(self.capacity) <= _FEW_LINKS
+        self._hot: np.ndarray | None = None if few else np.zeros(0, np.int64)
         # the speeds of each set of loads in flight solved so far (``_reshare``)
         self._solved: dict[tuple[tuple[int, float], ...], tuple[list[float], int]] = {}
         # PERF: a transfer with nothing in flight on any of its links, whose load alone fits,
@@ -163,7 +163,8 @@ class SharedLinks:
         """A traffic seen for the first time: its links' capacities (+ tolerance), whether its
         link ids are sorted and distinct, its work_s (0 without links), whether a flow of it may
         run without load bookkeeping while nobody shares its links (its load alone fits every
-        link, and it is not wide); and the traffics it shares a link with, both ways."""
+        link, and it is not wide), its link ids and bytes/s here (per class where links are kept
+        by class); and the traffics it shares a link with, both ways."""
         key = id(traffic)
         ids, rate = ((traffic.link_ids, traffic.link_Bps) if self._classes is None
                      else self._classes.of(traffic))

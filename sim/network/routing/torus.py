@@ -52,7 +52,6 @@ class TorusRouter(Router):
         one whose hop has no link (an edited graph), is left to ``route``. A tie on a wrapped axis
         sends half each way, and both halves meet again before the next axis, as in ``_dor``."""
         shape, wraps = self.fabric.shape, self.fabric.wraps
-        keys, ids, span = self._chip_links
         per_pod = int(np.prod(shape))
         ok = (a // per_pod) == (b // per_pod)
         fixed = a.copy()                     # each flow's chip as it goes, updated axis by axis
