@@ -228,6 +228,8 @@ def test_links_found_by_their_ends_positions_are_the_index_links(name: str, chip
                 if a != b and not topo.graph.has_edge(a, b))
     with pytest.raises(KeyError, match=repr((a, b)).replace("(", r"\(").replace(")", r"\)")):
         links.ids([us[0], a], [vs[0], b])
+    assert links.find_at(links.positions([us[0], a]), links.positions([vs[0], b])).tolist() == [
+        pairs[0][1], -1]                               # no edge: -1 (``find_at``, the torus router's)
     with pytest.raises(KeyError):
         links.id(a, b)
     with pytest.raises(KeyError):

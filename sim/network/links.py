@@ -87,19 +87,24 @@ class LinkTable:
         """Each node position's integer node id (a chip), -1 for a node named otherwise."""
         return np.fromiter((n if type(n) is int else -1 for n in self._pos), np.int64, len(self._pos))
 
-    def ids_at(self, pu: np.ndarray | int, pv: np.ndarray | int) -> np.ndarray:
-        """Link ids of pu[i] -> pv[i] given as node positions (``positions``), in their shape;
-        KeyError if the graph has no such edge."""
+    def find_at(self, pu: np.ndarray | int, pv: np.ndarray | int) -> np.ndarray:
+        """Link ids of pu[i] -> pv[i] given as node positions (``positions``, each >= 0), in
+        their shape; -1 where the graph has no such edge."""
         want = np.asarray(pu, np.int64) * self._n_nodes + np.asarray(pv, np.int64)
-        if not want.size:
-            return np.zeros(want.shape, np.int64)
-        at = np.minimum(np.searchsorted(self._keys, want), max(0, len(self._keys) - 1))
-        found = self._keys[at] == want if len(self._keys) else np.zeros(want.shape, bool)
-        if not found.all():
-            bad = int(want.ravel()[np.flatnonzero(~found.ravel())[0]])
+        if not want.size or not len(self._keys):
+            return np.full(want.shape, -1, np.int64)
+        at = np.minimum(np.searchsorted(self._keys, want), len(self._keys) - 1)
+        return np.where(self._keys[at] == want, self._order[at], -1)
+
+    def ids_at(self, pu: np.ndarray | int, pv: np.ndarray | int) -> np.ndarray:
+        """``find_at``, with a KeyError if the graph has no such edge."""
+        ids = self.find_at(pu, pv)
+        if (ids < 0).any():
+            bad = np.flatnonzero(ids.ravel() < 0)[0]
+            u, v = (np.broadcast_to(np.asarray(x, np.int64), ids.shape).ravel()[bad] for x in (pu, pv))
             nodes = list(self._pos)
-            raise KeyError((nodes[bad // self._n_nodes], nodes[bad % self._n_nodes]))
-        return self._order[at]
+            raise KeyError((nodes[u], nodes[v]))
+        return ids
 
     def ids(self, us: Iterable[Hashable], vs: Iterable[Hashable]) -> np.ndarray:
         """Link ids of us[i] -> vs[i] (KeyError if the graph has no such edge)."""

@@ -30,16 +30,11 @@ class TorusRouter(Router):
 
     def _bulk(self, src: np.ndarray, dst: np.ndarray, idx: np.ndarray, parts: list[Coo]) -> np.ndarray:
         # PERF: a flow between ICI neighbours (most of a torus collective's) is its one link,
-        # found for all flows at once among the chip-to-chip links' sorted (u, v) keys.
-        keys, ids, span = self._chip_links
-        if not len(keys):
-            return np.ones(len(src), bool)
+        # found for all flows at once in the link table (``_chip_link``).
         a, b = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-        chips = (a >= 0) & (b >= 0) & (a < span) & (b < span)
-        want = np.where(chips, a * span + b, -1)
-        at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
-        hit = chips & (keys[at] == want)
-        parts.append((ids[at[hit]], idx[hit], np.ones(int(hit.sum()))))
+        link, chips = self._chip_link(a, b)
+        hit = link >= 0
+        parts.append((link[hit], idx[hit], np.ones(int(hit.sum()))))
         rest = ~hit
         far = np.flatnonzero(rest & chips & (a != b))
         if len(far) and not self.fabric.twisted:
@@ -99,40 +94,43 @@ class TorusRouter(Router):
         return ok
 
     @cached_property
-    def _chip_links(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """The links between two chips (integer nodes) as sorted keys u * span + v, their ids,
-        and span (one more than the largest such chip)."""
-        # PERF: from the link table's arrays of each link's ends, not a walk over (u, v) pairs
-        chip, (pu, pv) = self.links.int_nodes(), self.links.ends_at()
-        both = np.flatnonzero((chip[pu] >= 0) & (chip[pv] >= 0))
-        if not len(both):
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), 1
-        u, v = chip[pu[both]], chip[pv[both]]
-        span = 1 + int(max(u.max(), v.max()))
-        keys = np.concatenate([u * span + v, v * span + u])
-        ids = np.concatenate([2 * both, 2 * both + 1])
-        order = np.argsort(keys)
-        return keys[order], ids[order], span
+    def _chip_at(self) -> np.ndarray:
+        """Each chip's node position in the link table, by chip number (-1: no such chip)."""
+        chip = self.links.int_nodes()
+        at = np.flatnonzero(chip >= 0)
+        out = np.full(int(chip[at].max()) + 1 if len(at) else 0, -1, np.int64)
+        out[chip[at]] = at
+        return out
+
+    def _chip_at_of(self, chips: np.ndarray) -> np.ndarray:
+        """``_chip_at`` of each of *chips* (-1 for a number that is no chip)."""
+        table = self._chip_at
+        ok = (chips >= 0) & (chips < len(table))
+        return np.where(ok, table[np.where(ok, chips, 0)] if len(table) else -1, -1)
+
+    def _chip_link(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the link chip a[i] -> chip b[i], -1 where there is none; whether both are chips)."""
+        pa, pb = self._chip_at_of(a), self._chip_at_of(b)
+        both = (pa >= 0) & (pb >= 0)
+        out = np.full(len(a), -1, np.int64)
+        out[both] = self.links.find_at(pa[both], pb[both])
+        return out, both
 
     @cached_property
     def _hop_links(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per axis, the link from each chip (by number) to its next chip along the axis, one
-        way and the other (-1: none, as without a wrap link): ``_chip_links``' lookup made once a
-        chip (PERF: ``_dor_bulk``'s hops, run-tpu-v4)."""
-        keys, ids, span = self._chip_links
+        way and the other (-1: none, as without a wrap link), found once a chip (PERF:
+        ``_dor_bulk``'s hops, run-tpu-v4)."""
         shape = self.fabric.shape
         per_pod = int(np.prod(shape))
-        chips = np.arange(span)
+        chips = np.arange(len(self._chip_at))
         coords = np.unravel_index(chips % per_pod, shape)
         out = []
         for ax, length in enumerate(shape):
             stride = int(np.prod(shape[ax + 1:]))
-            sides = []
-            for step in (1, -1):
-                want = chips * span + chips + ((coords[ax] + step) % length - coords[ax]) * stride
-                at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
-                sides.append(np.where(keys[at] == want, ids[at], -1))
-            out.append((sides[0], sides[1]))
+            ways = [self._chip_link(chips, chips + ((coords[ax] + step) % length - coords[ax]) * stride)[0]
+                    for step in (1, -1)]
+            out.append((ways[0], ways[1]))
         return out
 
     def _policy(self, src: Hashable, dst: Hashable, w: float, acc: dict[int, float]) -> None:
