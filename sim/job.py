@@ -31,10 +31,10 @@ __all__ = ["Job", "Neighbour", "resolve_job", "schedule_of", "EVENTS_PER_S", "DE
 
 # The engine's events per second on a 2-core machine where a step's transfers share links (the
 # common case: each event then carries the links' bookkeeping), which turns the work estimate into
-# the seconds a refusal quotes: 225-330 k/s on the bundled scenarios whose links are shared since
-# links are kept by class (110-210 k/s before: the figure is kept, an estimate on the safe side),
-# bare simpy ~0.9 M/s (benchmarks/test_bench_estimate.py holds the estimate to the measured time
-# on three sizes).
+# the seconds a refusal quotes. The bundled scenarios whose transfers share links play 225-330 k/s
+# since links are kept by class (110-210 k/s before); the figure stays below them, on the safe
+# side (benchmarks/test_bench_estimate.py holds the estimate within 3x of the played step on
+# three sizes); bare simpy ~0.9 M/s.
 # The default work limit of a command, ~1 minute of simulation: larger plans are refused up front
 # with the estimate, and run with --max-events.
 EVENTS_PER_S = 150_000
