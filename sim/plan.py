@@ -242,7 +242,7 @@ def _plan_topology(req: PlanRequest, topology: str,
     from .engine import step_floor
     from .job import network_of, schedule_of
     from .run import run
-    from .stages import plan_stages
+    from .stages import pass_floors, plan_stages
     from .workload.memory import check_fits, memory_per_chip
     from .workload.transformer import build_workload
     from .workload.xla_remat import xla_fit
@@ -270,12 +270,12 @@ def _plan_topology(req: PlanRequest, topology: str,
             if topo is None:
                 topo, net = network_of(scn.cluster)
             assert net is not None
-            # the floor from the last stage alone (its layers, the head and the loss),
-            # its data-parallel transfers left out
+            # the floor from the last stage alone (its layers, the head and the loss, the
+            # pipeline's fill before it and drain after it), its transfers left out
             ends = [scn.parallelism.pp - 1]
             sched = schedule_of(scn, wl)
             floor = step_floor(plan_stages(wl, net, traffic=False, stages=ends, floor_only=True),
-                               sched, ends)
+                               sched, ends, pass_floors(wl))
             screened.append(_Screened(floor, len(screened), lay, wl, mem, sched))
             tp_plan.layouts_screened += 1
         if not screened:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .hardware import Chip
     from .software import SoftwareProfile
 
-__all__ = ["compute_model", "plan_stages", "StackEfficiency"]
+__all__ = ["compute_model", "plan_stages", "pass_floors", "StackEfficiency"]
 
 StackEfficiency = dict[tuple[str, str, str], float]
 
@@ -331,6 +331,41 @@ def plan_stages(wl: Workload, net: CollectiveModel, stack_efficiency: StackEffic
             fsdp_layer_gather_s=dp.gather_s, replica_layer_s=dp.replica_s, replica_tail_s=dp.tail_s,
             optimizer_s=dp.optimizer_s, param_gather_s=dp.param_gather_s, **loads))
     return plans
+
+
+def pass_floors(wl: Workload, stack_efficiency: StackEfficiency | None = None
+                ) -> tuple[tuple[float, float], ...]:
+    """Per stage, a floor under any one forward and any one backward step of its chunks in
+    ``plan_stages``' plans: its fewest layers in a chunk times its mean layer's kernels alone
+    (each kind's ops as one stretch on the stream: a pass splits them around its collectives
+    into stretches that take no less, and its transfers, offload and waits only add). The plan
+    screen's pipeline fill and drain (``sim.engine.step_floor``'s *passes*)."""
+    par = wl.scenario.parallelism
+    cm = compute_model(wl.scenario, stack_efficiency)
+
+    def ops(items: tuple[Item, ...]) -> list[Op]:
+        return [i for i in items if isinstance(i, Op)]
+    kind_s: dict[int, tuple[float, float]] = {}
+
+    def mean_layer(stage: int) -> tuple[float, float]:
+        f = b = 0.0
+        for layer, weight in wl.stage_mix(stage):
+            lw = kind_s.get(id(layer))
+            if lw is None:
+                lw = kind_s[id(layer)] = (cm.stream_time_s(ops(layer.forward)),
+                                          cm.stream_time_s(ops(layer.recompute + layer.backward)))
+            f += weight * lw[0]
+            b += weight * lw[1]
+        return f, b
+    if len(wl.kinds) == 1 and wl.mtp_kind is None and not par.uneven:
+        f, b = mean_layer(par.pp - 1)           # every stage's: one kind, as many layers
+        return ((wl.layers_per_chunk * f, wl.layers_per_chunk * b),) * par.pp
+    out = []
+    for stage in range(par.pp):
+        f, b = mean_layer(stage)
+        fewest = min(par.stage_chunk_layers(stage)) if par.uneven else wl.layers_per_chunk
+        out.append((fewest * f, fewest * b))
+    return tuple(out)
 
 
 def _stage_loads(net: CollectiveModel, lay: Layout, stage: int, wl: Workload, dp: _DataParallel,

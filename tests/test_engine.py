@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sim.config import scenario_from_dict
-from sim.engine import Schedule, Segment, StagePlan, simulate
+from sim.engine import Schedule, Segment, StagePlan, simulate, step_floor
 from sim.run import run
 from sim.workload.schedules import schedule
 
@@ -27,9 +27,15 @@ def plan(f: float, b: float, p2p: float = 0.0, layers: int = 1) -> StagePlan:
 def test_pipeline_step_is_the_textbook_formula(kind: str, pp: int, m: int) -> None:
     # Uniform stages, free transfers: (m + pp - 1) (F + B) (Narayanan et al. 2021, section 2.2).
     f, b = 1.0, 2.0
-    r = simulate([plan(f, b)] * pp, Schedule(pp=pp, vs=1, micro=m, schedule_kind=kind))
+    kw = Schedule(pp=pp, vs=1, micro=m, schedule_kind=kind)
+    r = simulate([plan(f, b)] * pp, kw)
     assert r.step_time_s == pytest.approx((m + pp - 1) * (f + b))
     assert r.breakdown_s["pipeline_bubble"] == pytest.approx((pp - 1) * (f + b))
+    # the plan screen's floor from the last stage alone: its m (F + B), after the first
+    # micro-batch's forward through the pp - 1 stages before it and before its last gradient's
+    # way back through them: the whole step here, the bubble included
+    assert step_floor([plan(f, b)], kw, [pp - 1], [(f, b)] * pp) == pytest.approx(r.step_time_s)
+    assert step_floor([plan(f, b)], kw, [pp - 1]) == pytest.approx(m * (f + b))
 
 
 def test_interleaving_shrinks_the_bubble_by_the_virtual_stages() -> None:
@@ -138,7 +144,7 @@ def test_fast_step_is_the_engine_over_a_grid_of_layouts() -> None:
     from sim.collectives import CollectiveModel
     from sim.config import scenario_from_dict
     from sim.engine import fast_step, simulate, step_floor
-    from sim.stages import plan_stages
+    from sim.stages import pass_floors, plan_stages
     from sim.topology import build_topology
     from sim.workload.transformer import build_workload
 
@@ -166,10 +172,40 @@ def test_fast_step_is_the_engine_over_a_grid_of_layouts() -> None:
         assert b.breakdown_s["compute"] + b.breakdown_s["optimizer"] <= floor * (1 + 1e-8)
         assert floor <= b.step_time_s
         assert step_floor(plans[-1:], kw, [pp - 1]) <= floor
+        # with the pipeline's fill and drain: still below the step, above the floor without
+        # them wherever there is a pipeline
+        filled = step_floor(plans[-1:], kw, [pp - 1], pass_floors(wl))
+        assert step_floor(plans[-1:], kw, [pp - 1]) * (pp > 1) < filled <= b.step_time_s
         for k, v in a.breakdown_s.items():
             assert b.breakdown_s[k] == pytest.approx(v, rel=5e-3, abs=1e-9), k
         checked += 1
     assert checked >= 20
+
+
+@pytest.mark.parametrize("name, over", [
+    ("deepseek-v3-256xh100", {}),                                   # uneven, dense-first, MTP
+    ("nemotron-3-nano-16xh100", {"pp": 2}),                         # Mamba-2 hybrid
+    ("nemotron-3-nano-16xh100", {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}),
+    ("qwen3-30b-a3b-16xh100", {"pp": 2, "ep": 4}),                  # MoE, overlapped dispatch
+])
+def test_the_pipeline_fill_floor_holds_on_mixed_stacks(name: str, over: dict) -> None:
+    """The plan screen's floor with the pipeline's fill and drain (``sim.stages.pass_floors``)
+    stays under the step where stages hold different layer kinds, numbers of layers, MTP
+    modules or overlapped expert traffic, and lies above the floor without them."""
+    from sim.config import load_scenario
+    from sim.engine import fast_step
+    from sim.job import network_of, schedule_of
+    from sim.stages import pass_floors, plan_stages
+    from sim.workload.transformer import build_workload
+
+    raw = dict(load_scenario(REPO / "scenarios" / f"{name}.yaml").raw)
+    raw["parallelism"] = {**raw.get("parallelism", {}), **over}
+    scn = scenario_from_dict(raw)
+    wl = build_workload(scn)
+    plans = plan_stages(wl, network_of(scn.cluster)[1], traffic=False)
+    kw, last = schedule_of(scn, wl), [scn.parallelism.pp - 1]
+    step = fast_step(plans, kw).step_time_s
+    assert step_floor(plans[-1:], kw, last) < step_floor(plans[-1:], kw, last, pass_floors(wl)) <= step
 
 
 def test_exact_event_log_of_a_two_stage_pipeline() -> None:

@@ -90,15 +90,20 @@ def fast_step(plan: list[StagePlan], schedule: Schedule) -> EngineResult:
     return _result(plan, lanes)
 
 
-def step_floor(plan: list[StagePlan], schedule: Schedule, stages: Sequence[int] | None = None) -> float:
+def step_floor(plan: list[StagePlan], schedule: Schedule, stages: Sequence[int] | None = None,
+               passes: Sequence[tuple[float, float]] | None = None) -> float:
     """A floor under ``fast_step(plan, schedule).step_time_s`` in a few operations a (stage,
     chunk): a stage plays its steps one after another, so it finishes no sooner than their
     seconds summed plus its optimizer and parameter gather (waits for other stages, the
     pipeline's bubble and the data-parallel stream's exposed rest only add to that), and the
     step no sooner than any stage. *plan* may hold some stages only (``plan_stages(...,
-    stages=)``), *stages* naming them (None: every stage, in order). Lowered by a relative 1e-9
-    so that sums taken in another order than ``fast_step``'s never lift it above the step. The
-    plan search skips the layouts whose floor lies above the steps it ranks."""
+    stages=)``), *stages* naming them (None: every stage, in order). With *passes* (every
+    stage's floor under one forward and one backward step: ``sim.stages.pass_floors``) the
+    pipeline's fill and drain too: a stage's first forward waits for that micro-batch's
+    forward through every stage before it, and its last backward's gradient then goes back
+    through them, the first stage finishing no sooner. Lowered by a relative 1e-9 so that sums
+    taken in another order than ``fast_step``'s never lift it above the step. The plan search
+    skips the layouts whose floor lies above the steps it ranks."""
     pp = schedule.pp
     n_chunks = pp * schedule.vs
     floor = 0.0
@@ -109,8 +114,22 @@ def step_floor(plan: list[StagePlan], schedule: Schedule, stages: Sequence[int] 
             before, layer, _, n_layers, after, *_ = _shape(sp, lane, kind, c, c * pp + st, False,
                                                            n_chunks, pp)
             busy += n * (before + n_layers * layer + after)
-        floor = max(floor, busy + sp.replica_tail_s + sp.optimizer_s + sp.param_gather_s)
+        fill = drain = 0.0
+        if passes is not None and st > 0:
+            first, last = _end_kinds(schedule, st)
+            fill = sum(f for f, _ in passes[:st]) if first == "F" else 0.0
+            drain = sum(b for _, b in passes[:st]) if last == "B" else 0.0
+        tail = sp.replica_tail_s + sp.optimizer_s + sp.param_gather_s
+        floor = max(floor, fill + busy + max(tail, drain))
     return floor * (1 - 1e-9)
+
+
+@functools.lru_cache(maxsize=4096)
+def _end_kinds(schedule: Schedule, st: int) -> tuple[str, str]:
+    """The kinds of stage *st*'s first and last steps in *schedule*."""
+    steps = schedule_steps(schedule.schedule_kind, st, schedule.pp, schedule.micro, schedule.vs,
+                           schedule.group, schedule.flushes)
+    return steps[0][0], steps[-1][0]
 
 
 @functools.lru_cache(maxsize=4096)

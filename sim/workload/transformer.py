@@ -76,24 +76,39 @@ class Workload:
 
     def stage_layers(self, stage: int) -> tuple[int, ...]:
         """The model layers (indices) pipeline *stage* holds, all of its chunks."""
-        par = self.scenario.parallelism
-        per = par.model_chunk_layers
-        starts = [sum(per[:g]) for g in range(len(per))]
-        out: list[int] = []
-        for c in range(par.virtual_stages):
-            g = c * par.pp + stage
-            out += range(starts[g], starts[g] + per[g])
-        return tuple(out)
+        return self._stage(stage)[0]
 
     def stage_counts(self, stage: int) -> tuple[tuple[LayerWork, int], ...]:
         """(layer work, how many) of every kind *stage* runs: its layers and, on the last stage,
         the multi-token-prediction modules' layers."""
+        return self._stage(stage)[1]
+
+    # PERF: the stage plans, their floors and the memory estimate ask for a stage's layers and
+    # kinds many times a layout; each stage's worked out once (the workload is frozen).
+    @functools.cached_property
+    def _stage_memo(self) -> dict[int, tuple[tuple[int, ...], tuple[tuple[LayerWork, int], ...]]]:
+        return {}
+
+    def _stage(self, stage: int) -> tuple[tuple[int, ...], tuple[tuple[LayerWork, int], ...]]:
+        """*stage*'s model layers (indices) and (layer work, how many) of each kind it runs."""
+        hit = self._stage_memo.get(stage)
+        if hit is not None:
+            return hit
+        par = self.scenario.parallelism
+        per = par.model_chunk_layers
+        layers: list[int] = []
+        for c in range(par.virtual_stages):
+            g = c * par.pp + stage
+            start = sum(per[:g])
+            layers += range(start, start + per[g])
         counts: dict[int, int] = {}
-        for i in self.stage_layers(stage):
+        for i in layers:
             counts[self.layer_kinds[i]] = counts.get(self.layer_kinds[i], 0) + 1
-        if self.mtp_kind is not None and stage == self.scenario.parallelism.pp - 1:
+        if self.mtp_kind is not None and stage == par.pp - 1:
             counts[self.mtp_kind] = counts.get(self.mtp_kind, 0) + self.mtp_layers
-        return tuple((self.kinds[k], n) for k, n in sorted(counts.items()))
+        out = self._stage_memo[stage] = (tuple(layers),
+                                         tuple((self.kinds[k], n) for k, n in sorted(counts.items())))
+        return out
 
     def stage_mix(self, stage: int) -> tuple[tuple[LayerWork, float], ...]:
         """The stage's mean layer: each kind's work with its weight (its count over the stage's
