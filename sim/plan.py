@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
 
-from .config import data_parallel, load_topology_spec, scenario_from_dict
+from .config import data_parallel, load_topology_spec, scenario_from_dict, with_layout
 from .errors import ConfigError, SimError
 from .topology_spec import GpuClusterSpec
 
@@ -110,30 +110,37 @@ class TopologyPlan:
         return min(self.best.values(), key=lambda c: c.days) if self.best else None
 
 
-# What screening costs on a 2-core machine (the plan row of benchmarks/release.py, 2026-11-27:
-# 7,372 layouts tried, 5,377 fitting, 22.6 M pipeline steps among them, in ~10.4 s): per layout
-# (scenario, workload, memory, the floor's stage plan) and per pipeline step, the latter spread
-# over every layout: only those the floor lets through (~1 in 11) get every stage's plan and the
-# closed-form schedule's play (~5 us a step). benchmarks/test_bench_estimate.py holds the
-# estimate to the measured plan (between 1/1.5 and 4x).
-SCREEN_LAYOUT_S = 1.2e-3
-SCREEN_STEP_S = 2e-7
+# What screening costs on a 2-core machine (the plan row of benchmarks/release.py searched in one
+# process, 2026-11-28: 7,372 layouts tried in 3.5 s, 110 of them timed in full, their 22,644
+# pipeline steps played by ``fast_step`` at ~1.2 us each): per layout (its scenario, workload,
+# memory, XLA's remat trials, the floor's stage plan, and its share of each size's graph,
+# timings and confirmation), and per pipeline step of the layouts the floor lets through, taken
+# as ``SCREEN_TIMED`` a size (4 to 13 there) of its layouts' mean steps.
+# benchmarks/test_bench_estimate.py holds the estimate to the measured plan (1/1.5 to 4x).
+SCREEN_LAYOUT_S = 4.7e-4
+SCREEN_STEP_S = 1.2e-6
+SCREEN_TIMED = 16
 # A plan estimated to screen longer than this is refused (``plan --yes`` runs it anyway).
 MAX_SCREEN_S = 600.0
 
 
 def screen_estimate(req: PlanRequest) -> tuple[int, float]:
     """(layouts, seconds) the search of *req* screens at most: every layout of every size (the
-    search may stop growing the cluster earlier), each one's workload and its pipeline steps."""
+    search may stop growing the cluster earlier), each one's workload, and the pipeline steps of
+    those a size times in full (``SCREEN_TIMED`` of its mean layout)."""
     n, seconds = 0, 0.0
     for topology in req.topologies:
         sizes, probe, size_layouts = _search_space(req, topology)
         for chips in sizes:
+            steps = []
             for lay in size_layouts(chips):
                 dp = data_parallel(chips, lay["tp"], lay["pp"], cp=1)
                 micro = lay["global_batch"] // (lay["micro_batch"] * dp)
-                n += 1
-                seconds += SCREEN_LAYOUT_S + SCREEN_STEP_S * 2 * lay["pp"] * lay["virtual_stages"] * micro
+                steps.append(2 * lay["pp"] * lay["virtual_stages"] * micro)
+            n += len(steps)
+            seconds += SCREEN_LAYOUT_S * len(steps)
+            if steps:
+                seconds += SCREEN_STEP_S * min(SCREEN_TIMED, len(steps)) * sum(steps) / len(steps)
     return n, seconds
 
 
@@ -242,7 +249,8 @@ def _plan_topology(req: PlanRequest, topology: str,
     from .engine import step_floor
     from .job import network_of, schedule_of
     from .run import run
-    from .stages import pass_floors, plan_stages
+    from .stage_floors import pass_floors
+    from .stages import plan_stages
     from .workload.memory import check_fits, memory_per_chip
     from .workload.transformer import build_workload
     from .workload.xla_remat import xla_fit
@@ -257,10 +265,13 @@ def _plan_topology(req: PlanRequest, topology: str,
     for chips in track(sizes, len(sizes), f"plan {topology}"):
         screened: list[_Screened] = []
         reasons: list[str] = []
-        topo = net = None
+        topo = net = first = None
         for lay in size_layouts(chips):
             try:
-                scn = scenario_from_dict(_scenario(req, topology, chips, lay, global_batch, gpu), "plan")
+                raw = _scenario(req, topology, chips, lay, global_batch, gpu)
+                # the size's first scenario read whole, the others' training and parallelism
+                first = scn = (scenario_from_dict(raw, "plan") if first is None
+                               else with_layout(first, raw))
                 wl = build_workload(scn)
                 scn, wl, mem = xla_fit(scn, wl, memory_per_chip(wl))
                 check_fits(wl, mem)

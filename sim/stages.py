@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .hardware import Chip
     from .software import SoftwareProfile
 
-__all__ = ["compute_model", "plan_stages", "pass_floors", "StackEfficiency"]
+__all__ = ["compute_model", "plan_stages", "StackEfficiency"]
 
 StackEfficiency = dict[tuple[str, str, str], float]
 
@@ -69,6 +69,10 @@ def _overlap_gemm_s(items: tuple[Item, ...], i: int, cm: ComputeModel) -> float:
     return total
 
 
+_GROUP_OF = {"tp": Layout.tp_group, "cp": Layout.cp_group, "ep": Layout.ep_group, "etp": Layout.etp_group,
+             "dp": Layout.dp_group}                # a collective's group on a stage, by its kind
+
+
 def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
               groups: Mapping[str, list[list[int]]] | None, lay: Layout,
               stage: int) -> tuple[Segment, ...]:
@@ -76,6 +80,7 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
     of each kind in this stage) each collective carries the load of all of them."""
     out: list[Segment] = []
     ops: list[Op] = []
+    members: dict[str, list[int]] = {}
     for i, it in enumerate(items):
         if isinstance(it, Op):
             ops.append(it)
@@ -83,8 +88,9 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
         if ops:
             out.append(Segment("compute", cm.stream_time_s(ops)))
             ops = []
-        group = {"tp": lay.tp_group, "cp": lay.cp_group, "ep": lay.ep_group, "etp": lay.etp_group,
-                 "dp": lay.dp_group}[it.group](stage)
+        group = members.get(it.group)
+        if group is None:
+            group = members[it.group] = _GROUP_OF[it.group](lay, stage)
         size = max(1, it.size_bytes)
         seconds = net.time(it.op, size, group).time_s
         if (it.group == "tp" and cm.profile.tp_comm_overlap
@@ -138,8 +144,9 @@ def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: Collecti
     ring's time beyond the attention it hides behind."""
     scn = wl.scenario
     groups = lay.groups(stage) if traffic else None
-    fwd = _segments(layer.forward, cm, net, groups, lay, stage)
-    bwd = _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage)
+    fwd, bwd = (_passes_alone(layer, cm, net, lay, stage) if groups is None else
+                (_segments(layer.forward, cm, net, groups, lay, stage),
+                 _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage)))
     if cm.profile.ep_comm_overlap and scn.parallelism.microbatches > 1:
         fwd, bwd = _ep_overlap(fwd, bwd, _comm_sm_share(cm))
     elif _syncs_on_token_counts(scn, layer, cm):
@@ -158,6 +165,27 @@ def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: Collecti
                                         label="cp") if traffic else None)
         fwd += (Segment("cp", cp_f, "cp", ring_load and ring_load.with_seconds(cp_f)),)
         bwd += (Segment("cp", cp_b, "cp", ring_load and ring_load.with_seconds(cp_b)),)
+    return fwd, bwd
+
+
+# PERF: a plan's layouts of one size share their (interned) layers and often their ranks' layout
+# (ZeRO, the schedule and the micro-batches do not enter it): each layer's segments alone on the
+# network per (layout, stage) once, keyed by identity, each entry holding what it was made for.
+_ALONE: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+
+def _passes_alone(layer: LayerWork, cm: ComputeModel, net: CollectiveModel, lay: Layout,
+                  stage: int) -> tuple[tuple[Segment, ...], tuple[Segment, ...]]:
+    """*layer*'s forward and backward segments on *stage*, its transfers alone (no loads)."""
+    key = (id(layer), id(cm), id(net), lay, stage)
+    hit = _ALONE.get(key)
+    if hit is not None and hit[0] is layer and hit[1] is cm and hit[2] is net:
+        return hit[3], hit[4]
+    if len(_ALONE) >= 8192:
+        _ALONE.clear()
+    fwd = _segments(layer.forward, cm, net, None, lay, stage)
+    bwd = _segments(layer.recompute + layer.backward, cm, net, None, lay, stage)
+    _ALONE[key] = (layer, cm, net, fwd, bwd)
     return fwd, bwd
 
 
@@ -242,8 +270,8 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
         net = _FREE
     scn = wl.scenario
     par = scn.parallelism
-    dpg = lay.shard_group(stage)            # all data-parallel ranks unless hybrid sharding
-    shard = len(dpg)
+    dpg = lay.shard_group(stage) if transfers else []   # all dp ranks unless hybrid sharding
+    shard = lay.shard_dp * lay.cp                       # (its ranks: only where a transfer is timed)
     # bf16 gradients: the performance recipes reduce in bf16 (NeMo's and Megatron-Bridge's perf
     # configs set grad_reduce_in_fp32 = False, against bf16_mixed's True)
     n_layers = max(1, len(wl.stage_layers(stage)))
@@ -331,41 +359,6 @@ def plan_stages(wl: Workload, net: CollectiveModel, stack_efficiency: StackEffic
             fsdp_layer_gather_s=dp.gather_s, replica_layer_s=dp.replica_s, replica_tail_s=dp.tail_s,
             optimizer_s=dp.optimizer_s, param_gather_s=dp.param_gather_s, **loads))
     return plans
-
-
-def pass_floors(wl: Workload, stack_efficiency: StackEfficiency | None = None
-                ) -> tuple[tuple[float, float], ...]:
-    """Per stage, a floor under any one forward and any one backward step of its chunks in
-    ``plan_stages``' plans: its fewest layers in a chunk times its mean layer's kernels alone
-    (each kind's ops as one stretch on the stream: a pass splits them around its collectives
-    into stretches that take no less, and its transfers, offload and waits only add). The plan
-    screen's pipeline fill and drain (``sim.engine.step_floor``'s *passes*)."""
-    par = wl.scenario.parallelism
-    cm = compute_model(wl.scenario, stack_efficiency)
-
-    def ops(items: tuple[Item, ...]) -> list[Op]:
-        return [i for i in items if isinstance(i, Op)]
-    kind_s: dict[int, tuple[float, float]] = {}
-
-    def mean_layer(stage: int) -> tuple[float, float]:
-        f = b = 0.0
-        for layer, weight in wl.stage_mix(stage):
-            lw = kind_s.get(id(layer))
-            if lw is None:
-                lw = kind_s[id(layer)] = (cm.stream_time_s(ops(layer.forward)),
-                                          cm.stream_time_s(ops(layer.recompute + layer.backward)))
-            f += weight * lw[0]
-            b += weight * lw[1]
-        return f, b
-    if len(wl.kinds) == 1 and wl.mtp_kind is None and not par.uneven:
-        f, b = mean_layer(par.pp - 1)           # every stage's: one kind, as many layers
-        return ((wl.layers_per_chunk * f, wl.layers_per_chunk * b),) * par.pp
-    out = []
-    for stage in range(par.pp):
-        f, b = mean_layer(stage)
-        fewest = min(par.stage_chunk_layers(stage)) if par.uneven else wl.layers_per_chunk
-        out.append((fewest * f, fewest * b))
-    return tuple(out)
 
 
 def _stage_loads(net: CollectiveModel, lay: Layout, stage: int, wl: Workload, dp: _DataParallel,

@@ -144,7 +144,8 @@ def test_fast_step_is_the_engine_over_a_grid_of_layouts() -> None:
     from sim.collectives import CollectiveModel
     from sim.config import scenario_from_dict
     from sim.engine import fast_step, simulate, step_floor
-    from sim.stages import pass_floors, plan_stages
+    from sim.stage_floors import pass_floors
+    from sim.stages import plan_stages
     from sim.topology import build_topology
     from sim.workload.transformer import build_workload
 
@@ -189,13 +190,14 @@ def test_fast_step_is_the_engine_over_a_grid_of_layouts() -> None:
     ("qwen3-30b-a3b-16xh100", {"pp": 2, "ep": 4}),                  # MoE, overlapped dispatch
 ])
 def test_the_pipeline_fill_floor_holds_on_mixed_stacks(name: str, over: dict) -> None:
-    """The plan screen's floor with the pipeline's fill and drain (``sim.stages.pass_floors``)
+    """The plan screen's floor with the pipeline's fill and drain (``sim.stage_floors.pass_floors``)
     stays under the step where stages hold different layer kinds, numbers of layers, MTP
     modules or overlapped expert traffic, and lies above the floor without them."""
     from sim.config import load_scenario
     from sim.engine import fast_step
     from sim.job import network_of, schedule_of
-    from sim.stages import pass_floors, plan_stages
+    from sim.stage_floors import pass_floors
+    from sim.stages import plan_stages
     from sim.workload.transformer import build_workload
 
     raw = dict(load_scenario(REPO / "scenarios" / f"{name}.yaml").raw)

@@ -65,6 +65,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("goodput",),                                      # a scenario's failures: units, rates, recovery
     ("results",),                                      # run records
     ("stages",),                                       # workload + network -> per-stage plans
+    ("stage_floors",),                                 # floors under a stage's passes (plan screen)
     ("job",),                                          # a scenario resolved once for its step
     ("straggler_step", "shared_step"),                 # the step with stragglers; beside a 2nd job
     ("training",),                                     # one step of a job -> StepResult

@@ -155,3 +155,40 @@ def test_topologies_searched_in_processes_plan_as_one_process_does() -> None:
     bad = PlanRequest(**{**req.__dict__, "max_chips": 4})      # below one DGX node
     with pytest.raises(ConfigError, match="--max-chips: 4 is below the smallest dgx-h100"):
         plan(bad, workers=2)
+
+
+@pytest.mark.parametrize("topology, chips, model", [
+    ("dgx-h100", 64, "llama3-70b"), ("tpu-v5p", 128, "llama3-70b"),
+    ("dgx-h100", 16, {"preset": "mixtral-8x7b", "layers": 8})])
+def test_a_layout_read_alone_is_the_scenario_read_whole(topology: str, chips: int, model) -> None:
+    """The plan search reads a size's first scenario whole and only the training and parallelism
+    sections of the others (``sim.config.with_layout``): every layout of the size gives the same
+    scenario, or the same error, as reading it whole."""
+    from sim.config import scenario_from_dict, with_layout
+    from sim.errors import ConfigError
+    from sim.plan import PlanRequest, _scenario
+
+    req = PlanRequest(model=model, tokens=1e12, days=30, topologies=(topology,),
+                      prices={topology: 2.0})
+    first = None
+    compared = refused = 0
+    for lay in layouts(chips, 80 if model == "llama3-70b" else 8, 64 if model == "llama3-70b" else 32,
+                       topology.startswith("dgx"), 8, 512):
+        for seq in (req.seq_len, 4096):
+            raw = _scenario(PlanRequest(**{**req.__dict__, "seq_len": seq}), topology, chips, lay,
+                            512, topology.startswith("dgx"))
+            whole = scenario_from_dict(raw, "plan")
+            first = first or whole
+            assert with_layout(first, raw) == whole
+            compared += 1
+            # a layout the model or the batch refuses: the same message
+            for section, key, value in (("parallelism", "tp", 3), ("parallelism", "pp", 7),
+                                        ("training", "micro_batch", 0)):
+                bad = {**raw, section: {**raw[section], key: value}}
+                with pytest.raises(ConfigError) as e:
+                    scenario_from_dict(bad, "plan")
+                with pytest.raises(ConfigError) as alone:
+                    with_layout(first, bad)
+                assert str(alone.value) == str(e.value)
+                refused += 1
+    assert compared > 20 and refused == 3 * compared

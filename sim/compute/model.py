@@ -194,6 +194,8 @@ class ComputeModel:
         table = cal.STACK_EFFICIENCY if stack_efficiency is None else stack_efficiency
         self.stack_efficiency = stack_efficiency_of(table, stack_key(profile, chip, precision))
         self._memo: dict[Op, float] = {}
+        # PERF: (op, time, launches) by the op's identity (interned layers' ops), held alive
+        self._by_id: dict[int, tuple[Op, float, int]] = {}
         self.sms = chip.sms or 1
         # software.kernel_tables: constants fitted on the user's own tables (sim.compute.folder_fit),
         # each kind the folder cannot fit kept at the bundled constant
@@ -357,9 +359,15 @@ class ComputeModel:
     def stream_time_s(self, ops: Iterable[Op]) -> float:
         """A stretch of kernels on one stream: the sum of their times, or the host's time to issue
         them when that is longer (kernels shorter than the launch cost)."""
-        ops = list(ops)
-        gpu = sum(self.op_time_s(o) for o in ops)
-        return max(gpu, sum(self.kernels(o) for o in ops) * self.profile.host_kernel_s)
+        by_id = self._by_id
+        seen = []
+        for o in ops:
+            e = by_id.get(id(o))
+            if e is None or e[0] is not o:
+                e = by_id[id(o)] = (o, self.op_time_s(o), self.kernels(o))
+            seen.append(e)
+        gpu = sum(e[1] for e in seen)
+        return max(gpu, sum(e[2] for e in seen) * self.profile.host_kernel_s)
 
     def kernels(self, op: Op) -> int:
         """Kernel launches one op takes: an unfused attention pass is its GEMMs and a softmax

@@ -15,7 +15,7 @@ from .fields import parse_tokens
 from .overrides import apply_overrides, parse_value, set_key
 from .parallelism import data_parallel
 from .paths import DATA_DIR, PLOT_SUFFIXES, check_output_path, scenario_dir, topology_dir
-from .scenario import load_cluster, load_scenario, read_scenario_raw, scenario_from_dict
+from .scenario import load_cluster, load_scenario, read_scenario_raw, scenario_from_dict, with_layout
 from .schema import (
     ClusterConfig,
     CostConfig,
@@ -36,7 +36,7 @@ __all__ = [
     "topology_dir", "scenario_dir", "load_cluster", "apply_overrides", "set_key", "parse_value",
     "read_scenario_raw", "scenario_keys", "parse_tokens", "check_output_path", "PLOT_SUFFIXES",
     "PRESETS_NAMES", "DATA_DIR", "MAX_YAML_DEPTH", "decode_utf8", "resolve_topology_path",
-    "data_parallel",
+    "data_parallel", "with_layout",
 ]
 
 PRESETS_NAMES = tuple(sorted(PRESETS))

@@ -25,6 +25,7 @@ from .model_section import check_model_sequence, read_model
 from .overrides import apply_overrides
 from .parallelism import read_parallelism, resolve_plan
 from .paths import check_name, scenario_dir
+from .reliability_sections import read_failures, read_stragglers
 from .remat import LOGIT_BYTES, OPTIMIZER_STATES, RECOMPUTE_MODULES, parse_remat_policy
 from .schema import (
     CLUSTER_KEYS,
@@ -32,15 +33,13 @@ from .schema import (
     TOP_KEYS,
     ClusterConfig,
     CostConfig,
-    FailuresConfig,
     Scenario,
-    StragglersConfig,
     TrainingConfig,
 )
 from .topology_specs import bundled_topologies, load_topology_spec
 from .yamlio import read_yaml
 
-__all__ = ["load_cluster", "load_scenario", "read_scenario_raw", "scenario_from_dict"]
+__all__ = ["load_cluster", "load_scenario", "read_scenario_raw", "scenario_from_dict", "with_layout"]
 
 
 def read_scenario_raw(path: str | os.PathLike[str]) -> tuple[Mapping[str, Any], str, str]:
@@ -82,10 +81,7 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     if not top.has("model"):
         raise ConfigError(f"model: required; a preset name ({', '.join(sorted(PRESETS))}) "
                           "or a mapping with layers, hidden, ffn_hidden, heads, kv_heads, vocab")
-    model = read_model(raw["model"])
-    training = _training(top.section("training", SECTION_KEYS["training"]), cluster)
-    model = check_model_sequence(model, raw["model"], training.seq_len)
-    par = read_parallelism(top.section("parallelism", SECTION_KEYS["parallelism"]), cluster)
+    training, model, par = _layout_sections(top, raw, cluster, None)
     soft_s = top.section("software", SECTION_KEYS["software"])
     software = resolve_software(soft_s.text("framework") if soft_s.has("framework") else None,
                                 soft_s.text("attention") if soft_s.has("attention") else None,
@@ -98,9 +94,9 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     if soft_s.has("kernel_tables"):
         software = replace(software, kernel_tables=_kernel_tables(soft_s, cluster, source))
     check_stack(training.precision, cluster.chip, software)
-    strag = (_stragglers(top.section("stragglers", SECTION_KEYS["stragglers"]))
+    strag = (read_stragglers(top.section("stragglers", SECTION_KEYS["stragglers"]))
              if "stragglers" in raw else None)
-    fail = (_failures(top.section("failures", SECTION_KEYS["failures"]))
+    fail = (read_failures(top.section("failures", SECTION_KEYS["failures"]))
             if "failures" in raw else None)
     cost_s = top.section("cost", SECTION_KEYS["cost"])
     cost = CostConfig(cost_s.number("usd_per_chip_hour") if cost_s.has("usd_per_chip_hour")
@@ -111,6 +107,37 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     return Scenario(name=name, source=source, cluster=cluster, model=model, training=training,
                     parallelism=par, stragglers=strag, failures=fail, cost=cost, seed=seed,
                     software=software, raw=raw, neighbour=neighbour)
+
+
+def with_layout(scn: Scenario, raw: Mapping[str, Any]) -> Scenario:
+    """``scenario_from_dict(raw, scn.source)`` where *raw* is *scn*'s mapping but for its training
+    and parallelism sections (the plan search's layouts of one size): those read as it reads
+    them, every other section kept as *scn* read it (tests/test_plan.py checks they agree)."""
+    try:
+        training, model, par = _layout_sections(Section(raw, "scenario", TOP_KEYS), raw,
+                                                scn.cluster, scn)
+        check_stack(training.precision, scn.cluster.chip, scn.software)
+        par = resolve_plan(par, model, training, scn.source)
+    except ConfigError as e:
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(scn.source) else f"{scn.source}: {msg}") from None
+    return replace(scn, model=model, training=training, parallelism=par, raw=raw)
+
+
+def _layout_sections(top: Section, raw: Mapping[str, Any], cluster: ClusterConfig,
+                     like: Scenario | None) -> tuple[TrainingConfig, Any, Any]:
+    """The training section, the model checked against its sequence (*like*'s where it read the
+    same model for the same sequence) and the parallelism section, unresolved."""
+    model = read_model(raw["model"]) if like is None else None
+    training = _training(top.section("training", SECTION_KEYS["training"]), cluster)
+    if model is None and like is not None and like.raw.get("model") == raw["model"] \
+            and like.training.seq_len == training.seq_len:
+        model = like.model
+    else:
+        model = check_model_sequence(model or read_model(raw["model"]), raw["model"],
+                                     training.seq_len)
+    return training, model, read_parallelism(top.section("parallelism", SECTION_KEYS["parallelism"]),
+                                             cluster)
 
 
 def _kernel_tables(s: Section, cluster: ClusterConfig, source: str) -> str:
@@ -308,60 +335,6 @@ def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
                               f"memory, but the catalogue has no host memory for {chip.name}; "
                               "valid here: device or remat for every tensor")
     return t
-
-
-def _stragglers(s: Section) -> StragglersConfig:
-    return StragglersConfig(
-        compute_jitter_sigma=s.number("compute_jitter_sigma", 0.0),
-        slow_fraction=s.number("slow_fraction", 0.0, maximum=1.0),
-        slow_factor=s.number("slow_factor", 1.0, minimum=1.0),
-        link_degrade_fraction=s.number("link_degrade_fraction", 0.0, maximum=1.0),
-        link_bandwidth_factor=s.number("link_bandwidth_factor", 1.0, minimum=0.0, maximum=1.0,
-                                      strict_min=True),
-    )
-
-
-_RECOVERIES = ("restart", "hot_spare", "replica", "in_memory_checkpoint")
-
-
-def _failures(s: Section) -> FailuresConfig:
-    interval: float | None = None
-    if s.has("checkpoint_interval_min") and s.raw["checkpoint_interval_min"] != "auto":
-        interval = s.number("checkpoint_interval_min", strict_min=True)
-    fleet: float | None = None
-    if s.has("fleet_factor") and s.raw["fleet_factor"] != "auto":
-        fleet = s.number("fleet_factor", strict_min=True)
-
-    def opt(key: str, **kw: Any) -> float | None:
-        return s.number(key, **kw) if s.has(key) else None
-    f = FailuresConfig(
-        horizon_days=s.number("horizon_days", 30.0, strict_min=True),
-        checkpoint_interval_min=interval,
-        recovery=s.text("recovery", "restart", _RECOVERIES),
-        checkpoint_write_s=opt("checkpoint_write_s"),
-        checkpoint_load_s=opt("checkpoint_load_s"),
-        detect_s=opt("detect_s"),
-        restart_s=opt("restart_s"),
-        swap_s=opt("swap_s"),
-        storage_GBps=opt("storage_GBps", strict_min=True),
-        spares=s.integer("spares", 0, minimum=0) if s.has("spares") else None,
-        repair_h=s.number("repair_h", 8.0),
-        fleet_factor=fleet,
-        sdc_detect_h=s.number("sdc_detect_h", 2.0),
-        repeat_probability=s.number("repeat_probability", 0.0, maximum=0.99),
-        weibull_shape=s.number("weibull_shape", 1.0, strict_min=True, maximum=10.0),
-        fleet_age_days=s.number("fleet_age_days", 365.0, strict_min=True),
-        planned_per_day=s.number("planned_per_day", 0.0),
-        rate_scale=s.number("rate_scale", 1.0),
-        tokens=s.number("tokens", strict_min=True) if s.has("tokens") else None,
-        monte_carlo_runs=s.integer("monte_carlo_runs", 100),
-        step_s=opt("step_s", strict_min=True),
-    )
-    if (interval is not None and f.checkpoint_write_s is not None
-            and interval * 60 <= f.checkpoint_write_s):
-        raise ConfigError(f"failures.checkpoint_interval_min: {interval} min is not longer than "
-                          f"checkpoint_write_s = {f.checkpoint_write_s} s")
-    return f
 
 
 def load_cluster(topology: str, chips: int | None = None, slice_: str | None = None,

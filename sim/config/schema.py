@@ -181,7 +181,12 @@ class ParallelismConfig:
     @property
     def layers_of_stages(self) -> tuple[int, ...]:
         """Layers each pipeline stage holds, all of its chunks together."""
-        return tuple(sum(self.stage_chunk_layers(s)) for s in range(self.pp))
+        sizes = self.checked()
+        if not sizes.chunk_layers:                  # every chunk alike
+            return (sizes.layers_per_chunk * self.virtual_stages,) * self.pp
+        per = sizes.chunk_layers
+        return tuple(sum(per[c * self.pp + s] for c in range(self.virtual_stages))
+                     for s in range(self.pp))
 
     @property
     def uneven(self) -> bool:

@@ -98,7 +98,7 @@ def step_floor(plan: list[StagePlan], schedule: Schedule, stages: Sequence[int] 
     pipeline's bubble and the data-parallel stream's exposed rest only add to that), and the
     step no sooner than any stage. *plan* may hold some stages only (``plan_stages(...,
     stages=)``), *stages* naming them (None: every stage, in order). With *passes* (every
-    stage's floor under one forward and one backward step: ``sim.stages.pass_floors``) the
+    stage's floor under one forward and one backward step: ``sim.stage_floors.pass_floors``) the
     pipeline's fill and drain too: a stage's first forward waits for that micro-batch's
     forward through every stage before it, and its last backward's gradient then goes back
     through them, the first stage finishing no sooner. Lowered by a relative 1e-9 so that sums

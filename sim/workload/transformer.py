@@ -92,23 +92,12 @@ class Workload:
     def _stage(self, stage: int) -> tuple[tuple[int, ...], tuple[tuple[LayerWork, int], ...]]:
         """*stage*'s model layers (indices) and (layer work, how many) of each kind it runs."""
         hit = self._stage_memo.get(stage)
-        if hit is not None:
-            return hit
-        par = self.scenario.parallelism
-        per = par.model_chunk_layers
-        layers: list[int] = []
-        for c in range(par.virtual_stages):
-            g = c * par.pp + stage
-            start = sum(per[:g])
-            layers += range(start, start + per[g])
-        counts: dict[int, int] = {}
-        for i in layers:
-            counts[self.layer_kinds[i]] = counts.get(self.layer_kinds[i], 0) + 1
-        if self.mtp_kind is not None and stage == par.pp - 1:
-            counts[self.mtp_kind] = counts.get(self.mtp_kind, 0) + self.mtp_layers
-        out = self._stage_memo[stage] = (tuple(layers),
-                                         tuple((self.kinds[k], n) for k, n in sorted(counts.items())))
-        return out
+        if hit is None:
+            par = self.scenario.parallelism
+            layers, counts = _stage_layers(par.model_chunk_layers, par.pp, par.virtual_stages,
+                                           stage, self.layer_kinds, self.mtp_kind, self.mtp_layers)
+            hit = self._stage_memo[stage] = (layers, tuple((self.kinds[k], n) for k, n in counts))
+        return hit
 
     def stage_mix(self, stage: int) -> tuple[tuple[LayerWork, float], ...]:
         """The stage's mean layer: each kind's work with its weight (its count over the stage's
@@ -123,6 +112,27 @@ class Workload:
 
     def stage_expert_params(self, stage: int) -> int:
         return sum(lw.expert_params * c for lw, c in self.stage_counts(stage))
+
+
+# PERF: XLA's remat trials and a plan's layouts build many workloads of the same stack of layers
+# and pipeline; which layers (and how many of each kind) a stage holds is theirs alike.
+@functools.lru_cache(maxsize=4096)
+def _stage_layers(per: tuple[int, ...], pp: int, vs: int, stage: int, layer_kinds: tuple[int, ...],
+                  mtp_kind: int | None, mtp_layers: int
+                  ) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """*stage*'s model layers (indices; chunk c holds model chunk c x pp + stage, *per* layers
+    each) and (kind index, how many) of each kind it runs, the MTP modules' on the last stage."""
+    layers: list[int] = []
+    for c in range(vs):
+        g = c * pp + stage
+        start = sum(per[:g])
+        layers += range(start, start + per[g])
+    counts: dict[int, int] = {}
+    for i in layers:
+        counts[layer_kinds[i]] = counts.get(layer_kinds[i], 0) + 1
+    if mtp_kind is not None and stage == pp - 1:
+        counts[mtp_kind] = counts.get(mtp_kind, 0) + mtp_layers
+    return tuple(layers), tuple(sorted(counts.items()))
 
 
 def _mixer_flops_per_token(m: ModelSpec, kind: LayerKind, seq_len: int) -> int:
@@ -229,6 +239,7 @@ def _backward(fwd: list[Item], mlp: str) -> list[Item]:
     return bwd
 
 
+@functools.lru_cache(maxsize=1024)      # PERF: the same ops for a plan's layouts (their op times by identity)
 def _stage_ends(m: ModelSpec, tok: int, t: int, logit_B: int = 4
                 ) -> tuple[tuple[Item, ...], tuple[Item, ...], tuple[Item, ...], tuple[Item, ...]]:
     """(first stage's forward, its backward, last stage's forward, its backward): the embedding

@@ -22,7 +22,7 @@ Where even every tensor recomputed does not fit, the scenario is refused as befo
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..config.remat import REMAT_PRESETS, REMAT_TENSORS, XLA_REMAT_TAG, RematPolicy
 from ..config.schema import Scenario
@@ -104,5 +104,17 @@ def xla_fit(scn: Scenario, wl: Workload, mem: MemoryBreakdown
 
 def _recompute_flops(wl: Workload) -> float:
     """FLOPs a step's backward repeats per micro-batch: every layer's recomputed work."""
+    # PERF: the trials of a plan's layouts share their (interned) layers and the model's stack
+    key = (tuple(map(id, wl.kinds)), id(wl.layer_kinds))
+    hit = _FLOPS.get(key)
+    if hit is not None and hit[0] == wl.kinds and hit[1] is wl.layer_kinds:
+        return hit[2]
     per_kind = [sum(getattr(o, "flops", 0.0) for o in k.recompute) for k in wl.kinds]
-    return float(sum(per_kind[i] for i in wl.layer_kinds))
+    flops = float(sum(per_kind[i] for i in wl.layer_kinds))
+    if len(_FLOPS) >= 4096:
+        _FLOPS.clear()
+    _FLOPS[key] = (wl.kinds, wl.layer_kinds, flops)
+    return flops
+
+
+_FLOPS: dict[tuple[tuple[int, ...], int], tuple[Any, Any, float]] = {}
