@@ -354,6 +354,75 @@ def test_a_group_on_one_node_costs_the_same_on_every_node(name: str) -> None:
                     assert m._class_of(other) == m._class_of(first)
 
 
+FAT_TREES = [t for t in GPU_TOPOLOGIES if load_topology_spec(t).layout == "fat-tree"]
+
+
+def _relabelled(rng, nodes: int, su_nodes: int, pod_sus: int, picked: list[int]) -> dict[int, int]:
+    """A map of the *picked* nodes onto others in id order: their pods onto pods, their scalable
+    units onto units of the image pod, their nodes onto nodes of the image unit (what
+    ``fabric_class`` calls alike); {} where the cluster has too few to pick from."""
+    def su(n: int) -> int:
+        return n // su_nodes
+
+    def pod(u: int) -> int:
+        return u // pod_sus if pod_sus else 0
+    units = sorted({su(n) for n in picked})
+    pods = sorted({pod(u) for u in units})
+    all_units = range(su(nodes - 1) + 1)
+    pod_map = dict(zip(pods, sorted(rng.sample(range(pod(all_units[-1]) + 1), len(pods)))))
+    unit_map: dict[int, int] = {}
+    for p in pods:
+        mine = [u for u in units if pod(u) == p]
+        there = [u for u in all_units if pod(u) == pod_map[p]]
+        if len(there) < len(mine):
+            return {}
+        unit_map.update(zip(mine, sorted(rng.sample(there, len(mine)))))
+    out: dict[int, int] = {}
+    for u in units:
+        mine = [n for n in picked if su(n) == u]
+        there = range(unit_map[u] * su_nodes, min(nodes, (unit_map[u] + 1) * su_nodes))
+        if len(there) < len(mine):
+            return {}
+        out.update(zip(mine, sorted(rng.sample(there, len(mine)))))
+    return out
+
+
+@pytest.mark.parametrize("name, units", [(t, 2.5) for t in FAT_TREES]
+                         + [("dgx-h100", 10.5), ("h100-3tier", 30.5)])     # three tiers; pods
+def test_groups_alike_on_a_fat_tree_cost_the_same(name: str, units: float) -> None:
+    """The per-byte cache keys a group across nodes by ``fabric_class``: its ranks' pods, units
+    and nodes ranked in id order and their places on their nodes. Random groups (uneven, ranks
+    in any order) and their images under random such relabellings, each timed by a model of its
+    own, cost the same to the bit under every algorithm; a dragonfly has no such class."""
+    import random
+
+    from sim.collectives.stages import fabric_class
+
+    spec = load_topology_spec(name)
+    gpn, nodes = spec.gpus_per_node, int(spec.su_nodes * units)
+    topo = build_topology(load_cluster(name, nodes * gpn))
+    rng = random.Random(7)
+    compared = 0
+    for _ in range(8):
+        picked = sorted(rng.sample(range(nodes), rng.randint(2, 5)))
+        image = _relabelled(rng, nodes, spec.su_nodes, spec.pod_sus, picked)
+        if not image:
+            continue
+        places = [sorted(rng.sample(range(gpn), rng.randint(1, min(3, gpn)))) for _ in picked]
+        pairs = [(n * gpn + p, image[n] * gpn + p) for n, ps in zip(picked, places) for p in ps]
+        rng.shuffle(pairs)
+        a, b = [x for x, _ in pairs], [y for _, y in pairs]
+        ma, mb = CollectiveModel(topo), CollectiveModel(topo)
+        assert fabric_class(topo, ma._group(a)) == fabric_class(topo, mb._group(b)) is not None
+        for op in ("allreduce", "allgather", "reducescatter", "broadcast"):
+            for size in (1 << 16, 1 << 28):
+                assert ma.time(op, size, a) == mb.time(op, size, b), (name, op, size, a, b)
+                compared += 1
+    assert compared >= 32
+    dragonfly = build_topology(load_cluster("slingshot-dragonfly", 64))
+    assert fabric_class(dragonfly, CollectiveModel(dragonfly)._group([0, 8, 16])) is None
+
+
 # --------------------------------------------------------------------------- torus groups in bulk
 
 def _groups_by_stride(chips: int, size: int, stride: int) -> list[list[int]]:

@@ -32,7 +32,16 @@ from .algorithm import Call, Wires
 from .algorithms import ALGORITHMS, BY_NAME, build
 from .nccl import busbw_factor
 from .platform import platform
-from .stages import GroupInfo, Phase, Stage, first_gpus, group_info, island_of_devices, one_node_class
+from .stages import (
+    GroupInfo,
+    Phase,
+    Stage,
+    fabric_class,
+    first_gpus,
+    group_info,
+    island_of_devices,
+    one_node_class,
+)
 
 __all__ = ["OPS", "ALGORITHMS", "CollectiveModel", "CollectiveResult", "busbw_factor",
            "DTYPE_BYTES"]
@@ -263,12 +272,15 @@ class CollectiveModel:
         return total / ref, steps
 
     def _class_of(self, gi: GroupInfo) -> Any:
-        """The symmetry class of *gi* for the per-byte caches (``one_node_class``), else its ranks.
-        PERF: a plan's layouts, a step's stages and a validation suite's runs ask for the same
-        tensor-parallel group on many nodes."""
-        if self.hw.tpu or self.topo.edited or len(gi.by_node) != 1:
+        """The symmetry class of *gi* for the per-byte caches (``one_node_class``,
+        ``fabric_class``), else its ranks. PERF: a plan's layouts, a step's stages and a
+        validation suite's runs ask for the same tensor-parallel group on many nodes, and for
+        data-parallel groups each stage's alike on its own nodes."""
+        if self.hw.tpu or self.topo.edited:
             return gi.devices
-        return one_node_class(self.topo, gi)
+        if len(gi.by_node) == 1:
+            return one_node_class(self.topo, gi)
+        return fabric_class(self.topo, gi) or gi.devices
 
     def _nvls_part(self, op: str, gi: GroupInfo, algo: str) -> float:
         """Transfer seconds per byte of an NVLS / NVLSTree call's NVLink SHARP traffic alone (its

@@ -18,7 +18,7 @@ import numpy as np
 from ..topology import Topology
 
 __all__ = ["NET_GRAPH_CHANNELS", "NET_RAILS", "GroupInfo", "Phase", "Stage", "first_gpus", "group_info",
-           "island_of_devices", "phase", "one_node_class"]
+           "island_of_devices", "phase", "one_node_class", "fabric_class"]
 
 # The NICs of a node NCCL's graphs cross the network on: one NIC per ring/tree graph channel pair
 # (16 graph channels across nodes, two per NIC, NET_GRAPH_CHANNELS, from DGX logs) and one
@@ -139,6 +139,33 @@ def one_node_class(topo: Topology, gi: GroupInfo) -> tuple[str, tuple[int, ...]]
     fabric); a topology a failure edit changed (``Topology.edited``) is not alike."""
     nodes = topo.graph.nodes
     return ("node", tuple(nodes[d]["local"] for d in gi.devices))
+
+
+def fabric_class(topo: Topology, gi: GroupInfo) -> tuple[str, tuple[tuple[int, ...], ...]] | None:
+    """The symmetry class of a GPU group across nodes of a fat-tree (two or three tiers, pods):
+    each rank's (pod, scalable unit, node) ranked among the group's own in id order, and its
+    place on its node; None on other fabrics (a dragonfly's global links are not alike).
+
+    Nodes of one scalable unit hang off the same leaves alike, the units' leaves off their spine
+    group alike and the pods' spines off the cores alike (``sim.topology.gpu_cluster``), and the
+    routers split evenly over ECMP paths (``sim.network.routing.fat_tree``): mapping one group's
+    nodes, units and pods onto another's in id order maps every flow's route onto the other's,
+    link for link and capacity for capacity, and keeps the ranks' order, which the algorithms
+    build their rings and trees from. Such groups cost the same (tests/test_collectives.py checks
+    it, to the bit, on every bundled fat-tree)."""
+    spec = topo.spec
+    if getattr(spec, "layout", None) != "fat-tree":
+        return None
+    devs = np.asarray(gi.devices)
+    node = topo.islands[devs]
+    su = node // spec.su_nodes
+    pod = su // spec.pod_sus if spec.pod_sus else np.zeros_like(su)
+
+    def ranks(a: np.ndarray) -> list[int]:
+        return np.unique(a, return_inverse=True)[1].ravel().tolist()
+    # GPU g of node n is device n x gpus_per_node + g (sim.topology.gpu_cluster)
+    return ("fabric", tuple(zip(ranks(pod), ranks(su), ranks(node),
+                                (devs - node * spec.gpus_per_node).tolist())))
 
 
 def island_of_devices(topo: Topology, devices: Sequence[int] | None = None) -> dict[int, int]:
