@@ -11,11 +11,11 @@ folds in goodput from the failure model (Monte Carlo over the horizon). Time to 
 A topology whose chip has no price (and no ``--price``) gets its smallest cluster and every size's
 time, chip-hours and energy, no cost and no cheapest pick; the report says it has no price.
 
-Every layout that divides and fits is screened: a floor under its step is taken from its last
-stage's plan alone, without its data-parallel transfers (``sim.engine.step_floor``: the stage's
-steps summed; ``plan_stages(..., floor_only=True)``); layouts are timed in the order of their
-floors until a floor lies above the fourth-best step, so the pick and its runners-up are those
-of timing every layout (tests/test_plan.py checks it), in a fraction of the time.
+Every layout that divides and fits is screened (``sim.screen``): a floor under its step is taken
+from its last stage's plan alone, without its transfers, with the pipeline's fill and drain
+(``sim.engine.step_floor``); layouts are timed in the order of their floors until a floor lies
+above the fourth-best step, so the pick and its runners-up are those of timing every layout
+(tests/test_plan.py checks it), in a fraction of the time.
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
-from .config import data_parallel, load_topology_spec, scenario_from_dict, with_layout
-from .errors import ConfigError, SimError
+from .config import data_parallel, load_topology_spec, scenario_from_dict
+from .errors import ConfigError
+from .screen import RANKED
 from .topology_spec import GpuClusterSpec
 
-__all__ = ["PlanRequest", "Candidate", "TopologyPlan", "plan", "layouts"]
+__all__ = ["PlanRequest", "Candidate", "TopologyPlan", "plan", "layouts", "RANKED"]
 
 _PROBE_LAYOUT = {"tp": 1, "pp": 1, "zero": 1, "micro_batch": 1, "recompute": "full",
                  "schedule": "1f1b", "virtual_stages": 1}
-RANKED = 4                         # layouts of a size ranked exactly: the pick and 3 runners-up
 GOODPUT_RUNS = 20                  # Monte Carlo histories per finalist (the 5-95% band is +-1%)
 
 
@@ -111,14 +111,14 @@ class TopologyPlan:
 
 
 # What screening costs on a 2-core machine (the plan row of benchmarks/release.py searched in one
-# process, 2026-11-28: 7,372 layouts tried in 3.5 s, 110 of them timed in full, their 22,644
-# pipeline steps played by ``fast_step`` at ~1.2 us each): per layout (its scenario, workload,
+# process, 2026-11-28: 7,372 layouts tried in 2.9 s, 144 of them timed in full, their 28,234
+# pipeline steps played by ``fast_step`` at ~1.1 us each): per layout (its scenario, workload,
 # memory, XLA's remat trials, the floor's stage plan, and its share of each size's graph,
 # timings and confirmation), and per pipeline step of the layouts the floor lets through, taken
-# as ``SCREEN_TIMED`` a size (4 to 13 there) of its layouts' mean steps.
+# as ``SCREEN_TIMED`` a size (4 to 17 there) of its layouts' mean steps.
 # benchmarks/test_bench_estimate.py holds the estimate to the measured plan (1/1.5 to 4x).
-SCREEN_LAYOUT_S = 4.7e-4
-SCREEN_STEP_S = 1.2e-6
+SCREEN_LAYOUT_S = 3.9e-4
+SCREEN_STEP_S = 1.1e-6
 SCREEN_TIMED = 16
 # A plan estimated to screen longer than this is refused (``plan --yes`` runs it anyway).
 MAX_SCREEN_S = 600.0
@@ -246,14 +246,8 @@ def _plan_topology(req: PlanRequest, topology: str,
                    ) -> TopologyPlan:
     """The search of one topology: its sizes from the smallest up, every layout screened."""
     from .cost import energy_MWh, time_to_train
-    from .engine import step_floor
-    from .job import network_of, schedule_of
     from .run import run
-    from .stage_floors import pass_floors
-    from .stages import plan_stages
-    from .workload.memory import check_fits, memory_per_chip
-    from .workload.transformer import build_workload
-    from .workload.xla_remat import xla_fit
+    from .screen import ranked, screen_size
 
     track = progress or (lambda it, n, d: it)
     global_batch = req.global_batch
@@ -263,36 +257,15 @@ def _plan_topology(req: PlanRequest, topology: str,
     tp_plan = _topology_plan(req, topology, probe)
     price = tp_plan.usd_per_chip_hour
     for chips in track(sizes, len(sizes), f"plan {topology}"):
-        screened: list[_Screened] = []
-        reasons: list[str] = []
-        topo = net = first = None
-        for lay in size_layouts(chips):
-            try:
-                raw = _scenario(req, topology, chips, lay, global_batch, gpu)
-                # the size's first scenario read whole, the others' training and parallelism
-                first = scn = (scenario_from_dict(raw, "plan") if first is None
-                               else with_layout(first, raw))
-                wl = build_workload(scn)
-                scn, wl, mem = xla_fit(scn, wl, memory_per_chip(wl))
-                check_fits(wl, mem)
-            except SimError as e:
-                reasons.append(str(e))
-                continue
-            if topo is None:
-                topo, net = network_of(scn.cluster)
-            assert net is not None
-            # the floor from the last stage alone (its layers, the head and the loss, the
-            # pipeline's fill before it and drain after it), its transfers left out
-            ends = [scn.parallelism.pp - 1]
-            sched = schedule_of(scn, wl)
-            floor = step_floor(plan_stages(wl, net, traffic=False, stages=ends, floor_only=True),
-                               sched, ends, pass_floors(wl))
-            screened.append(_Screened(floor, len(screened), lay, wl, mem, sched))
-            tp_plan.layouts_screened += 1
+        screened, reasons, topo, net = screen_size(
+            size_layouts(chips), partial(_scenario, req, topology, chips, global_batch=global_batch, gpu=gpu))
+        tp_plan.layouts_screened += len(screened)
         if not screened:
             tp_plan.refused[chips] = _why_none(reasons)
             continue
-        cands = _ranked(screened, chips, chip.bf16_flops, net)
+        cands = [Candidate(chips, dict(t.layout), t.step_s, t.wl.tokens_per_step / t.step_s,
+                           t.wl.model_flops_per_step / (t.step_s * chips * chip.bf16_flops),
+                           t.mem.total_B / 2**30) for t in ranked(screened, net)]
         tp_plan.by_size[chips] = cands
         best = cands[0]
         # Confirm with the simpy engine (the screening path equals it without stragglers).
@@ -312,41 +285,6 @@ def _plan_topology(req: PlanRequest, topology: str,
         if len(met) >= 3 and met[-1] > met[-2] > met[-3]:
             break            # cost rose twice in a row past the deadline: larger costs more
     return tp_plan
-
-
-class _Screened(NamedTuple):
-    """A layout of one size that divides and fits, ready to time: the floor under its step
-    (``sim.engine.step_floor``), its place in the search's order, and what ``fast_step`` needs."""
-
-    floor_s: float
-    order: int
-    layout: Mapping[str, Any]
-    wl: Any
-    mem: Any
-    schedule: Any
-
-
-def _ranked(screened: Sequence[_Screened], chips: int, chip_flops: float, net: Any
-            ) -> list[Candidate]:
-    """The layouts of a size timed by the screening path, best first (by step, then the fewer
-    model-parallel chips): the first ``RANKED`` exactly as if every layout were timed. Layouts are
-    timed in the order of their floors; once a floor lies above the ``RANKED``-th best step so
-    far, it and every layout after it would rank below that and are left untimed."""
-    from .engine import fast_step
-    from .stages import plan_stages
-
-    timed: list[tuple[float, int, int, Candidate]] = []     # (step, tp x pp, order, candidate)
-    for s in sorted(screened, key=lambda x: (x.floor_s, x.order)):
-        if len(timed) >= RANKED and s.floor_s > timed[RANKED - 1][0]:
-            break
-        step_s = fast_step(plan_stages(s.wl, net, traffic=False), s.schedule).step_time_s
-        lay = s.layout
-        timed.append((step_s, lay["tp"] * lay["pp"], s.order,
-                      Candidate(chips, dict(lay), step_s, s.wl.tokens_per_step / step_s,
-                                s.wl.model_flops_per_step / (step_s * chips * chip_flops),
-                                s.mem.total_B / 2**30)))
-        timed.sort(key=lambda x: x[:3])
-    return [x[3] for x in timed]
 
 
 def _goodput_by_recovery(req: PlanRequest, scn: Any, step_s: float, topology: str) -> dict[str, float]:

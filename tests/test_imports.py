@@ -70,6 +70,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("straggler_step", "shared_step"),                 # the step with stragglers; beside a 2nd job
     ("training",),                                     # one step of a job -> StepResult
     ("run",),                                          # the one entry: scenario -> RunResult
+    ("screen",),                                       # a size's layouts floored and timed
     ("plan",),                                         # searches clusters with run's steps
     ("report", "plots", "trace", "bench"),             # views of the records; measuring a GPU's tables
     ("sweep_store",),                                  # a sweep's table on disk

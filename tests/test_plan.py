@@ -138,6 +138,39 @@ def test_the_floor_skips_layouts_without_changing_the_plan(monkeypatch) -> None:
     assert untimed > timed > 0
 
 
+def test_xla_s_fit_waits_until_a_layout_is_timed_without_changing_the_plan(monkeypatch) -> None:
+    """A TPU layout over its memory that XLA's rematerialization makes fit is screened on one
+    trial, floored with no recomputation, and fitted only when it is timed (``sim.screen``):
+    the same layouts screened and refused, the same ranked layouts and plan as fitting every one
+    first, with fewer fits."""
+    import sim.screen
+    import sim.workload.xla_remat as xla
+    from sim.plan import RANKED, PlanRequest, plan
+    from sim.report.plan import plan_json
+
+    fits: list[int] = []
+    real_fit = xla.xla_fit
+
+    def counted(*a):
+        out = real_fit(*a)
+        fits.append(out[0] is not a[0])
+        return out
+    monkeypatch.setattr(xla, "xla_fit", counted)
+    req = PlanRequest(model="llama3-70b", tokens=15e12, days=90, topologies=("tpu-v5p",), max_chips=64)
+    waiting = plan(req)
+    waited = sum(fits)
+    fits.clear()
+    monkeypatch.setattr(sim.screen, "_deferred", lambda *a: False)
+    eager = plan(req)
+    assert plan_json(waiting, req) == plan_json(eager, req)
+    a, b = waiting[0], eager[0]
+    assert (a.layouts_screened, a.refused) == (b.layouts_screened, b.refused)
+    for chips, cands in b.by_size.items():
+        assert [(c.layout, c.step_time_s, c.memory_GiB) for c in a.by_size[chips][:RANKED]] == \
+            [(c.layout, c.step_time_s, c.memory_GiB) for c in cands[:RANKED]]
+    assert 0 < waited < sum(fits) / 4
+
+
 def test_topologies_searched_in_processes_plan_as_one_process_does() -> None:
     """``plan`` on two cores searches each topology in its own process: the same plans, in the
     order asked, as the search in this process; a topology's error comes back as raised here."""

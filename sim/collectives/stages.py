@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..topology import Topology
+from ..topology_spec import GpuClusterSpec
 
 __all__ = ["NET_GRAPH_CHANNELS", "NET_RAILS", "GroupInfo", "Phase", "Stage", "first_gpus", "group_info",
            "island_of_devices", "phase", "one_node_class", "fabric_class"]
@@ -154,7 +155,7 @@ def fabric_class(topo: Topology, gi: GroupInfo) -> tuple[str, tuple[tuple[int, .
     build their rings and trees from. Such groups cost the same (tests/test_collectives.py checks
     it, to the bit, on every bundled fat-tree)."""
     spec = topo.spec
-    if getattr(spec, "layout", None) != "fat-tree":
+    if not isinstance(spec, GpuClusterSpec) or spec.layout != "fat-tree":
         return None
     devs = np.asarray(gi.devices)
     node = topo.islands[devs]

@@ -29,7 +29,7 @@ from ..config.schema import Scenario
 from .memory import MemoryBreakdown, memory_per_chip
 from .transformer import Workload, build_workload
 
-__all__ = ["XLA_REMAT_CANDIDATES", "xla_fit"]
+__all__ = ["XLA_REMAT_CANDIDATES", "xla_fit", "xla_refits"]
 
 # The tensors XLA may recompute (every per-tensor name but the scan's checkpoint, the layer input).
 XLA_REMAT_CANDIDATES = tuple(t for t in REMAT_TENSORS if t != "decoder_layer_input")
@@ -70,22 +70,38 @@ def _trial(scn: Scenario, loc: dict[str, str], name: str) -> _Trial:
     return _Trial(fitted, wl, memory_per_chip(wl), _recompute_flops(wl))
 
 
+def xla_refits(scn: Scenario, mem: MemoryBreakdown) -> bool:
+    """Whether ``xla_fit`` changes the scenario: its estimate *mem* is over the chip's memory on
+    XLA's stack, and recomputing every candidate tensor it keeps would fit."""
+    return _start(scn, mem) is not None
+
+
+def _start(scn: Scenario, mem: MemoryBreakdown) -> dict[str, str] | None:
+    """The per-tensor locations XLA's pass starts from where it makes *scn* fit, else None."""
+    if mem.total_B <= scn.cluster.chip.usable_hbm_bytes or not scn.software.runs_on_tpu:
+        return None
+    policy = _policy_of(scn)
+    if policy is None:
+        return None
+    loc = dict(policy)
+    base = scn.training.remat_policy_name or f"recompute {scn.training.recompute}"
+    kept = [t for t in XLA_REMAT_CANDIDATES if loc.get(t) == "device"]
+    if not kept or (_trial(scn, {**loc, **dict.fromkeys(kept, "remat")}, base).mem.total_B
+                    > scn.cluster.chip.usable_hbm_bytes):
+        return None                                  # nothing XLA recomputes makes it fit
+    return loc
+
+
 def xla_fit(scn: Scenario, wl: Workload, mem: MemoryBreakdown
             ) -> tuple[Scenario, Workload, MemoryBreakdown]:
     """(*scn*, *wl*, *mem*) unchanged where the estimate fits the chip's memory, the stack is not
     XLA's, or even every candidate tensor recomputed does not fit; else the scenario XLA's pass
     would run (module docstring), its policy named ``<name> + XLA remat: <tensors>``."""
+    loc = _start(scn, mem)
+    if loc is None:
+        return scn, wl, mem
     cap = scn.cluster.chip.usable_hbm_bytes
-    if mem.total_B <= cap or not scn.software.runs_on_tpu:
-        return scn, wl, mem
-    policy = _policy_of(scn)
-    if policy is None:
-        return scn, wl, mem
-    loc = dict(policy)
     base = scn.training.remat_policy_name or f"recompute {scn.training.recompute}"
-    kept = [t for t in XLA_REMAT_CANDIDATES if loc.get(t) == "device"]
-    if not kept or _trial(scn, {**loc, **dict.fromkeys(kept, "remat")}, base).mem.total_B > cap:
-        return scn, wl, mem                          # nothing XLA recomputes makes it fit
     dropped: list[str] = []
     current = _Trial(scn, wl, mem, _recompute_flops(wl))
     while True:
