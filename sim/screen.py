@@ -65,13 +65,14 @@ def screen_size(layouts: Iterable[Mapping[str, Any]], raw_of: Callable[[Mapping[
 
     screened: list[Screened] = []
     reasons: list[str] = []
-    topo = net = first = None
+    topo = net = read = None
     for lay in layouts:
         refit = False
         try:
             raw = raw_of(lay)
             # the size's first scenario read whole, the others' training and parallelism
-            first = scn = scenario_from_dict(raw, "plan") if first is None else with_layout(first, raw)
+            scn = scenario_from_dict(raw, "plan") if read is None else with_layout(read, raw)
+            read = read or scn
             wl = build_workload(scn)
             mem = memory_per_chip(wl)
             refit = _deferred(scn, wl, mem) and xla_refits(scn, mem)

@@ -6,13 +6,13 @@ tensor-parallel collectives hidden behind the GEMMs they feed (userbuffers), the
 KV ring hidden behind attention, the gradient reduction's bytes and operation per ZeRO stage,
 hybrid sharding's replica all-reduce, ZeRO-3's weight gathers, the ZeRO-1/2 parameter gather
 hidden behind the next forward, the optimizer's traffic and the pipeline sends. Compute ops become
-seconds through ``sim.compute.model``, collectives through ``sim.collectives.CollectiveModel`` on
-the job's topology.
+seconds through ``sim.compute.model``, collectives through ``sim.collectives.CollectiveModel``.
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -168,24 +168,24 @@ def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: Collecti
     return fwd, bwd
 
 
-# PERF: a plan's layouts of one size share their (interned) layers and often their ranks' layout
-# (ZeRO, the schedule and the micro-batches do not enter it): each layer's segments alone on the
-# network per (layout, stage) once, keyed by identity, each entry holding what it was made for.
-_ALONE: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+# PERF: a plan's layouts share their (interned) layers and often their ranks' layout: each layer's
+# segments alone on a network per (layout, stage) once, by identity; a network's go with it.
+_ALONE: weakref.WeakKeyDictionary[CollectiveModel, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
 def _passes_alone(layer: LayerWork, cm: ComputeModel, net: CollectiveModel, lay: Layout,
                   stage: int) -> tuple[tuple[Segment, ...], tuple[Segment, ...]]:
     """*layer*'s forward and backward segments on *stage*, its transfers alone (no loads)."""
-    key = (id(layer), id(cm), id(net), lay, stage)
-    hit = _ALONE.get(key)
-    if hit is not None and hit[0] is layer and hit[1] is cm and hit[2] is net:
-        return hit[3], hit[4]
-    if len(_ALONE) >= 8192:
-        _ALONE.clear()
+    memo = _ALONE.setdefault(net, {})
+    key = (id(layer), id(cm), lay, stage)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is layer and hit[1] is cm:
+        return hit[2], hit[3]
+    if len(memo) >= 8192:
+        memo.clear()
     fwd = _segments(layer.forward, cm, net, None, lay, stage)
     bwd = _segments(layer.recompute + layer.backward, cm, net, None, lay, stage)
-    _ALONE[key] = (layer, cm, net, fwd, bwd)
+    memo[key] = (layer, cm, fwd, bwd)
     return fwd, bwd
 
 

@@ -359,15 +359,15 @@ class ComputeModel:
     def stream_time_s(self, ops: Iterable[Op]) -> float:
         """A stretch of kernels on one stream: the sum of their times, or the host's time to issue
         them when that is longer (kernels shorter than the launch cost)."""
-        by_id = self._by_id
-        seen = []
+        by_id, seen = self._by_id, []
         for o in ops:
             e = by_id.get(id(o))
             if e is None or e[0] is not o:
+                if len(by_id) >= 200_000:                 # each entry holds its op alive
+                    by_id.clear()
                 e = by_id[id(o)] = (o, self.op_time_s(o), self.kernels(o))
             seen.append(e)
-        gpu = sum(e[1] for e in seen)
-        return max(gpu, sum(e[2] for e in seen) * self.profile.host_kernel_s)
+        return max(sum(e[1] for e in seen), sum(e[2] for e in seen) * self.profile.host_kernel_s)
 
     def kernels(self, op: Op) -> int:
         """Kernel launches one op takes: an unfused attention pass is its GEMMs and a softmax
