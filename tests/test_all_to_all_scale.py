@@ -29,6 +29,9 @@ CASES = [
     ("gb200-nvl72", 144, None),                     # 72-GPU NVLink domain
     ("dgx-h100", 32, [0, 1, 2, 9, 10, 17, 25, 31]),  # uneven ranks per node
     ("polaris", 32, [0, 1, 5, 6, 7, 13, 30]),
+    # across scalable units, a source's leaf holding no destination; across pods (the core)
+    ("dgx-h100", 640, [0, 1, 300, 301, 600]),
+    ("h100-3tier", 3200, [0, 1, 3072, 3073]),
 ]
 
 

@@ -125,7 +125,7 @@ class AllToAll:
                     up_nic, up_leaf, _, _, leaf = self._nic(h)
                     self.acc[up_nic] += k * off
                     self.acc[up_leaf] += k * off
-                    t_leaf.append(self.leaves[leaf])
+                    t_leaf.append(self.leaves.setdefault(leaf, len(self.leaves)))
                     t_local.append(loc)
                     t_count.append(k)
                     t_same.append(self.leaves[self._nic(own)[4]] if own in self.members else -1)
@@ -137,7 +137,8 @@ class AllToAll:
     def _between_switches(self, by_local: np.ndarray, t_leaf: np.ndarray, t_local: np.ndarray,
                           t_count: np.ndarray, t_same: np.ndarray) -> None:
         """The edge switch to edge switch paths, once per pair with the flows between them."""
-        n = len(self.leaves)
+        n = len(self.leaves)                   # sources' edge switches after destinations'
+        by_local = np.pad(by_local, ((0, 0), (0, n - by_local.shape[1])))
         pairs = np.zeros((n, n))
         for loc in range(self.gpn):
             sel = t_local == loc
@@ -147,5 +148,19 @@ class AllToAll:
         np.subtract.at(pairs, (t_leaf[same], t_same[same]), t_count[same])
         np.fill_diagonal(pairs, 0.0)           # one edge switch: nothing between switches
         names = list(self.leaves)
-        for i, j in zip(*np.nonzero(pairs > 1e-9)):
+        ii, jj = np.nonzero(pairs > 1e-9)
+        hops = self.r._hops  # noqa: SLF001
+        if hops is not None and len(ii):
+            # the routes' own switch-to-switch part (trunks where the fabric has them, the
+            # core between pods), as every route takes it
+            at = {name: k for k, name in enumerate(hops.leaf_names)}
+            parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+            self.r._between_leaves_bulk(np.array([at[names[i]] for i in ii], int),  # noqa: SLF001
+                                        np.array([at[names[j]] for j in jj], int),
+                                        np.arange(len(ii)), parts)
+            for rows, cols, vals in parts:
+                self.total += np.bincount(rows, weights=vals * pairs[ii[cols], jj[cols]],
+                                          minlength=len(self.total))
+            return
+        for i, j in zip(ii, jj):
             self.r._between_leaves(names[i], names[j], float(pairs[i, j]), self.acc)
