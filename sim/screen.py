@@ -58,7 +58,7 @@ def screen_size(layouts: Iterable[Mapping[str, Any]], raw_of: Callable[[Mapping[
     """Every layout of one size read (*raw_of* gives its scenario mapping), fitted and floored:
     (the screened layouts, why the others were refused, the size's topology and collective
     model; None, None where no layout was screened)."""
-    from .job import network_of
+    from .job import network_of, schedule_of
     from .workload.memory import check_fits, memory_per_chip
     from .workload.transformer import build_workload
     from .workload.xla_remat import xla_fit, xla_refits
@@ -84,9 +84,10 @@ def screen_size(layouts: Iterable[Mapping[str, Any]], raw_of: Callable[[Mapping[
             continue
         if topo is None:
             topo, net = network_of(scn.cluster)
+        sched = schedule_of(scn, wl)
         floor_wl = build_workload(_no_recompute(scn)) if refit else wl
-        screened.append(Screened(_floor(floor_wl, net), len(screened), lay, scn, wl, mem,
-                                 _schedule(scn, wl), refit))
+        screened.append(Screened(_floor(floor_wl, net, sched), len(screened), lay, scn, wl, mem,
+                                 sched, refit))
     return screened, reasons, topo, net
 
 
@@ -105,22 +106,16 @@ def _no_recompute(scn: Any) -> Any:
                                          remat_policy=(), remat_policy_name=""))
 
 
-def _schedule(scn: Any, wl: Any) -> Any:
-    from .job import schedule_of
-
-    return schedule_of(scn, wl)
-
-
-def _floor(wl: Any, net: Any) -> float:
-    """The floor under *wl*'s step: its last stage alone (its layers, the head and the loss, the
-    pipeline's fill before it and drain after it), its transfers left out."""
+def _floor(wl: Any, net: Any, schedule: Any) -> float:
+    """The floor under *wl*'s step in *schedule*: its last stage alone (its layers, the head and
+    the loss, the pipeline's fill before it and drain after it), its transfers left out."""
     from .engine import step_floor
     from .stage_floors import pass_floors
     from .stages import plan_stages
 
     ends = [wl.scenario.parallelism.pp - 1]
     return step_floor(plan_stages(wl, net, traffic=False, stages=ends, floor_only=True),
-                      _schedule(wl.scenario, wl), ends, pass_floors(wl))
+                      schedule, ends, pass_floors(wl))
 
 
 def ranked(screened: Sequence[Screened], net: Any) -> list[Timed]:

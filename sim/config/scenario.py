@@ -130,7 +130,7 @@ def _layout_sections(top: Section, raw: Mapping[str, Any], cluster: ClusterConfi
     same model for the same sequence) and the parallelism section, unresolved."""
     model = read_model(raw["model"]) if like is None else None
     training = _training(top.section("training", SECTION_KEYS["training"]), cluster)
-    if model is None and like is not None and like.raw.get("model") == raw["model"] \
+    if like is not None and like.raw.get("model") == raw["model"] \
             and like.training.seq_len == training.seq_len:
         model = like.model
     else:

@@ -218,8 +218,9 @@ def _score_chunk(runs: Sequence[MappedRun]) -> list[TrainingRunResult]:
 
 
 def _chunks(runs: Sequence[MappedRun]) -> list[list[int]]:
-    """The indices of *runs* in chunks of about ``_CHUNK`` runs of one cluster, the largest
-    clusters first (their steps take longest: the small ones last even out the workers' ends);
+    """The indices of *runs* in chunks of about ``_CHUNK`` runs, a cluster's runs side by side
+    and the largest clusters first (their steps take longest: the small ones last even out the
+    workers' ends);
     runs that play the same step (``play_key``) go to one chunk whole (PERF: a worker plays it
     once, as one process does: MegaScale's pairs of rows)."""
     same: dict[str, list[int]] = {}
@@ -236,7 +237,7 @@ def _chunks(runs: Sequence[MappedRun]) -> list[list[int]]:
 
 def _score_all(runs: Sequence[MappedRun], predict: StepPredictor,
                workers: int) -> tuple[TrainingRunResult, ...]:
-    """Every run's result, in *runs*' order: in this process, or in chunks of runs on one cluster
+    """Every run's result, in *runs*' order: in this process, or in chunks of runs (``_chunks``)
     spread over *workers* processes (PERF: ``validate --suite training`` on every core)."""
     from ..progress import progress
 
