@@ -46,8 +46,9 @@ model, the memory model and the step plan:
   compute; otherwise the copy sits on the compute stream;
 - ``slice_reduce_bytes``: how hybrid sharding's replica all-reduce (across TPU slices over the
   DCN) runs: 0, layer by layer on the data-parallel stream behind the backward pass, in bf16
-  (as the GPU stacks' per-bucket reductions); otherwise once, on the step's whole gradient at this
-  many bytes a parameter, after the backward pass and before the optimizer (exposed).
+  (as the GPU stacks' per-bucket reductions); otherwise exposed: once, on the step's whole
+  gradient at this many bytes a parameter, after the backward pass and before the optimizer, plus
+  each layer's DCN ring steps (``sim.calibration.TPU_DCN_LAYER_STEP_S``).
 
 Sources for each framework fact are next to its profile below. Adding a framework is one entry of
 ``FRAMEWORKS``; no other module names one.
@@ -244,7 +245,9 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # all-reduce takes well under the backward pass (0.3-0.6 s against ~10 s on MaxText's v5e
     # 64B runs), yet the measured step grows with the slice count at fixed work per chip
     # (configs/v5e/README.md: 13.5 s on 1 slice, 14.2, 14.5, 14.7, 15.1, 16.1 s on 2-32),
-    # which a reduction overlapped with the backward pass cannot do.
+    # which a reduction overlapped with the backward pass cannot do. Its growth follows the layer
+    # count (MaxText reduces layer by layer in the scanned backward), hence a per-layer ring-step
+    # term beside the bytes (sim.calibration.TPU_DCN_LAYER_STEP_S).
     SoftwareProfile(framework="maxtext", attention="auto", elementwise="fused",
                     low_precision=("fp8", "int8"), quantized_saves=False,
                     tp_comm_overlap=True, param_gather_overlap=False,

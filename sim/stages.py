@@ -106,8 +106,7 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
 
 def _offload_segment(scn: Scenario, segs: tuple[Segment, ...]) -> tuple[Segment, ...]:
     """A compute-stream segment for what a layer's activation offload leaves exposed in a pass."""
-    busy_s = sum(x.seconds for x in segs if x.kind == "compute")
-    exposed = offload_exposed_s(scn, busy_s)
+    exposed = offload_exposed_s(scn, sum(x.seconds for x in segs if x.kind == "compute"))
     return (Segment("compute", exposed),) if exposed > 0 else ()
 
 
@@ -236,8 +235,7 @@ class _Free:
     def time(self, *_: object) -> CollectiveResult:
         return self._NONE
 
-    def time_concurrent(self, *_: object) -> CollectiveResult:
-        return self._NONE
+    time_concurrent = time
 
 
 _FREE: Any = _Free()
@@ -287,15 +285,17 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
         dp_layer += net.time(dp_op, expert_bytes, lay.edp_group(stage)).time_s
     # Hybrid sharding: each rank's reduced gradient shard is then all-reduced with the ranks
     # holding the same shard in the other replicas, every shard position at once: layer by
-    # layer, or (TPU slices under a stack with ``slice_reduce_bytes``) once after the backward,
-    # on the shard of the stage's whole gradient in the weights' dtype.
+    # layer, or (TPU slices under a stack with ``slice_reduce_bytes``) exposed: the shard of the
+    # stage's whole gradient in the weights' dtype after the backward, plus each layer's DCN ring
+    # steps, 2 (slices - 1) a layer, at ``cal.TPU_DCN_LAYER_STEP_S`` each.
     params = wl.stage_params(stage) + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
     groups = lay.replica_groups(stage) if lay.replicas > 1 else []
     across = (transfers and scn.cluster.pods > 1 and bool(groups)
               and len(net.group_info(groups[0]).by_pod) > 1)
     after = cm.profile.slice_reduce_bytes if across else 0
     tail_bytes = max(1, round(after * params / shard)) if after else 0
-    tail = net.time_concurrent("allreduce", tail_bytes, groups).time_s if tail_bytes else 0.0
+    tail = (net.time_concurrent("allreduce", tail_bytes, groups).time_s + n_layers * 2
+            * (len(net.group_info(groups[0]).by_pod) - 1) * cal.TPU_DCN_LAYER_STEP_S if tail_bytes else 0.0)
     replica = (net.time_concurrent("allreduce", max(1, grad_bytes // shard), groups).time_s
                if groups and not after else 0.0)
     fsdp = par.zero >= 3 and shard > 1
@@ -382,7 +382,7 @@ def _stage_loads(net: CollectiveModel, lay: Layout, stage: int, wl: Workload, dp
     out: dict[str, Traffic | None] = {"dp_traffic": dp_total, "replica_traffic": rep_load}
     if dp.tail_bytes:
         out["replica_tail"] = collective_traffic(net, "allreduce", dp.tail_bytes, lay.replica_groups(stage),
-                                                 concurrent=True, label="dp")
+                                                 concurrent=True, label="dp").with_latency(dp.tail_s)
     if dp.gather_s:
         ag = collective_traffic(net, "allgather", dp.grad_bytes, shards, label="dp")
         if dp.expert_bytes and lay.expert_shard > 1:

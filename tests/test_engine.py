@@ -233,10 +233,12 @@ def test_exact_event_log_of_a_two_stage_pipeline() -> None:
 
 def test_slices_all_reduce_the_gradients_after_the_backward() -> None:
     """TPU Multislice under MaxText: the replica all-reduce across slices runs once, on the
-    step's whole gradient shard in the weights' dtype (fp32), after the backward pass, so the
-    step grows with the slice count at a fixed batch per chip (MaxText's configs/v5e/README.md
-    tables do); replicas inside one slice keep the per-layer reduction behind the backward. The
-    screen's closed form plays it as the engine does."""
+    step's whole gradient shard in the weights' dtype (fp32), after the backward pass, and each
+    layer adds its DCN ring steps (2 (slices - 1) at ``TPU_DCN_LAYER_STEP_S``), so the step grows
+    with the slice count at a fixed batch per chip (MaxText's configs/v5e/README.md tables do);
+    replicas inside one slice keep the per-layer reduction behind the backward. The screen's
+    closed form plays it as the engine does."""
+    from sim.calibration import TPU_DCN_LAYER_STEP_S
     from sim.collectives import CollectiveModel
     from sim.engine import fast_step, step_floor
     from sim.stages import plan_stages
@@ -267,6 +269,11 @@ def test_slices_all_reduce_the_gradients_after_the_backward() -> None:
             shard = (wl.stage_params(0) + 2 * wl.embed_params) * 4 // 16
             alone = net.time("allreduce", shard, list(range(0, 16 * slices, 16))).time_s
             assert sp.replica_tail_s >= alone * (1 - 1e-9)      # every shard position at once
+            groups = [list(range(i, 16 * slices, 16)) for i in range(16)]
+            ring_steps = 4 * 2 * (slices - 1) * TPU_DCN_LAYER_STEP_S     # 4 layers
+            assert TPU_DCN_LAYER_STEP_S > 0
+            assert sp.replica_tail_s == pytest.approx(
+                net.time_concurrent("allreduce", shard, groups).time_s + ring_steps, rel=1e-9)
             assert a.breakdown_s["exposed_comm"] >= sp.replica_tail_s * (1 - 1e-9)
         steps.append(a.step_time_s)
     assert steps[0] < steps[1] < steps[2]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.calibration import STACK_EFFICIENCY
-from sim.validate import check_budgets, fit_stack_efficiency, load_budgets
+from sim.calibration import STACK_EFFICIENCY, TPU_DCN_LAYER_STEP_S
+from sim.validate import check_budgets, fit_dcn_layer_step_s, fit_stack_efficiency, load_budgets
 from sim.validate.predictors import TrainingPredictor
 
 DATA = Path(__file__).resolve().parent.parent / "validation"
@@ -34,3 +34,12 @@ def test_stack_efficiency_is_the_calibration_fit() -> None:
     assert set(fitted) == set(STACK_EFFICIENCY)
     for key, value in fitted.items():
         assert value == pytest.approx(STACK_EFFICIENCY[key], abs=0.005), key
+
+
+@pytest.mark.slow
+def test_dcn_layer_step_is_the_calibration_fit() -> None:
+    """The DCN reduction's per-layer ring step (``TPU_DCN_LAYER_STEP_S``) is the least-squares
+    fit on the calibration split's multi-slice runs, with the stack efficiencies as they are
+    (which ``test_stack_efficiency_is_the_calibration_fit`` re-derives with it in place)."""
+    fitted = fit_dcn_layer_step_s(DATA / "training", lambda: TrainingPredictor())
+    assert fitted == pytest.approx(TPU_DCN_LAYER_STEP_S, abs=2e-5)

@@ -67,6 +67,13 @@ class Traffic:
         return Traffic(max(0.0, seconds), self.link_ids, self.link_Bps, self.groups, self.label,
                        min(self.latency_s, max(0.0, seconds)))
 
+    def with_latency(self, seconds: float) -> "Traffic":
+        """The same transfer taking *seconds* in all (no less than now), the rest fixed latency (a
+        DCN reduction's per-layer ring steps, ``sim.stages._data_parallel``)."""
+        extra = max(0.0, seconds - self.seconds)
+        return Traffic(self.seconds + extra, self.link_ids, self.link_Bps, self.groups, self.label,
+                       self.latency_s + extra)
+
     def then(self, other: "Traffic") -> "Traffic":
         """This transfer followed by *other*, played as one with their average load."""
         work = self.work_s + other.work_s

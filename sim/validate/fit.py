@@ -288,3 +288,35 @@ def fit_net_peer_us(data_dir: Path, kind: str, topologies: set[str],
     big, little = median(large), median(small)
     assert big is not None and little is not None
     return round(big * 2) / 2, round(little * 2) / 2
+
+
+def fit_dcn_layer_step_s(data_dir: Path, predictor_for: Callable[[], Any]) -> float:
+    """Fit of ``sim.calibration.TPU_DCN_LAYER_STEP_S``: least squares on the relative step errors
+    of the calibration split's multi-slice runs (TPU slices over the DCN), in seconds rounded to
+    10 us. The term adds to the step and is linear in the constant, so each run's share of it is
+    the difference of two predictions, with the constant at 0 and at 1 ms, each played by a fresh
+    *predictor_for()* (the constant is restored after)."""
+    from .. import calibration as cal
+
+    mapped = [m for m in map_runs(data_dir) if m.supported and m.split == "calibration"
+              and m.scenario is not None and m.scenario["cluster"].get("slices", 1) > 1]
+    saved = cal.TPU_DCN_LAYER_STEP_S
+    played = []
+    try:
+        for value in (0.0, 1e-3):
+            cal.TPU_DCN_LAYER_STEP_S = value
+            predict = predictor_for()
+            played.append([_score(m, predict) for m in mapped])
+    finally:
+        cal.TPU_DCN_LAYER_STEP_S = saved
+    num = den = 0.0
+    for base, unit in zip(*played):
+        if base.error is not None or not base.predicted_step_s or not unit.predicted_step_s:
+            continue
+        share = (unit.predicted_step_s - base.predicted_step_s) / 1e-3 / base.measured_step_s
+        num += share * (base.measured_step_s - base.predicted_step_s) / base.measured_step_s
+        den += share * share
+    if den <= 0:
+        raise ConfigError(f"{data_dir}: no calibration run on several TPU slices to fit the DCN "
+                          "reduction's per-layer step on")
+    return round(max(0.0, num / den), 5)
