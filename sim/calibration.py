@@ -327,7 +327,7 @@ TPU_MEMORY_FRACTION = 0.87
 # layer count, not the bytes (configs/v5e/README.md: ~28 ms a layer from 2 to 32 slices at 16B,
 # 32B and 64B): least squares on the relative errors of the calibration split's multi-slice TPU
 # runs, with the stack efficiencies refitted beside it (sim.validate.fit_dcn_layer_step_s).
-TPU_DCN_LAYER_STEP_S = 8.30e-04
+TPU_DCN_LAYER_STEP_S = 2.50e-04
 
 # AdamW step, fraction of the HBM spec per implementation, fitted by
 # sim.compute.tables.fit_optimizer_fractions on optimizer.csv (500 M fp32 parameters).
@@ -358,8 +358,8 @@ STACK_EFFICIENCY: dict[tuple[str, str, str], float] = {
     ("deepspeed", "A100", "bf16"): 0.899,
     ("llm-foundry", "A100", "bf16"): 1.041,
     ("llm-foundry", "H100", "bf16"): 0.982,
-    ("maxtext", "tpu-v5e", "bf16"): 1.055,
-    ("maxtext", "tpu-v5p", "bf16"): 0.94,
+    ("maxtext", "tpu-v5e", "bf16"): 1.052,
+    ("maxtext", "tpu-v5p", "bf16"): 0.998,
     ("megatron", "A100", "bf16"): 0.947,
     ("megatron-te", "B200", "fp8"): 0.598,
     ("megatron-te", "B200", "nvfp4"): 0.751,

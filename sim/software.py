@@ -26,6 +26,9 @@ model, the memory model and the step plan:
   with no BF16 model copy beside the optimizer's fp32 master (Megatron ``--fp8-param-gather``);
 - ``tp_comm_overlap``: sequence-parallel all-gathers and reduce-scatters pipelined with the GEMMs
   that consume or produce them (Transformer Engine userbuffers, Megatron ``--tp-comm-overlap``);
+- ``tp_overlap_forward``: that overlap holds in the forward pass and its recomputation too; without
+  it (a stack with no collective matmul) a TP collective there feeds or drains the GEMM beside it
+  and waits, and only the backward's hide, behind the weight-gradient GEMMs they do not feed;
 - ``param_gather_overlap``: the ZeRO-1/2 weight all-gather after the optimizer overlapped with the
   next step's forward (Megatron ``--overlap-param-gather``);
 - ``optimizer``: ``adamw_fused`` (one multi-tensor kernel: Apex/TE FusedAdam, torch fused=True) or
@@ -101,6 +104,8 @@ class SoftwareProfile:
                                           # Engine's GroupedLinear), not one grouped kernel
     slice_reduce_bytes: int = 0        # 0: replica all-reduce per layer, overlapped; else once
                                        # after the backward, this many bytes a parameter
+    tp_overlap_forward: bool = True    # TP overlap in the forward and recomputation too (else:
+                                       # the backward's only)
 
     def __post_init__(self) -> None:
         for value, valid in ((self.attention, ATTENTION_KERNELS + ("auto",)),
@@ -120,6 +125,8 @@ class SoftwareProfile:
         return {"framework": self.framework, "attention": self.attention,
                 "elementwise": self.elementwise, "fp8_linear": self.fp8_linear,
                 "tp_comm_overlap": self.tp_comm_overlap, "optimizer": self.optimizer,
+                **({"tp_comm_overlap_passes": "backward"}
+                   if self.tp_comm_overlap and not self.tp_overlap_forward else {}),
                 **({"kernel_tables": self.kernel_tables} if self.kernel_tables else {})}
 
 
@@ -236,8 +243,15 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # GPU (MaxText attention docs; layers/attention_op.py); XLA fuses elementwise work. Its TPU
     # recipes run XLA's asynchronous collectives overlapped with compute (LIBTPU_INIT_ARGS
     # --xla_tpu_enable_async_collective_fusion=true --xla_tpu_overlap_compute_collective_tc=true
-    # --xla_enable_async_all_gather=true in MaxText's configs/v5p/*.sh and the tpu-recipes), so
-    # tensor-parallel all-gathers and reduce-scatters hide behind the matmuls next to them.
+    # --xla_enable_async_all_gather=true in MaxText's configs/v5p/*.sh and the tpu-recipes), but
+    # no collective matmul (no windowed-einsum flag there): an asynchronous collective hides only
+    # behind compute that does not wait for it. A tensor-parallel all-gather feeds the matmul
+    # after it and a reduce-scatter drains the one before it ("we can't begin computing the matrix
+    # multiplication while the all-gather is running", JAX's collective matmul guide), so in the
+    # forward and its recomputation they wait; in the backward the data-gradient collectives run
+    # beside the weight-gradient matmuls, which do not need them (tp_overlap_forward=False). Its
+    # activations are sharded over the tensor axis between layers (base.yml @e64f681
+    # logical_axis_rules: activation_embed -> tensor), so each layer gathers and scatters them.
     # Selective recomputation is its minimal_flash remat policy, the one its GPU configs run.
     # Multislice (DCN data parallelism across slices): the replica all-reduce runs on the step's
     # gradients, which carry the weights' dtype (base.yml weight_dtype: float32 at e64f681: 4
@@ -254,7 +268,7 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
                     optimizer="adamw_fused", host_kernel_s=0.0, runs_on_tpu=True,
                     eager_autograd=False, sdpa_output_copy=False,
                     selective_recompute="minimal_flash", offload_overlap=True,
-                    slice_reduce_bytes=4),
+                    slice_reduce_bytes=4, tp_overlap_forward=False),
     # Paxml/Praxis (JAX/XLA): dot-product attention compiled by XLA (scores through HBM).
     SoftwareProfile(framework="paxml", attention="xla", elementwise="fused",
                     low_precision=("fp8",), quantized_saves=False,

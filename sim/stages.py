@@ -74,10 +74,10 @@ _GROUP_OF = {"tp": Layout.tp_group, "cp": Layout.cp_group, "ep": Layout.ep_group
 
 
 def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
-              groups: Mapping[str, list[list[int]]] | None, lay: Layout,
-              stage: int) -> tuple[Segment, ...]:
-    """A layer's items as compute segments and blocking collectives; with *groups* (every group
-    of each kind in this stage) each collective carries the load of all of them."""
+              groups: Mapping[str, list[list[int]]] | None, lay: Layout, stage: int,
+              backward_from: int = 1 << 62) -> tuple[Segment, ...]:
+    """A layer's items as compute segments and blocking collectives; with *groups* (every group of each
+    kind in this stage) each carries the load of all of them. From item *backward_from* on: the backward."""
     out: list[Segment] = []
     ops: list[Op] = []
     members: dict[str, list[int]] = {}
@@ -93,8 +93,8 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
             group = members[it.group] = _GROUP_OF[it.group](lay, stage)
         size = max(1, it.size_bytes)
         seconds = net.time(it.op, size, group).time_s
-        if (it.group == "tp" and cm.profile.tp_comm_overlap
-                and it.op in ("allgather", "reducescatter")):
+        if (it.group == "tp" and cm.profile.tp_comm_overlap and it.op in ("allgather", "reducescatter")
+                and (i >= backward_from or cm.profile.tp_overlap_forward)):
             seconds = max(0.0, seconds - _overlap_gemm_s(items, i, cm))
         load = (collective_traffic(net, it.op, size, groups[it.group], seconds=seconds,
                                    label=it.group) if groups is not None else None)
@@ -145,7 +145,7 @@ def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: Collecti
     groups = lay.groups(stage) if traffic else None
     fwd, bwd = (_passes_alone(layer, cm, net, lay, stage) if groups is None else
                 (_segments(layer.forward, cm, net, groups, lay, stage),
-                 _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage)))
+                 _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage, len(layer.recompute))))
     if cm.profile.ep_comm_overlap and scn.parallelism.microbatches > 1:
         fwd, bwd = _ep_overlap(fwd, bwd, _comm_sm_share(cm))
     elif _syncs_on_token_counts(scn, layer, cm):
@@ -183,7 +183,7 @@ def _passes_alone(layer: LayerWork, cm: ComputeModel, net: CollectiveModel, lay:
     if len(memo) >= 8192:
         memo.clear()
     fwd = _segments(layer.forward, cm, net, None, lay, stage)
-    bwd = _segments(layer.recompute + layer.backward, cm, net, None, lay, stage)
+    bwd = _segments(layer.recompute + layer.backward, cm, net, None, lay, stage, len(layer.recompute))
     memo[key] = (layer, cm, fwd, bwd)
     return fwd, bwd
 
@@ -252,7 +252,7 @@ class _DataParallel:
     layer_s: float             # reduce one layer's gradients over the shard group
     replica_s: float           # hybrid sharding: all-reduce the reduced shard across replicas
     tail_bytes: int            # ... once after the backward instead (``slice_reduce_bytes``), 0: no
-    tail_s: float              # that all-reduce's time alone on the network
+    tail_s: float              # that all-reduce's time alone on the network, DCN ring steps too
     per_microbatch: bool       # ZeRO-3 (FSDP): reduce-scatter every micro-batch
     gather_s: float            # ZeRO-3: all-gather one layer's weights
     param_gather_s: float      # ZeRO-1/2: gather the updated weights, what stays exposed

@@ -99,6 +99,42 @@ def test_tp_comm_overlap_hides_sequence_parallel_traffic_behind_gemms() -> None:
     assert te.software["tp_comm_overlap"] and not eager.software["tp_comm_overlap"]
 
 
+def test_maxtext_hides_tensor_parallel_collectives_only_in_the_backward() -> None:
+    """XLA without collective matmul (MaxText's profile: ``tp_overlap_forward`` False): a forward
+    TP all-gather or reduce-scatter waits as long as it takes alone; the backward's hide behind
+    the weight-gradient GEMMs as under a stack that overlaps them everywhere."""
+    import dataclasses
+
+    from sim.collectives import CollectiveModel
+    from sim.stages import plan_stages
+    from sim.topology import build_topology
+
+    s = scenario_from_dict({"cluster": {"topology": "tpu-v5e", "chips": 64},
+                            "model": {"preset": "llama3-8b", "layers": 2},
+                            "training": {"seq_len": 2048, "global_batch": 16, "micro_batch": 1,
+                                         "recompute": "none"},
+                            "parallelism": {"tp": 4, "zero": 3}}, "t.yaml")
+    assert s.software.framework == "maxtext" and s.software.tp_comm_overlap
+    assert not s.software.tp_overlap_forward
+    both = dataclasses.replace(s, software=dataclasses.replace(s.software, tp_overlap_forward=True))
+    net = CollectiveModel(build_topology(s.cluster))
+
+    def tp_s(scn, passes: str) -> float:
+        plan = plan_stages(build_workload(scn), net, traffic=False)[0]
+        return sum(x.seconds for x in getattr(plan, passes) if x.group == "tp")
+
+    wl = build_workload(s)
+    tp4 = [0, 1, 2, 3]
+    alone = sum(net.time(c.op, c.size_bytes, tp4).time_s for c in wl.layer.forward
+                if isinstance(c, Comm) and c.group == "tp")
+    assert alone > 0
+    assert tp_s(s, "layer_fwd") == pytest.approx(alone, rel=1e-9)
+    assert tp_s(both, "layer_fwd") < 0.5 * alone
+    assert tp_s(s, "layer_bwd") == tp_s(both, "layer_bwd")
+    assert run(s).step.software["tp_comm_overlap_passes"] == "backward"
+    assert "tp_comm_overlap_passes" not in run(scn({"framework": "megatron-te"})).step.software
+
+
 def test_fused_elementwise_ops_are_faster_than_eager_ones() -> None:
     assert (_layer_s(scn({"framework": "torch-compile"}), ("memory",))
             < _layer_s(scn({"framework": "pytorch-eager"}), ("memory",)))

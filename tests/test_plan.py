@@ -140,7 +140,7 @@ def test_the_floor_skips_layouts_without_changing_the_plan(monkeypatch) -> None:
 
 def test_xla_s_fit_waits_until_a_layout_is_timed_without_changing_the_plan(monkeypatch) -> None:
     """A TPU layout over its memory that XLA's rematerialization makes fit is screened on one
-    trial, floored with no recomputation, and fitted only when it is timed (``sim.screen``):
+    trial, floored on its own policy, and fitted only when it is timed (``sim.screen``):
     the same layouts screened and refused, the same ranked layouts and plan as fitting every one
     first, with fewer fits."""
     import sim.screen
@@ -168,7 +168,9 @@ def test_xla_s_fit_waits_until_a_layout_is_timed_without_changing_the_plan(monke
     for chips, cands in b.by_size.items():
         assert [(c.layout, c.step_time_s, c.memory_GiB) for c in a.by_size[chips][:RANKED]] == \
             [(c.layout, c.step_time_s, c.memory_GiB) for c in cands[:RANKED]]
-    assert 0 < waited < sum(fits) / 4
+    # (17 of 202 fits when MaxText's TP overlap held in the forward; 65 of 203 since its forward
+    # TP collectives wait, which spreads the best steps and times more layouts)
+    assert 0 < waited < sum(fits) / 2
 
 
 def test_topologies_searched_in_processes_plan_as_one_process_does() -> None:

@@ -150,6 +150,7 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
         f"  software         {s.software['framework']} (attention {s.software['attention']}, "
         f"{s.software['elementwise']} elementwise ops"
         + (", TP comm overlapped" if s.software["tp_comm_overlap"] else "")
+        + (" in the backward" if s.software.get("tp_comm_overlap_passes") == "backward" else "")
         + _precision_text(scn)
         + ")",
         *([f"  kernel tables    {s.software['kernel_tables']} (the compute model fitted on these tables)"]

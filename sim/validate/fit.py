@@ -295,7 +295,9 @@ def fit_dcn_layer_step_s(data_dir: Path, predictor_for: Callable[[], Any]) -> fl
     of the calibration split's multi-slice runs (TPU slices over the DCN), in seconds rounded to
     10 us. The term adds to the step and is linear in the constant, so each run's share of it is
     the difference of two predictions, with the constant at 0 and at 1 ms, each played by a fresh
-    *predictor_for()* (the constant is restored after)."""
+    *predictor_for()* (the constant is restored after). Refitting it beside the stack
+    efficiencies in one process, give the predictor the table explicitly: a default compute
+    model keeps the table it was first built with (``sim.stages._compute_model``)."""
     from .. import calibration as cal
 
     mapped = [m for m in map_runs(data_dir) if m.supported and m.split == "calibration"
