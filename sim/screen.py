@@ -10,15 +10,15 @@ timing every layout (tests/test_plan.py checks it).
 XLA's rematerialization (``sim.workload.xla_remat``) makes a TPU layout over its memory fit by
 recomputing tensors, one greedy round of trials after another. Whether it can is one trial; which
 tensors it picks matters only to a layout that is timed. Such a layout of a uniform stack is
-screened on that one trial, its floor taken on the layout as it is (XLA's pass starts from the
-layout's own policy and only turns kept tensors to recomputed ones, each adding kernels, and the
-collectives they wait on, to the backward; its offloaded tensors, hence its host memory, stay as
-they are), and fitted when its turn to be timed comes.
+screened on that one trial, its floor taken with no recomputation at all (every tensor XLA may
+recompute only adds kernels to the backward, and its offloaded tensors, hence its host memory,
+stay as they are), and fitted when its turn to be timed comes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from .config import scenario_from_dict, with_layout
@@ -85,7 +85,9 @@ def screen_size(layouts: Iterable[Mapping[str, Any]], raw_of: Callable[[Mapping[
         if topo is None:
             topo, net = network_of(scn.cluster)
         sched = schedule_of(scn, wl)
-        screened.append(Screened(_floor(wl, net, sched), len(screened), lay, scn, wl, mem, sched, refit))
+        floor_wl = build_workload(_no_recompute(scn)) if refit else wl
+        screened.append(Screened(_floor(floor_wl, net, sched), len(screened), lay, scn, wl, mem,
+                                 sched, refit))
     return screened, reasons, topo, net
 
 
@@ -96,6 +98,12 @@ def _deferred(scn: Any, wl: Any, mem: Any) -> bool:
     host = scn.cluster.chip.host_memory_bytes
     return (len(wl.kinds) == 1 and not wl.mtp_layers and not scn.software.ep_comm_overlap
             and not (mem.offloaded_B and host is not None and mem.offloaded_B > host))
+
+
+def _no_recompute(scn: Any) -> Any:
+    """*scn* recomputing nothing in its backward (and offloading nothing)."""
+    return replace(scn, training=replace(scn.training, recompute="none", recompute_modules=(),
+                                         remat_policy=(), remat_policy_name=""))
 
 
 def _floor(wl: Any, net: Any, schedule: Any) -> float:

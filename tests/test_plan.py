@@ -140,7 +140,7 @@ def test_the_floor_skips_layouts_without_changing_the_plan(monkeypatch) -> None:
 
 def test_xla_s_fit_waits_until_a_layout_is_timed_without_changing_the_plan(monkeypatch) -> None:
     """A TPU layout over its memory that XLA's rematerialization makes fit is screened on one
-    trial, floored on its own policy, and fitted only when it is timed (``sim.screen``):
+    trial, floored with no recomputation, and fitted only when it is timed (``sim.screen``):
     the same layouts screened and refused, the same ranked layouts and plan as fitting every one
     first, with fewer fits."""
     import sim.screen
