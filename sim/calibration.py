@@ -317,16 +317,19 @@ MEMORY_FRACTION: dict[str, float] = {
 TPU_MEMORY_FRACTION = 0.87
 
 # TPU Multislice under MaxText (its profile's ``slice_reduce_bytes``): what each layer's gradient
-# all-reduce across slices adds to the step per DCN ring step, 2 (slices - 1) of them a layer,
-# beyond its bytes. MaxText reduces gradients hierarchically (in the slice, across slices over the
-# DCN, then in the slice: docs/guides/optimization/sharding.md @e591f30) and layer by layer in the
-# scanned backward (its v5e scripts' --xla_tpu_enable_data_parallel_all_reduce_opt, "overlap
-# opportunities for DCN all-reduces"); each DCN transfer goes PCIe -> host -> NIC -> host -> PCIe
-# (the scaling book, tpus.md @54e2c439; Cloud TPU's multislice introduction). No published latency
-# for that path was found, and the measured steps grow with the slice count in proportion to the
-# layer count, not the bytes (configs/v5e/README.md: ~28 ms a layer from 2 to 32 slices at 16B,
-# 32B and 64B): least squares on the relative errors of the calibration split's multi-slice TPU
-# runs, with the stack efficiencies refitted beside it (sim.validate.fit_dcn_layer_step_s).
+# all-reduce across slices adds to the step per DCN ring step, 2 (slices - 1) of them a layer
+# (the slices its replica group spans), beyond its bytes. MaxText reduces gradients hierarchically
+# (in the slice, across slices over the DCN, then in the slice:
+# docs/guides/optimization/sharding.md @e591f30) and layer by layer in the scanned backward (its
+# v5e scripts' --xla_tpu_enable_data_parallel_all_reduce_opt, "overlap opportunities for DCN
+# all-reduces"); each DCN transfer goes PCIe -> host -> NIC -> host -> PCIe (the scaling book, tpus.md
+# @54e2c439; Cloud TPU's multislice introduction). No published latency for that path was found,
+# and the measured steps grow with the slice count in proportion to the layer count, not the bytes
+# (configs/v5e/README.md: ~28 ms a layer from 2 to 32 slices at 16B, 32B and 64B): least squares
+# on the relative errors of the calibration split's multi-slice TPU runs, with the stack
+# efficiencies refitted beside it (sim.validate.fit_dcn_layer_step_s). Linear in the slice count:
+# the measured growth slows past 16 slices at 16B, so beyond the 32 slices measured it may
+# overstate the step.
 TPU_DCN_LAYER_STEP_S = 2.50e-04
 
 # AdamW step, fraction of the HBM spec per implementation, fitted by

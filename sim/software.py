@@ -249,9 +249,10 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
     # after it and a reduce-scatter drains the one before it ("we can't begin computing the matrix
     # multiplication while the all-gather is running", JAX's collective matmul guide), so in the
     # forward and its recomputation they wait; in the backward the data-gradient collectives run
-    # beside the weight-gradient matmuls, which do not need them (tp_overlap_forward=False). Its
-    # activations are sharded over the tensor axis between layers (base.yml @e64f681
-    # logical_axis_rules: activation_embed -> tensor), so each layer gathers and scatters them.
+    # beside the weight-gradient matmuls, which do not need them (tp_overlap_forward=False;
+    # sim/tp_overlap.py). Its activations are sharded over the tensor axis between layers
+    # (base.yml @e64f681 logical_axis_rules: activation_embed -> tensor), so each layer gathers
+    # and scatters them.
     # Selective recomputation is its minimal_flash remat policy, the one its GPU configs run.
     # Multislice (DCN data parallelism across slices): the replica all-reduce runs on the step's
     # gradients, which carry the weights' dtype (base.yml weight_dtype: float32 at e64f681: 4

@@ -24,10 +24,11 @@ from .compute.model import ComputeModel
 from .config import Scenario
 from .engine import Segment, StagePlan
 from .network.traffic import Traffic
+from .tp_overlap import tp_exposed_s
 from .workload.activations import offload_exposed_s
 from .workload.layout import Layout
 from .workload.memory import optimizer_step_bytes_per_param
-from .workload.transformer import Comm, Item, LayerWork, Op, Workload
+from .workload.transformer import Item, LayerWork, Op, Workload
 
 if TYPE_CHECKING:
     from .hardware import Chip
@@ -53,22 +54,6 @@ def _compute_model(chip: Chip, precision: str, software: SoftwareProfile,
     return ComputeModel(chip, precision, software, None if stack is None else dict(stack))
 
 
-def _overlap_gemm_s(items: tuple[Item, ...], i: int, cm: ComputeModel) -> float:
-    """GEMM time a TP collective at ``items[i]`` can hide behind under userbuffers overlap: the
-    GEMMs that consume an all-gather's output (those right after it) or produce a reduce-scatter's
-    input (those right before it)."""
-    comm = items[i]
-    step = 1 if isinstance(comm, Comm) and comm.op == "allgather" else -1
-    total, j = 0.0, i + step
-    while 0 <= j < len(items):
-        op = items[j]
-        if not (isinstance(op, Op) and op.kind == "gemm"):
-            break
-        total += cm.op_time_s(op)
-        j += step
-    return total
-
-
 _GROUP_OF = {"tp": Layout.tp_group, "cp": Layout.cp_group, "ep": Layout.ep_group, "etp": Layout.etp_group,
              "dp": Layout.dp_group}                # a collective's group on a stage, by its kind
 
@@ -81,6 +66,7 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
     out: list[Segment] = []
     ops: list[Op] = []
     members: dict[str, list[int]] = {}
+    pool: float | None = None                     # the backward's wgrad time (sim.tp_overlap)
     for i, it in enumerate(items):
         if isinstance(it, Op):
             ops.append(it)
@@ -93,9 +79,8 @@ def _segments(items: tuple[Item, ...], cm: ComputeModel, net: CollectiveModel,
             group = members[it.group] = _GROUP_OF[it.group](lay, stage)
         size = max(1, it.size_bytes)
         seconds = net.time(it.op, size, group).time_s
-        if (it.group == "tp" and cm.profile.tp_comm_overlap and it.op in ("allgather", "reducescatter")
-                and (i >= backward_from or cm.profile.tp_overlap_forward)):
-            seconds = max(0.0, seconds - _overlap_gemm_s(items, i, cm))
+        if it.group == "tp" and cm.profile.tp_comm_overlap and it.op in ("allgather", "reducescatter"):
+            seconds, pool = tp_exposed_s(items, i, cm, seconds, backward_from, pool)
         load = (collective_traffic(net, it.op, size, groups[it.group], seconds=seconds,
                                    label=it.group) if groups is not None else None)
         out.append(Segment(it.group, seconds, it.group, load))
@@ -145,7 +130,8 @@ def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: Collecti
     groups = lay.groups(stage) if traffic else None
     fwd, bwd = (_passes_alone(layer, cm, net, lay, stage) if groups is None else
                 (_segments(layer.forward, cm, net, groups, lay, stage),
-                 _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage, len(layer.recompute))))
+                 _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage,
+                           len(layer.recompute))))
     if cm.profile.ep_comm_overlap and scn.parallelism.microbatches > 1:
         fwd, bwd = _ep_overlap(fwd, bwd, _comm_sm_share(cm))
     elif _syncs_on_token_counts(scn, layer, cm):
@@ -294,8 +280,11 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
               and len(net.group_info(groups[0]).by_pod) > 1)
     after = cm.profile.slice_reduce_bytes if across else 0
     tail_bytes = max(1, round(after * params / shard)) if after else 0
-    tail = (net.time_concurrent("allreduce", tail_bytes, groups).time_s + n_layers * 2
-            * (len(net.group_info(groups[0]).by_pod) - 1) * cal.TPU_DCN_LAYER_STEP_S if tail_bytes else 0.0)
+    tail = 0.0
+    if tail_bytes:
+        ring_steps = 2 * (len(net.group_info(groups[0]).by_pod) - 1)    # a layer's, over the DCN
+        tail = (net.time_concurrent("allreduce", tail_bytes, groups).time_s
+                + n_layers * ring_steps * cal.TPU_DCN_LAYER_STEP_S)
     replica = (net.time_concurrent("allreduce", max(1, grad_bytes // shard), groups).time_s
                if groups and not after else 0.0)
     fsdp = par.zero >= 3 and shard > 1

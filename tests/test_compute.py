@@ -100,37 +100,50 @@ def test_tp_comm_overlap_hides_sequence_parallel_traffic_behind_gemms() -> None:
 
 
 def test_maxtext_hides_tensor_parallel_collectives_only_in_the_backward() -> None:
-    """XLA without collective matmul (MaxText's profile: ``tp_overlap_forward`` False): a forward
-    TP all-gather or reduce-scatter waits as long as it takes alone; the backward's hide behind
-    the weight-gradient GEMMs as under a stack that overlaps them everywhere."""
+    """XLA without collective matmul (MaxText's profile: ``tp_overlap_forward`` False): a TP
+    all-gather or reduce-scatter in the forward or its recomputation waits as long as it takes
+    alone; the backward's hide behind the layer's weight-gradient GEMMs, which none of them feeds
+    (one pool of their time), where a stack that overlaps everywhere also hides the forward's."""
     import dataclasses
 
     from sim.collectives import CollectiveModel
     from sim.stages import plan_stages
     from sim.topology import build_topology
 
-    s = scenario_from_dict({"cluster": {"topology": "tpu-v5e", "chips": 64},
-                            "model": {"preset": "llama3-8b", "layers": 2},
-                            "training": {"seq_len": 2048, "global_batch": 16, "micro_batch": 1,
-                                         "recompute": "none"},
-                            "parallelism": {"tp": 4, "zero": 3}}, "t.yaml")
+    def tpu(recompute: str):
+        return scenario_from_dict({"cluster": {"topology": "tpu-v5e", "chips": 64},
+                                   "model": {"preset": "llama3-8b", "layers": 2},
+                                   "training": {"seq_len": 2048, "global_batch": 16, "micro_batch": 1,
+                                                "recompute": recompute},
+                                   "parallelism": {"tp": 4, "zero": 3}}, "t.yaml")
+
+    s = tpu("none")
     assert s.software.framework == "maxtext" and s.software.tp_comm_overlap
     assert not s.software.tp_overlap_forward
-    both = dataclasses.replace(s, software=dataclasses.replace(s.software, tp_overlap_forward=True))
     net = CollectiveModel(build_topology(s.cluster))
+    cm = compute_model(s, None)
 
     def tp_s(scn, passes: str) -> float:
         plan = plan_stages(build_workload(scn), net, traffic=False)[0]
         return sum(x.seconds for x in getattr(plan, passes) if x.group == "tp")
 
-    wl = build_workload(s)
-    tp4 = [0, 1, 2, 3]
-    alone = sum(net.time(c.op, c.size_bytes, tp4).time_s for c in wl.layer.forward
-                if isinstance(c, Comm) and c.group == "tp")
-    assert alone > 0
-    assert tp_s(s, "layer_fwd") == pytest.approx(alone, rel=1e-9)
-    assert tp_s(both, "layer_fwd") < 0.5 * alone
-    assert tp_s(s, "layer_bwd") == tp_s(both, "layer_bwd")
+    def alone(items) -> float:
+        return sum(net.time(c.op, c.size_bytes, [0, 1, 2, 3]).time_s for c in items
+                   if isinstance(c, Comm) and c.group == "tp")
+
+    layer = build_workload(s).layer
+    wgrad = sum(cm.op_time_s(o) for o in layer.backward if isinstance(o, Op) and o.name.endswith("-wgrad"))
+    assert alone(layer.forward) > 0 and wgrad > 0
+    assert tp_s(s, "layer_fwd") == pytest.approx(alone(layer.forward), rel=1e-9)
+    assert tp_s(s, "layer_bwd") == pytest.approx(max(0.0, alone(layer.backward) - wgrad), abs=1e-12)
+    both = dataclasses.replace(s, software=dataclasses.replace(s.software, tp_overlap_forward=True))
+    assert tp_s(both, "layer_fwd") < 0.5 * alone(layer.forward)
+    # with recomputation: the recomputed forward's collectives wait too; the backward's still hide
+    full = tpu("full")
+    rec = build_workload(full).layer
+    assert alone(rec.recompute) > 0
+    assert tp_s(full, "layer_bwd") == pytest.approx(
+        alone(rec.recompute) + max(0.0, alone(rec.backward) - wgrad), rel=1e-9)
     assert run(s).step.software["tp_comm_overlap_passes"] == "backward"
     assert "tp_comm_overlap_passes" not in run(scn({"framework": "megatron-te"})).step.software
 

@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     #                                                    per-worker program, replay, what-if
     ("compute.model",),                                # workload's ops -> seconds on a chip
     ("compute.rows",),                                 # a kernel-table row's modelled time
+    ("tp_overlap",),                                   # what a layer's GEMMs hide of its TP traffic
     ("network",),                                      # routing, links, fluid sharing
     ("collectives", "engine", "stragglers", "faults", "cost"),
     ("goodput",),                                      # a scenario's failures: units, rates, recovery

@@ -41,5 +41,5 @@ def test_dcn_layer_step_is_the_calibration_fit() -> None:
     """The DCN reduction's per-layer ring step (``TPU_DCN_LAYER_STEP_S``) is the least-squares
     fit on the calibration split's multi-slice runs, with the stack efficiencies as they are
     (which ``test_stack_efficiency_is_the_calibration_fit`` re-derives with it in place)."""
-    fitted = fit_dcn_layer_step_s(DATA / "training", lambda: TrainingPredictor())
+    fitted = fit_dcn_layer_step_s(DATA / "training", lambda: TrainingPredictor(dict(STACK_EFFICIENCY)))
     assert fitted == pytest.approx(TPU_DCN_LAYER_STEP_S, abs=2e-5)

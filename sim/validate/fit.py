@@ -19,7 +19,8 @@ from .stats import median
 from .training import _score
 from .training_map import map_runs
 
-__all__ = ["fit_link_efficiency", "fit_nccl_tests_launch_s", "fit_net_latency", "fit_nvlink_efficiency",
+__all__ = ["fit_dcn_layer_step_s", "fit_link_efficiency", "fit_nccl_tests_launch_s", "fit_net_latency",
+           "fit_nvlink_efficiency",
            "fit_proxy_step_us",
            "fit_stack_efficiency", "fit_torch_call_overhead_s"]
 
@@ -299,9 +300,10 @@ def fit_dcn_layer_step_s(data_dir: Path, predictor_for: Callable[[], Any]) -> fl
     efficiencies in one process, give the predictor the table explicitly: a default compute
     model keeps the table it was first built with (``sim.stages._compute_model``)."""
     from .. import calibration as cal
+    from ..config import scenario_from_dict
 
     mapped = [m for m in map_runs(data_dir) if m.supported and m.split == "calibration"
-              and m.scenario is not None and m.scenario["cluster"].get("slices", 1) > 1]
+              and m.scenario is not None and scenario_from_dict(m.scenario).cluster.pods > 1]
     saved = cal.TPU_DCN_LAYER_STEP_S
     played = []
     try:
