@@ -23,7 +23,7 @@ import numpy as np
 
 from ..calibration import LINK_EFFICIENCY
 from ..errors import ConfigError
-from ..network.fluid import FlowSet, play_flows
+from ..network.fluid import FlowSet
 from ..network.links import LinkTable
 from ..network.routing import make_router
 from ..topology import Topology
@@ -31,6 +31,7 @@ from . import nccl
 from .algorithm import Call, Wires
 from .algorithms import ALGORITHMS, BY_NAME, build
 from .nccl import busbw_factor
+from .phase_cache import PhaseCache
 from .platform import platform
 from .stages import (
     GroupInfo,
@@ -101,6 +102,7 @@ class CollectiveModel:
         # PERF: a size sweep or a training step asks for the same groups call after call
         self._everyone: GroupInfo | None = None            # the group of all chips
         self._groups: dict[tuple[int, ...], GroupInfo] = {}
+        self._phases = PhaseCache()      # PERF: routes and makespans by flows (phase_cache)
 
     # ------------------------------------------------------------------ public
 
@@ -299,7 +301,7 @@ class CollectiveModel:
 
     def flowset(self, phase: Phase) -> FlowSet:
         """The phase's one-step flows routed on the graph (fast bulk routing where it applies)."""
-        rows, cols, vals = self.router.routes_coo(phase.src, phase.dst)
+        rows, cols, vals = self._phases.routes(phase.src, phase.dst, self.router.routes_coo)
         k = len(phase.nbytes)
         r2, c2, v2 = [rows], [cols], [vals]
         sizes = [phase.nbytes]
@@ -365,8 +367,7 @@ class CollectiveModel:
             phase = phase.explicit()
         if not phase.has_flows:
             return 0.0
-        makespan, _ = play_flows(self.flowset(phase), self.links.capacity_Bps)
-        return phase.steps * makespan
+        return phase.steps * self._phases.makespan(phase, self.flowset, self.links.capacity_Bps)
 
 
 def merge_phases(phases: list[Phase]) -> Phase:
@@ -386,8 +387,7 @@ def merge_phases(phases: list[Phase]) -> Phase:
         return np.concatenate([x[0] for x in parts]), parts[0][1]
 
     return Phase(head.name, head.steps, np.concatenate([p.src for p in phases]),
-                 np.concatenate([p.dst for p in phases]),
-                 np.concatenate([p.nbytes for p in phases]),
+                 np.concatenate([p.dst for p in phases]), np.concatenate([p.nbytes for p in phases]),
                  tuple(x for p in phases for x in p.extra), head.hops_per_step,
                  switch("to_switch"), switch("from_switch"),
                  tuple(u for p in phases for u in p.uniform))
@@ -396,5 +396,4 @@ def merge_phases(phases: list[Phase]) -> Phase:
 def stages_for(model: CollectiveModel, op: str, size: float, group: Sequence[int] | None,
                algo: str) -> list[Stage]:
     """The stages an algorithm runs (for the event engine and tests)."""
-    gi = model._group(group)
-    return build(algo, op, gi, size, model.topo)
+    return build(algo, op, model._group(group), size, model.topo)
