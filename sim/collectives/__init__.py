@@ -41,6 +41,7 @@ from .stages import (
     first_gpus,
     group_info,
     island_of_devices,
+    merge_phases,
     one_node_class,
 )
 
@@ -300,8 +301,12 @@ class CollectiveModel:
         return self._per_byte[key][0]
 
     def flowset(self, phase: Phase) -> FlowSet:
-        """The phase's one-step flows routed on the graph (fast bulk routing where it applies)."""
-        rows, cols, vals = self._phases.routes(phase.src, phase.dst, self.router.routes_coo)
+        """The phase's one-step flows routed on the graph (fast bulk routing where it applies);
+        PERF: a plain phase's routes worked out once per endpoints (``PhaseCache.flowset``)."""
+        return self._phases.flowset(phase, self._routed)
+
+    def _routed(self, phase: Phase) -> FlowSet:
+        rows, cols, vals = self.router.routes_coo(phase.src, phase.dst)
         k = len(phase.nbytes)
         r2, c2, v2 = [rows], [cols], [vals]
         sizes = [phase.nbytes]
@@ -368,29 +373,6 @@ class CollectiveModel:
         if not phase.has_flows:
             return 0.0
         return phase.steps * self._phases.makespan(phase, self.flowset, self.links.capacity_Bps)
-
-
-def merge_phases(phases: list[Phase]) -> Phase:
-    """One phase carrying the flows of the same phase of several groups (same step count)."""
-    head = phases[0]
-    if len({p.steps for p in phases}) != 1:
-        raise ConfigError(f"concurrent collectives: phase {head.name!r} has different step counts "
-                          "in different groups")
-
-    def switch(attr: str) -> tuple[np.ndarray, float] | None:
-        parts = [getattr(p, attr) for p in phases]
-        if all(x is None for x in parts):
-            return None
-        if any(x is None for x in parts) or len({x[1] for x in parts}) != 1:
-            raise ConfigError(f"concurrent collectives: phase {head.name!r} moves different "
-                              "switch volumes in different groups")
-        return np.concatenate([x[0] for x in parts]), parts[0][1]
-
-    return Phase(head.name, head.steps, np.concatenate([p.src for p in phases]),
-                 np.concatenate([p.dst for p in phases]), np.concatenate([p.nbytes for p in phases]),
-                 tuple(x for p in phases for x in p.extra), head.hops_per_step,
-                 switch("to_switch"), switch("from_switch"),
-                 tuple(u for p in phases for u in p.uniform))
 
 
 def stages_for(model: CollectiveModel, op: str, size: float, group: Sequence[int] | None,

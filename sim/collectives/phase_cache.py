@@ -1,5 +1,5 @@
-"""What a ``CollectiveModel`` keeps of the phases it has played: each plain phase's routes and
-one step's makespan, keyed by the phase's flows themselves (their endpoints and bytes).
+"""What a ``CollectiveModel`` keeps of the phases it has played: each plain phase's routed flows
+(by their endpoints) and one step's makespan (by its flows: endpoints and bytes).
 
 PERF: a TPU torus collective plays D x D phases whose flows run over D axes' links (one routing
 per axis, not per phase), and its reduce-scatter plays the very phases of its all-gather in the
@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from ..network.fluid import FlowSet, play_flows
-from ..network.routing.base import Coo
 from .stages import Phase
 
 __all__ = ["PhaseCache"]
@@ -31,11 +30,11 @@ def _key(*arrays: np.ndarray) -> tuple[Any, ...]:
 
 
 class PhaseCache:
-    """Routes by flow endpoints and makespans by flows, for plain phases: flows between devices
-    alone (no switch, pseudo-endpoint or all-to-all flows), whose routing reads nothing else."""
+    """Routed flows by their endpoints and makespans by flows, for plain phases: flows between
+    devices alone (no switch, pseudo-endpoint or all-to-all flows)."""
 
     def __init__(self) -> None:
-        self._routes: dict[tuple[Any, ...], Coo] = {}
+        self._flows: dict[tuple[Any, ...], FlowSet] = {}
         self._makespans: dict[tuple[Any, ...], float] = {}
 
     @staticmethod
@@ -43,18 +42,22 @@ class PhaseCache:
         return (phase.to_switch is None and phase.from_switch is None and not phase.extra
                 and not phase.uniform)
 
-    def routes(self, src: np.ndarray, dst: np.ndarray, route: Callable[[np.ndarray, np.ndarray], Coo]
-               ) -> Coo:
-        """``route(src, dst)`` (the router's ``routes_coo`` from column 0), once per endpoints.
-        Its arrays are shared: a caller copies them (``FlowSet`` concatenates them) before use."""
-        key = _key(src, dst)
-        hit = self._routes.get(key)
+    def flowset(self, phase: Phase, build: Callable[[Phase], FlowSet]) -> FlowSet:
+        """``build(phase)``: its flows routed. A plain phase's routes are built once per flow
+        endpoints (src, dst) and handed its own bytes (``FlowSet.with_bytes``): its flows are
+        the pairs alone, so routing reads nothing else."""
+        if not self.plain(phase):
+            return build(phase)
+        key = _key(phase.src, phase.dst)
+        hit = self._flows.get(key)
         if hit is None:
-            hit = route(src, dst)
-            if len(self._routes) >= _MAX:
-                self._routes.clear()
-            self._routes[key] = hit
-        return hit
+            hit = build(phase)
+            if len(self._flows) >= _MAX:
+                self._flows.clear()
+            self._flows[key] = hit
+            return hit
+        # the bytes as ``build`` reads them (its flows' then its pseudo-endpoints' bytes: none)
+        return hit.with_bytes(np.concatenate([phase.nbytes, np.asarray([], float)]))
 
     def makespan(self, phase: Phase, flowset: Callable[[Phase], FlowSet], capacity_Bps: np.ndarray
                  ) -> float:

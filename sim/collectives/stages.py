@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..topology import Topology
 from ..topology_spec import GpuClusterSpec
 
 __all__ = ["NET_GRAPH_CHANNELS", "NET_RAILS", "GroupInfo", "Phase", "Stage", "first_gpus", "group_info",
-           "island_of_devices", "phase", "one_node_class", "fabric_class"]
+           "island_of_devices", "merge_phases", "phase", "one_node_class", "fabric_class"]
 
 # The NICs of a node NCCL's graphs cross the network on: one NIC per ring/tree graph channel pair
 # (16 graph channels across nodes, two per NIC, NET_GRAPH_CHANNELS, from DGX logs) and one
@@ -185,3 +186,26 @@ def first_gpus(topo: Topology) -> tuple[int | None, int | None, int | None]:
     intra = devs[1 + int(np.argmax(same))] if same.any() else None
     inter = devs[1 + int(np.argmax(~same))] if not same.all() else None
     return devs[0], intra, inter
+
+
+def merge_phases(phases: list[Phase]) -> Phase:
+    """One phase carrying the flows of the same phase of several groups (same step count)."""
+    head = phases[0]
+    if len({p.steps for p in phases}) != 1:
+        raise ConfigError(f"concurrent collectives: phase {head.name!r} has different step counts "
+                          "in different groups")
+
+    def switch(attr: str) -> tuple[np.ndarray, float] | None:
+        parts = [getattr(p, attr) for p in phases]
+        if all(x is None for x in parts):
+            return None
+        if any(x is None for x in parts) or len({x[1] for x in parts}) != 1:
+            raise ConfigError(f"concurrent collectives: phase {head.name!r} moves different "
+                              "switch volumes in different groups")
+        return np.concatenate([x[0] for x in parts]), parts[0][1]
+
+    return Phase(head.name, head.steps, np.concatenate([p.src for p in phases]),
+                 np.concatenate([p.dst for p in phases]), np.concatenate([p.nbytes for p in phases]),
+                 tuple(x for p in phases for x in p.extra), head.hops_per_step,
+                 switch("to_switch"), switch("from_switch"),
+                 tuple(u for p in phases for u in p.uniform))

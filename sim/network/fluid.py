@@ -104,6 +104,16 @@ class FlowSet:
         self.links, local = unique_links(np.asarray(rows, np.int64), n_links)
         self.routes = LinkMatrix(local.reshape(-1), cols, vals, (len(self.links), len(self.nbytes)))
 
+    def with_bytes(self, nbytes: Sequence[float] | np.ndarray) -> FlowSet:
+        """The same flows and routes moving *nbytes* instead (one per flow): what building them
+        with those bytes gives, its routes shared (nothing changes a ``LinkMatrix``)."""
+        out = object.__new__(FlowSet)
+        out.nbytes = np.asarray(nbytes, dtype=float)
+        if out.nbytes.shape != self.nbytes.shape:
+            raise ValueError(f"FlowSet.with_bytes: {out.nbytes.shape} bytes for {self.nbytes.shape} flows")
+        out.n_links, out.links, out.routes = self.n_links, self.links, self.routes
+        return out
+
     def link_bytes(self) -> np.ndarray:
         """Bytes each of ``links`` carries in one play of the flows."""
         return self.routes @ self.nbytes
