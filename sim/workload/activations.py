@@ -52,6 +52,7 @@ the out-projection saves.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -244,6 +245,12 @@ def stage_activation_bytes(scn: Scenario, layers: tuple[int, ...]) -> LayerActiv
     """The mean over *layers* (model layer indices) of what each keeps (``layer_activation_bytes``
     per kind)."""
     kinds, index = kind_index(scn.model)
+    if len(kinds) == 1:
+        # PERF: a uniform stack (every layout of a dense model, and each of XLA's remat trials)
+        # means one kind's bytes over its layers: the same sums, each worked out once
+        one = layer_activation_bytes(scn, kinds[0])
+        n = max(1, len(layers))
+        return LayerActivations(_mean_of_same(one.device_B, n), _mean_of_same(one.host_B, n))
     picked = [index[i] for i in layers] or [index[-1]]
     each = {k: layer_activation_bytes(scn, kinds[k]) for k in set(picked)}
     n = len(picked)
@@ -251,6 +258,12 @@ def stage_activation_bytes(scn: Scenario, layers: tuple[int, ...]) -> LayerActiv
     host = {k: a.host_B for k, a in each.items()}
     return LayerActivations(sum(map(device.__getitem__, picked)) / n,
                             sum(map(host.__getitem__, picked)) / n)
+
+
+@functools.lru_cache(maxsize=4096)
+def _mean_of_same(x: float, n: int) -> float:
+    """*x* summed *n* times over *n*, as ``stage_activation_bytes`` sums a stage's layers."""
+    return sum([x] * n) / n
 
 
 def offload_exposed_s(scn: Scenario, compute_s: float) -> float:
