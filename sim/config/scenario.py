@@ -129,15 +129,40 @@ def _layout_sections(top: Section, raw: Mapping[str, Any], cluster: ClusterConfi
     """The training section, the model checked against its sequence (*like*'s where it read the
     same model for the same sequence) and the parallelism section, unresolved."""
     model = read_model(raw["model"]) if like is None else None
-    training = _training(top.section("training", SECTION_KEYS["training"]), cluster)
+    training = _read_once(_training, top.section("training", SECTION_KEYS["training"]), cluster)
     if like is not None and like.raw.get("model") == raw["model"] \
             and like.training.seq_len == training.seq_len:
         model = like.model
     else:
         model = check_model_sequence(model or read_model(raw["model"]), raw["model"],
                                      training.seq_len)
-    return training, model, read_parallelism(top.section("parallelism", SECTION_KEYS["parallelism"]),
-                                             cluster)
+    return training, model, _read_once(read_parallelism,
+                                       top.section("parallelism", SECTION_KEYS["parallelism"]), cluster)
+
+
+# PERF: the plan search's layouts of one size repeat a few training and parallelism sections
+# (the v5p search's 3,910 layouts: 4 training and ~60 parallelism sections a size), each read
+# once per cluster. A section of scalars alone is keyed by its items with their types (1, 1.0
+# and True read differently); an entry holds the cluster (a reused id cannot hit) and what was
+# read (frozen); a section that is refused is not kept, so its error is raised again.
+_READ: dict[tuple[Any, ...], tuple[ClusterConfig, Any]] = {}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _read_once(read: Any, s: Section, cluster: ClusterConfig) -> Any:
+    """``read(s, cluster)``, memoised where the section holds scalars alone."""
+    raw = s.raw
+    if not all(type(v) in _SCALARS for v in raw.values()):
+        return read(s, cluster)
+    key = (read, s.where, id(cluster), tuple((k, type(v), v) for k, v in raw.items()))
+    hit = _READ.get(key)
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    out = read(s, cluster)
+    if len(_READ) >= 4096:
+        _READ.clear()
+    _READ[key] = (cluster, out)
+    return out
 
 
 def _kernel_tables(s: Section, cluster: ClusterConfig, source: str) -> str:
