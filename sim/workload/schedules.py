@@ -44,6 +44,8 @@ def schedule(kind: str, stage: int, pp: int, micro: int, vs: int = 1,
     pipeline; ``ParallelismConfig.pipeline_flushes``), numbered on."""
     per = micro // flushes
     one = _schedule(kind, stage, pp, per, vs, group or pp)
+    if flushes == 1:                # PERF: one schedule is its steps as they are (0 x per + m is m)
+        return tuple(one)
     return tuple((k, f * per + m, c) for f in range(flushes) for k, m, c in one)
 
 
@@ -66,24 +68,18 @@ def _schedule(kind: str, stage: int, pp: int, micro: int, vs: int, group: int) -
 
 def _interleaved(stage: int, pp: int, micro: int, vs: int, group: int) -> list[Step]:
     total = micro * vs
-
-    def fwd(k: int) -> Step:
-        rnd, pos = divmod(k, group * vs)
-        return ("F", rnd * group + pos % group, pos // group)
-
-    def bwd(k: int) -> Step:
-        rnd, pos = divmod(k, group * vs)
-        return ("B", rnd * group + pos % group, vs - 1 - pos // group)
-
+    # The k-th forward and the k-th backward: round k // (group x vs), place in it k % (group x vs).
+    # PERF: every one listed in two passes, then dealt out (no call per step; a plan times
+    # schedules of thousands of steps)
+    at = [divmod(k, group * vs) for k in range(total)]
+    fwd: list[Step] = [("F", rnd * group + pos % group, pos // group) for rnd, pos in at]
+    bwd: list[Step] = [("B", rnd * group + pos % group, vs - 1 - pos // group) for rnd, pos in at]
     warm = min((pp - stage - 1) * 2 + (vs - 1) * group, total)
-    out: list[Step] = [fwd(k) for k in range(warm)]
-    f, b = warm, 0
-    while f < total:
-        out.append(fwd(f))
-        f += 1
-        out.append(bwd(b))
-        b += 1
-    out += [bwd(k) for k in range(b, total)]
+    out = fwd[:warm]
+    for f, b in zip(range(warm, total), range(total)):      # one forward then one backward
+        out.append(fwd[f])
+        out.append(bwd[b])
+    out += bwd[total - warm:]
     return out
 
 
