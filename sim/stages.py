@@ -24,6 +24,7 @@ from .compute.model import ComputeModel
 from .config import Scenario
 from .engine import Segment, StagePlan
 from .network.traffic import Traffic
+from .stage_ends import ends_s
 from .tp_overlap import tp_exposed_s
 from .workload.activations import offload_exposed_s
 from .workload.layout import Layout
@@ -336,14 +337,11 @@ def plan_stages(wl: Workload, net: CollectiveModel, stack_efficiency: StackEffic
         else:
             p2p = p2p_lat = 0.0
         loads = _stage_loads(net, lay, stage, wl, dp, (p2p, p2p_lat)) if traffic else {}
-
-        def t(items: tuple[Item, ...]) -> float:
-            return cm.stream_time_s(i for i in items if isinstance(i, Op))
+        first_f, first_b, last_f, last_b = ends_s(wl, cm)       # PERF: once a set (stage_ends)
         plans.append(StagePlan(
             layer_fwd=fwd, layer_bwd=bwd, layers_per_chunk=wl.layers_per_chunk,
             chunk_layers=dp.chunk_layers if par.uneven else (),
-            first_fwd=t(wl.first_forward), first_bwd=t(wl.first_backward),
-            last_fwd=t(wl.last_forward), last_bwd=t(wl.last_backward), p2p_s=p2p,
+            first_fwd=first_f, first_bwd=first_b, last_fwd=last_f, last_bwd=last_b, p2p_s=p2p,
             dp_layer_s=dp.layer_s, dp_per_microbatch=dp.per_microbatch,
             fsdp_layer_gather_s=dp.gather_s, replica_layer_s=dp.replica_s, replica_tail_s=dp.tail_s,
             optimizer_s=dp.optimizer_s, param_gather_s=dp.param_gather_s, **loads))

@@ -65,6 +65,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("collectives", "engine", "stragglers", "faults", "cost"),
     ("goodput",),                                      # a scenario's failures: units, rates, recovery
     ("results",),                                      # run records
+    ("stage_ends",),                                   # the pipeline ends' kernel time, once a set
     ("stages",),                                       # workload + network -> per-stage plans
     ("stage_floors",),                                 # floors under a stage's passes (plan screen)
     ("job",),                                          # a scenario resolved once for its step
