@@ -579,3 +579,32 @@ def test_runs_that_play_one_step_are_scored_in_one_chunk() -> None:
     shared = [k for k, c in by_key.items() if sum(play_key(m.scenario or {}) == k for m in runs) > 1]
     assert shared and all(len(by_key[k]) == 1 for k in shared)
     assert max(len(c) for c in chunks) < 2 * _CHUNK
+
+
+def test_dcn_layer_step_fit_recovers_a_planted_step_and_needs_multislice_runs(tmp_path: Path) -> None:
+    """``fit_dcn_layer_step_s`` on one calibration run over two v5e slices whose measured step is
+    the model's without the term plus 0.5 ms per layer's ring step gives back 0.5 ms; with no
+    multi-slice calibration run it is a one-line ConfigError."""
+    from sim import calibration as cal
+    from sim.validate import fit_dcn_layer_step_s
+    from sim.validate.predictors import TrainingPredictor
+
+    with pytest.raises(ConfigError, match="no calibration run on several TPU slices"):
+        fit_dcn_layer_step_s(_write(tmp_path / "none") / "training", lambda: TrainingPredictor())
+    row = dict(id="v5e-2x", hardware="TPU v5e multislice (DCN)", chips="512",
+               zero_or_fsdp="FSDP within slice, DCN data parallel across slices",
+               recompute="remat_policy=full", precision="bf16", step_time_s="1.0", split="calibration",
+               notes="derived: chips = 2 x 256", **{**_LLAMA, "global_batch_seqs": "512"})
+    probe = _write(tmp_path / "probe", [row], overrides=[]) / "training"
+    (mapped,) = map_runs(probe)
+    assert mapped.supported and scenario_from_dict(mapped.scenario).cluster.pods == 2
+    saved = cal.TPU_DCN_LAYER_STEP_S
+    try:
+        cal.TPU_DCN_LAYER_STEP_S = 0.0
+        base_s = TrainingPredictor(dict(cal.STACK_EFFICIENCY))(mapped.scenario).step_time_s
+    finally:
+        cal.TPU_DCN_LAYER_STEP_S = saved
+    planted = base_s + 32 * 2 * (2 - 1) * 5e-4                        # 32 layers, 2 slices
+    root = _write(tmp_path / "one", [{**row, "step_time_s": f"{planted:.9f}"}], overrides=[])
+    fitted = fit_dcn_layer_step_s(root / "training", lambda: TrainingPredictor(dict(cal.STACK_EFFICIENCY)))
+    assert fitted == pytest.approx(5e-4, abs=1e-5)
