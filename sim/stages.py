@@ -130,9 +130,7 @@ def _kind_passes(wl: Workload, layer: LayerWork, cm: ComputeModel, net: Collecti
     scn = wl.scenario
     groups = lay.groups(stage) if traffic else None
     fwd, bwd = (_passes_alone(layer, cm, net, lay, stage) if groups is None else
-                (_segments(layer.forward, cm, net, groups, lay, stage),
-                 _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage,
-                           len(layer.recompute))))
+                _layer_segments(layer, cm, net, groups, lay, stage))
     if cm.profile.ep_comm_overlap and scn.parallelism.microbatches > 1:
         fwd, bwd = _ep_overlap(fwd, bwd, _comm_sm_share(cm))
     elif _syncs_on_token_counts(scn, layer, cm):
@@ -169,10 +167,17 @@ def _passes_alone(layer: LayerWork, cm: ComputeModel, net: CollectiveModel, lay:
         return hit[2], hit[3]
     if len(memo) >= 8192:
         memo.clear()
-    fwd = _segments(layer.forward, cm, net, None, lay, stage)
-    bwd = _segments(layer.recompute + layer.backward, cm, net, None, lay, stage, len(layer.recompute))
+    fwd, bwd = _layer_segments(layer, cm, net, None, lay, stage)
     memo[key] = (layer, cm, fwd, bwd)
     return fwd, bwd
+
+
+def _layer_segments(layer: LayerWork, cm: ComputeModel, net: CollectiveModel,
+                    groups: Mapping[str, list[list[int]]] | None, lay: Layout, stage: int
+                    ) -> tuple[tuple[Segment, ...], tuple[Segment, ...]]:
+    """*layer*'s forward, and its recomputation then backward, as ``_segments``."""
+    return (_segments(layer.forward, cm, net, groups, lay, stage),
+            _segments(layer.recompute + layer.backward, cm, net, groups, lay, stage, len(layer.recompute)))
 
 
 def _syncs_on_token_counts(scn: Scenario, layer: LayerWork, cm: ComputeModel) -> bool:
@@ -277,15 +282,12 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     # steps, 2 (slices - 1) a layer, at ``cal.TPU_DCN_LAYER_STEP_S`` each.
     params = wl.stage_params(stage) + wl.embed_params * ((stage == 0) + (stage == par.pp - 1))
     groups = lay.replica_groups(stage) if lay.replicas > 1 else []
-    across = (transfers and scn.cluster.pods > 1 and bool(groups)
-              and len(net.group_info(groups[0]).by_pod) > 1)
-    after = cm.profile.slice_reduce_bytes if across else 0
+    slices = (len(net.group_info(groups[0]).by_pod)         # the slices a replica group spans
+              if transfers and scn.cluster.pods > 1 and groups else 1)
+    after = cm.profile.slice_reduce_bytes if slices > 1 else 0
     tail_bytes = max(1, round(after * params / shard)) if after else 0
-    tail = 0.0
-    if tail_bytes:
-        ring_steps = 2 * (len(net.group_info(groups[0]).by_pod) - 1)    # a layer's, over the DCN
-        tail = (net.time_concurrent("allreduce", tail_bytes, groups).time_s
-                + n_layers * ring_steps * cal.TPU_DCN_LAYER_STEP_S)
+    tail = (net.time_concurrent("allreduce", tail_bytes, groups).time_s
+            + n_layers * 2 * (slices - 1) * cal.TPU_DCN_LAYER_STEP_S if tail_bytes else 0.0)
     replica = (net.time_concurrent("allreduce", max(1, grad_bytes // shard), groups).time_s
                if groups and not after else 0.0)
     fsdp = par.zero >= 3 and shard > 1

@@ -56,8 +56,7 @@ class PhaseCache:
                 self._flows.clear()
             self._flows[key] = hit
             return hit
-        # the bytes as ``build`` reads them (its flows' then its pseudo-endpoints' bytes: none)
-        return hit.with_bytes(np.concatenate([phase.nbytes, np.asarray([], float)]))
+        return hit.with_bytes(phase.nbytes)      # a plain phase's bytes: its flows' alone
 
     def makespan(self, phase: Phase, flowset: Callable[[Phase], FlowSet], capacity_Bps: np.ndarray
                  ) -> float:
