@@ -47,6 +47,9 @@ model, the memory model and the step plan:
   ``minimal_flash`` (MaxText's remat policy of that name);
 - ``offload_overlap``: offloaded activations are copied on their own stream, behind the layer's
   compute; otherwise the copy sits on the compute stream;
+- ``optimizer_offload``: the stack can keep the optimizer state in host memory and stream it
+  through the chip for the update (``training.optimizer_offload``: MaxText's
+  ``optimizer_memory_host_offload``);
 - ``slice_reduce_bytes``: how hybrid sharding's replica all-reduce (across TPU slices over the
   DCN) runs: 0, layer by layer on the data-parallel stream behind the backward pass, in bf16
   (as the GPU stacks' per-bucket reductions); otherwise exposed: once, on the step's whole
@@ -106,6 +109,8 @@ class SoftwareProfile:
                                        # after the backward, this many bytes a parameter
     tp_overlap_forward: bool = True    # TP overlap in the forward and recomputation too (else:
                                        # the backward's only)
+    optimizer_offload: bool = False    # training.optimizer_offload runs: the state in host memory,
+                                       # streamed through the chip for the update
 
     def __post_init__(self) -> None:
         for value, valid in ((self.attention, ATTENTION_KERNELS + ("auto",)),
@@ -269,7 +274,7 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
                     optimizer="adamw_fused", host_kernel_s=0.0, runs_on_tpu=True,
                     eager_autograd=False, sdpa_output_copy=False,
                     selective_recompute="minimal_flash", offload_overlap=True,
-                    slice_reduce_bytes=4, tp_overlap_forward=False),
+                    slice_reduce_bytes=4, tp_overlap_forward=False, optimizer_offload=True),
     # Paxml/Praxis (JAX/XLA): dot-product attention compiled by XLA (scores through HBM).
     SoftwareProfile(framework="paxml", attention="xla", elementwise="fused",
                     low_precision=("fp8",), quantized_saves=False,

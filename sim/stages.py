@@ -28,7 +28,7 @@ from .stage_ends import ends_s
 from .tp_overlap import tp_exposed_s
 from .workload.activations import offload_exposed_s
 from .workload.layout import Layout
-from .workload.memory import optimizer_step_bytes_per_param
+from .workload.memory import optimizer_bytes_per_param, optimizer_step_bytes_per_param, optimizer_transfer_s
 from .workload.transformer import Item, LayerWork, Op, Workload
 
 if TYPE_CHECKING:
@@ -305,6 +305,9 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     tr = scn.training
     optimizer = cm.optimizer_s(optimizer_step_bytes_per_param(tr.optimizer_state, tr.master_weights)
                                * opt_params)
+    if tr.optimizer_offload:
+        state_B = optimizer_bytes_per_param(tr.optimizer_state, tr.master_weights) * opt_params
+        optimizer = max(optimizer, optimizer_transfer_s(scn, state_B))
     pg = (net.time("allgather", max(1, 2 * params), dpg).time_s
           if par.zero in (1, 2) and shard > 1 else 0.0)
     if pg and cm.profile.param_gather_overlap:

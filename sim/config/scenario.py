@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from ..hardware import get_chip
 from ..models import PRESETS
 from ..precision import PRECISIONS, check_chip, check_stack
-from ..software import MOE_DISPATCHERS, resolve_software
+from ..software import FRAMEWORKS, MOE_DISPATCHERS, resolve_software
 from ..topology_spec import GpuClusterSpec, TopologySpec
 from .chip_file import is_chip_file, load_chip_file
 from .fields import Section, parse_tokens, show
@@ -94,6 +94,12 @@ def _scenario(raw: Mapping[str, Any], source: str, default_name: str) -> Scenari
     if soft_s.has("kernel_tables"):
         software = replace(software, kernel_tables=_kernel_tables(soft_s, cluster, source))
     check_stack(training.precision, cluster.chip, software)
+    if training.optimizer_offload and not software.optimizer_offload:
+        able = ", ".join(f for f, p in FRAMEWORKS.items() if p.optimizer_offload)
+        raise ConfigError(f"training.optimizer_offload: true keeps the optimizer state on the host "
+                          f"(MaxText's optimizer_memory_host_offload); software.framework "
+                          f"{software.framework} has no such mode; valid: false, or "
+                          f"software.framework {able}")
     strag = (read_stragglers(top.section("stragglers", SECTION_KEYS["stragglers"]))
              if "stragglers" in raw else None)
     fail = (read_failures(top.section("failures", SECTION_KEYS["failures"]))
@@ -336,6 +342,7 @@ def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
         tokens=parse_tokens(s.raw["tokens"], s.at("tokens")) if s.has("tokens") else None,
         optimizer_state=s.text("optimizer_state", "fp32", OPTIMIZER_STATES),
         master_weights=s.flag("master_weights", True),
+        optimizer_offload=s.flag("optimizer_offload", False),
         vocab_tiling=s.integer("vocab_tiling", 1),
         logits_dtype=s.text("logits_dtype", "fp32", tuple(LOGIT_BYTES)),
     )
@@ -351,6 +358,10 @@ def _training(s: Section, cluster: ClusterConfig) -> TrainingConfig:
                               f"recomputes, but training.recompute is {t.recompute!r}; valid: "
                               "training.recompute: selective")
         t = replace(t, recompute_modules=s.text_list("recompute_modules", (), RECOMPUTE_MODULES))
+    if t.optimizer_offload and cluster.chip.host_memory_bytes is None:
+        raise ConfigError(f"{s.at('optimizer_offload')}: true keeps the optimizer state in host "
+                          f"memory, but the catalogue has no host memory for {cluster.chip.name}; "
+                          "valid here: false")
     if s.has("remat_policy"):           # the per-tensor policy decides; `recompute` then does not
         name, policy = parse_remat_policy(s.raw["remat_policy"], s.at("remat_policy"))
         t = replace(t, remat_policy_name=name, remat_policy=policy)

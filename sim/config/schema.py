@@ -59,6 +59,9 @@ class TrainingConfig:
     remat_policy: tuple[tuple[str, str], ...] = ()
     optimizer_state: str = "fp32"         # Adam moments: fp32 | bf16 (2 x 4 or 2 x 2 bytes/param)
     master_weights: bool = True           # an fp32 copy of the weights in the optimizer state
+    # the optimizer state (moments and master weights) lives in host memory and streams through the
+    # chip for the update (MaxText optimizer_memory_host_offload): sim/workload/memory.py
+    optimizer_offload: bool = False
     vocab_tiling: int = 1                 # logits computed in this many chunks (MaxText num_vocab_tiling)
     logits_dtype: str = "fp32"            # the logits the loss keeps: fp32 | bf16 (remat.LOGIT_BYTES)
     # Megatron-Core's selective recomputation by module (sim/workload/recompute.py), with
@@ -306,7 +309,7 @@ SECTION_KEYS: dict[str, frozenset[str]] = {
     "training": frozenset({"seq_len", "global_batch", "micro_batch", "precision", "recompute",
                            "recompute_modules", "logits_dtype",
                            "tokens", "remat_policy", "optimizer_state", "master_weights",
-                           "vocab_tiling"}),
+                           "optimizer_offload", "vocab_tiling"}),
     "parallelism": frozenset({"tp", "pp", "cp", "ep", "etp", "zero", "zero_group", "schedule",
                               "virtual_stages", "sequence_parallel", "stage_layers",
                               "first_stage_layers", "last_stage_layers", "microbatch_group",

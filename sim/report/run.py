@@ -159,7 +159,7 @@ def step_text(r: RunResult, trace_file: str | None = None) -> str:
         f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.chips:,.0f} per chip)",
         f"  MFU              {100 * s.mfu:.1f} %" + _low_precision_mfu(scn, s.mfu),
         f"  memory per chip  {s.memory_per_chip_GiB:.1f} GiB of {scn.cluster.chip.usable_hbm_bytes / 2**30:.1f} GiB"
-        + _xla_remat_text(scn),
+        + _host_text(s.memory_breakdown_GiB) + _xla_remat_text(scn),
         "  cost             " + _cost_text(r),
         "  breakdown        " + ", ".join(f"{k} {v:.3f} s" for k, v in s.breakdown_s.items() if v > 1e-9),
     ]
@@ -236,3 +236,9 @@ def _xla_remat_text(scn: Scenario) -> str:
     """What XLA recomputes beyond the scenario's policy to fit the chip (``sim.workload.xla_remat``)."""
     remat = xla_rematerialized(scn.training.remat_policy_name)
     return f" (XLA recomputes {', '.join(remat)} beyond the policy to fit)" if remat else ""
+
+
+def _host_text(mem: dict[str, float]) -> str:
+    """What the run keeps in host memory per chip (offloaded activations, optimizer state)."""
+    host = mem.get("offloaded_host", 0.0)
+    return f", {host:.1f} GiB more on the host" if host > 0.05 else ""

@@ -25,6 +25,12 @@ copies per weight, sim/precision.py; TE caches them across micro-batches), and k
 linear inputs as activations (sim/workload/activations.py). Where the stack holds those weights
 as quantized parameters (``software.quantized_params``: Megatron's fp8_param_gather), their BF16
 copy is gone from ``weights``.
+``training.optimizer_offload`` (MaxText ``optimizer_memory_host_offload``, maxtext 9e7d1a3 "Optimizer
+memory offload": the optimizer state and the fp32 parameters sharded to ``pinned_host``, copied
+to the device for the update, the forward and backward running on their bf16 cast) moves the
+optimizer state to host memory: ``optimizer`` is 0 on the device and the state counts in
+``offloaded_host``. The update brings it back once the activations are freed, so that moment's
+peak is weights, gradients and the whole state (``update_peak_B``), checked beside the step's.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ from .activations import stage_activation_bytes
 from .schedules import stage_activation_peak_B
 from .transformer import Workload
 
-__all__ = ["optimizer_step_bytes_per_param", "MemoryBreakdown", "memory_per_chip", "optimizer_bytes_per_param"]
+__all__ = ["optimizer_step_bytes_per_param", "optimizer_transfer_s", "MemoryBreakdown",
+           "memory_per_chip", "optimizer_bytes_per_param"]
 
 # CUDA/XLA context (~0.5 GiB), library workspaces and communication buffers: assumed, not measured.
 RUNTIME_RESERVED_B = 2 * GiB
@@ -61,12 +68,19 @@ class MemoryBreakdown:
     in_flight: float = 1.0
     offloaded_B: float = 0.0
     weights_quantized_B: float = 0.0
+    optimizer_host_B: float = 0.0          # of offloaded_B, the optimizer state (optimizer_offload)
 
     @property
     def total_B(self) -> float:
-        """HBM per chip: every term but the offloaded activations."""
+        """HBM per chip: every term but what is offloaded to host memory."""
         return (self.weights_B + self.weights_quantized_B + self.gradients_B + self.optimizer_B
                 + self.activations_B + self.logits_B + self.reserved_B)
+
+    @property
+    def update_peak_B(self) -> float:
+        """HBM while the optimizer state is on the device for the update (activations freed)."""
+        return (self.weights_B + self.weights_quantized_B + self.gradients_B + self.optimizer_B
+                + self.optimizer_host_B + self.reserved_B)
 
     def as_GiB(self) -> dict[str, float]:
         """Every term in GiB, named for ``memory_breakdown_GiB`` (``run --json``); ``total`` is the
@@ -85,6 +99,16 @@ def optimizer_bytes_per_param(optimizer_state: str, master_weights: bool) -> flo
     """Adam's state per parameter: two moments (4 or 2 bytes each) and the fp32 master weights."""
     moment = {"fp32": 4.0, "bf16": 2.0}[optimizer_state]
     return 2 * moment + (4.0 if master_weights else 0.0)
+
+
+def optimizer_transfer_s(scn: Scenario, state_B: float) -> float:
+    """Seconds the offloaded optimizer state (*state_B* bytes per chip) takes over the chip's host
+    link one way (``Chip.host_link_Bps``, else the topology's PCIe per chip, and its latency): the
+    update streams it in and writes it back at once (the link is full duplex), so the step's
+    optimizer phase takes no less."""
+    topo = scn.cluster.topology
+    link_Bps = scn.cluster.chip.host_link_Bps or topo.pcie_Bps
+    return topo.pcie_latency_s + state_B / link_Bps
 
 
 def optimizer_step_bytes_per_param(optimizer_state: str, master_weights: bool) -> float:
@@ -143,11 +167,12 @@ def _stage_memory(wl: Workload, stage: int) -> MemoryBreakdown:
     acts = stage_activation_peak_B(par, layer_act, head if pp > 1 else 0.0)
     held = stage_activation_peak_B(par, 1.0)            # layer-activations held at that peak
     in_flight = held / layers if layers else 1.0
-    host = per_layer.host_B * held
+    optim_host = optim if tr.optimizer_offload else 0.0
+    host = per_layer.host_B * held + optim_host
     logits = head if pp == 1 else 0.0
-    return MemoryBreakdown(weights, grads, optim, acts, RUNTIME_RESERVED_B, logits_B=logits,
-                           activations_per_microbatch_B=layer_act * layers, in_flight=in_flight,
-                           offloaded_B=host,
+    return MemoryBreakdown(weights, grads, optim - optim_host, acts, RUNTIME_RESERVED_B,
+                           logits_B=logits, activations_per_microbatch_B=layer_act * layers,
+                           in_flight=in_flight, offloaded_B=host, optimizer_host_B=optim_host,
                            weights_quantized_B=_quantized_weights_B(wl, layer_params))
 
 
@@ -174,18 +199,27 @@ def _quantized_weights_B(wl: Workload, layer_params: float) -> float:
 
 
 def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
-    """InfeasibleError when the estimate exceeds the chip's HBM, or the offloaded activations the
-    host memory per chip; the message names every term of the estimate and what would help."""
+    """InfeasibleError when the estimate (or the optimizer update's peak) exceeds the chip's HBM,
+    or what is offloaded the host memory per chip; the message names every term of the estimate
+    and what would help."""
     scn = wl.scenario
     chip = scn.cluster.chip
     host_cap = chip.host_memory_bytes
     if mem.offloaded_B and host_cap is not None and mem.offloaded_B > host_cap:
+        state = (f" (optimizer state {mem.optimizer_host_B / GiB:.1f})" if mem.optimizer_host_B
+                 else "")
         raise InfeasibleError(
-            f"{scn.source}: the offloaded activations need an estimated {mem.offloaded_B / GiB:.1f} "
+            f"{scn.source}: what is offloaded needs an estimated {mem.offloaded_B / GiB:.1f}{state} "
             f"GiB of host memory per chip (model estimate) but a {chip.name} host has "
             f"{host_cap / GiB:.1f} GiB per chip; try: keep fewer tensors offloaded in "
             "training.remat_policy; lower training.micro_batch")
     cap = chip.usable_hbm_bytes
+    if mem.optimizer_host_B and mem.update_peak_B > cap:
+        raise InfeasibleError(
+            f"{scn.source}: the optimizer update brings its {mem.optimizer_host_B / GiB:.1f} GiB of "
+            f"host state back beside weights and gradients, {mem.update_peak_B / GiB:.1f} GiB per "
+            f"chip (model estimate), but a {chip.name} has {cap / GiB:.1f} GiB; try: raise "
+            "parallelism.zero_group or tp/pp")
     if mem.total_B <= cap:
         return
     par, tr = scn.parallelism, scn.training
@@ -200,6 +234,8 @@ def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
         hints.append("lower training.micro_batch")
     if mem.logits_B > 0.1 * cap:
         hints.append(f"raise training.vocab_tiling (now {tr.vocab_tiling})")
+    if mem.optimizer_B > 0.05 * cap and host_cap is not None and scn.software.optimizer_offload:
+        hints.append("keep the optimizer state on the host (training.optimizer_offload: true)")
     hints.append("raise parallelism.tp or pp")
     offl = f", offloaded to host {mem.offloaded_B / GiB:.1f}" if mem.offloaded_B else ""
     quant = (f" + {mem.weights_quantized_B / GiB:.1f} quantized copies"

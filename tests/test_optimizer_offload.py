@@ -1,0 +1,111 @@
+"""training.optimizer_offload (MaxText optimizer_memory_host_offload): the optimizer state lives in
+host memory, the update streams it through the chip, and what fits changes accordingly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from sim.config import scenario_from_dict
+from sim.errors import InfeasibleError
+from sim.run import run
+from sim.units import GiB
+from sim.workload.memory import (
+    check_fits,
+    memory_per_chip,
+    optimizer_bytes_per_param,
+    optimizer_transfer_s,
+)
+from sim.workload.transformer import build_workload
+
+# MaxText's v6e Llama 3 70B config (llama3_70b_8192 in its Trillium benchmark file,
+# maxtext_trillium_model_configs.py): per-device batch 2 at 8,192 tokens, full remat, FSDP over the
+# pod, optimizer state on the host.
+V6E_70B = {"cluster": {"topology": "tpu-v6e", "chips": 256}, "model": "llama3-70b",
+           "training": {"seq_len": 8192, "global_batch": 512, "micro_batch": 2,
+                        "remat_policy": "full"},
+           "parallelism": {"tp": 1, "zero": 3}, "software": {"framework": "maxtext"}}
+
+
+def scn(offload: bool, **training):
+    raw = {**V6E_70B, "training": {**V6E_70B["training"], "optimizer_offload": offload, **training}}
+    return scenario_from_dict(raw, "t.yaml")
+
+
+def test_the_state_moves_from_hbm_to_host_memory() -> None:
+    on, off = (memory_per_chip(build_workload(scn(o))) for o in (False, True))
+    assert on.optimizer_B > 0 and off.optimizer_B == 0
+    assert off.optimizer_host_B == pytest.approx(on.optimizer_B)
+    assert off.offloaded_B == pytest.approx(on.offloaded_B + on.optimizer_B)
+    assert off.total_B == pytest.approx(on.total_B - on.optimizer_B)
+    # the update's moment: weights, gradients and the whole state, the activations freed
+    assert off.update_peak_B == pytest.approx(
+        on.weights_B + on.gradients_B + on.optimizer_B + on.reserved_B)
+
+
+def test_maxtexts_v6e_70b_config_fits_only_with_its_optimizer_offload() -> None:
+    """The config ran on a v6e pod with the state on the host; without it the estimate is over."""
+    for offload in (False, True):
+        wl = build_workload(scn(offload))
+        m = memory_per_chip(wl)
+        if offload:
+            check_fits(wl, m)
+        else:
+            with pytest.raises(InfeasibleError, match=r"optimizer \d.*training\.optimizer_offload: true"):
+                check_fits(wl, m)
+
+
+def test_the_update_takes_at_least_the_states_trip_over_the_host_link() -> None:
+    s_on, s_off = scn(False, micro_batch=1, global_batch=256), scn(True, micro_batch=1, global_batch=256)
+    on, off = run(s_on).step, run(s_off).step
+    wl = build_workload(s_off)
+    state_B = memory_per_chip(wl).optimizer_host_B
+    per_param = optimizer_bytes_per_param("fp32", True)
+    assert state_B / per_param > 1e8                     # a real shard: ~0.27 B parameters
+    trip = optimizer_transfer_s(s_off, state_B)
+    assert trip == pytest.approx(state_B / s_off.cluster.topology.pcie_Bps, rel=1e-3)
+    assert off.breakdown_s["optimizer"] == pytest.approx(max(trip, on.breakdown_s["optimizer"]))
+    assert off.breakdown_s["optimizer"] > on.breakdown_s["optimizer"]   # PCIe, not HBM, bounds it
+
+
+def test_an_update_peak_over_the_chip_is_refused_in_one_line() -> None:
+    """A 70B model on 8 H100 under MaxText without sharding: the state fits on the host, not back
+    on the chip."""
+    raw = {"cluster": {"topology": "dgx-h100", "chips": 8}, "model": "llama3-70b",
+           "training": {"seq_len": 1024, "global_batch": 8, "recompute": "full",
+                        "optimizer_offload": True},
+           "parallelism": {"tp": 8, "zero": 0}, "software": {"framework": "maxtext"}}
+    wl = build_workload(scenario_from_dict(raw, "t.yaml"))
+    m = memory_per_chip(wl)
+    assert m.total_B < 79 * GiB < m.update_peak_B
+    with pytest.raises(InfeasibleError, match=r"the optimizer update brings its .* GiB of host state"):
+        check_fits(wl, m)
+
+
+def test_a_chip_without_host_memory_is_one_clear_line(tmp_path) -> None:
+    raw = {**V6E_70B, "cluster": {"topology": "tpu-v4", "chips": 256},
+           "training": {**V6E_70B["training"], "optimizer_offload": True}}
+    path = tmp_path / "v4.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = subprocess.run([sys.executable, "-m", "sim", "run", str(path)], capture_output=True,
+                         text=True)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "training.optimizer_offload: true keeps the optimizer state in host" \
+        " memory, but the catalogue has no host memory for TPU-v4; valid here: false" in lines[0]
+
+
+def test_a_stack_without_the_mode_is_one_clear_line() -> None:
+    from sim.errors import ConfigError
+
+    raw = {**V6E_70B, "cluster": {"topology": "dgx-h100", "chips": 64},
+           "training": {**V6E_70B["training"], "optimizer_offload": True},
+           "software": {"framework": "megatron-te"}}
+    with pytest.raises(ConfigError, match=r"training\.optimizer_offload: true keeps the optimizer "
+                       r"state on the host \(MaxText's optimizer_memory_host_offload\); software\."
+                       r"framework megatron-te has no such mode; valid: false, or software\."
+                       r"framework maxtext"):
+        scenario_from_dict(raw, "t.yaml")
