@@ -68,8 +68,10 @@ def test_hybrid_sharding_shards_over_the_group_and_reduces_across_replicas() -> 
 
     cluster = {"topology": "tpu-v5p", "chips": 128, "slices": 2}
     training = {"seq_len": 2048, "global_batch": 64}
-    full = scn({"tp": 4, "zero": 3}, training, cluster=cluster)              # FSDP over both slices
+    full = scn({"tp": 4, "zero": 3, "zero_group": 32}, training, cluster=cluster)   # over both slices
     hybrid = scn({"tp": 4, "zero": 3, "zero_group": 16}, training, cluster=cluster)
+    # unsaid, the slices are data-parallel replicas (MaxText's DCN default): FSDP within a slice
+    assert scn({"tp": 4, "zero": 3}, training, cluster=cluster).parallelism == hybrid.parallelism
     mf, mh = (memory_per_chip(build_workload(x)) for x in (full, hybrid))
     assert mh.optimizer_B == pytest.approx(2 * mf.optimizer_B)               # 16 shards, not 32
     assert mh.weights_B == pytest.approx(2 * mf.weights_B)

@@ -82,6 +82,11 @@ def read_parallelism(s: Section, cluster: ClusterConfig) -> ParallelismConfig:
         if zero == 0 and group != dp:
             raise ConfigError(f"{s.at('zero_group')}: {group} shards nothing with zero: 0; "
                               "set parallelism.zero to 1, 2 or 3, or leave zero_group out")
+    elif zero >= 1 and cluster.pods > 1 and dp % cluster.pods == 0 and dp > cluster.pods:
+        # TPU slices over the DCN are data-parallel replicas unless told otherwise: ZeRO/FSDP
+        # shards within a slice, as MaxText's defaults mesh them (base.yml dcn_data_parallelism
+        # -1, dcn_fsdp_parallelism 1); zero_group: dp shards across the slices too
+        group = dp // cluster.pods
     stage_layers = _stage_layers(s, pp, vs)
     first, last = s.opt_int("first_stage_layers", minimum=0), s.opt_int("last_stage_layers", minimum=0)
     if stage_layers and (first is not None or last is not None):
