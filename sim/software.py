@@ -50,6 +50,9 @@ model, the memory model and the step plan:
 - ``optimizer_offload``: the stack can keep the optimizer state in host memory and stream it
   through the chip for the update (``training.optimizer_offload``: MaxText's
   ``optimizer_memory_host_offload``);
+- ``moe_capacity_einsum``: a token-dropping MoE (``model.moe.capacity_factor``) dispatches its
+  tokens to expert slots and combines them back by einsum with one-hot masks, matmuls rather than a
+  permutation (MaxText's ``dense_matmul`` path);
 - ``slice_reduce_bytes``: how hybrid sharding's replica all-reduce (across TPU slices over the
   DCN) runs: 0, layer by layer on the data-parallel stream behind the backward pass, in bf16
   (as the GPU stacks' per-bucket reductions); otherwise exposed: once, on the step's whole
@@ -111,6 +114,8 @@ class SoftwareProfile:
                                        # the backward's only)
     optimizer_offload: bool = False    # training.optimizer_offload runs: the state in host memory,
                                        # streamed through the chip for the update
+    moe_capacity_einsum: bool = False  # a token-dropping MoE (capacity_factor) dispatches and
+                                       # combines by einsum with one-hot masks (sim/workload/blocks.py)
 
     def __post_init__(self) -> None:
         for value, valid in ((self.attention, ATTENTION_KERNELS + ("auto",)),
@@ -274,7 +279,8 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
                     optimizer="adamw_fused", host_kernel_s=0.0, runs_on_tpu=True,
                     eager_autograd=False, sdpa_output_copy=False,
                     selective_recompute="minimal_flash", offload_overlap=True,
-                    slice_reduce_bytes=4, tp_overlap_forward=False, optimizer_offload=True),
+                    slice_reduce_bytes=4, tp_overlap_forward=False, optimizer_offload=True,
+                    moe_capacity_einsum=True),
     # Paxml/Praxis (JAX/XLA): dot-product attention compiled by XLA (scores through HBM).
     SoftwareProfile(framework="paxml", attention="xla", elementwise="fused",
                     low_precision=("fp8",), quantized_saves=False,

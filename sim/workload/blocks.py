@@ -23,7 +23,13 @@ s local tokens, t tensor-parallel size, bf16 tensors). Sources per block:
   permutation, the dispatch over the expert-parallel group, with expert tensor parallelism an
   all-gather of the received tokens over the ETP group (and a reduce-scatter back), the rank's
   experts as one grouped GEMM over their busiest share, the combine. Shared experts run as a
-  dense MLP of their width beside the routed ones.
+  dense MLP of their width beside the routed ones. A token-dropping MoE under MaxText
+  (``SoftwareProfile.moe_capacity_einsum``: src/maxtext/layers/moe.py @e591f30 ``dense_matmul``
+  and ``generate_masks``) instead builds one-hot dispatch and combine masks over each sequence's
+  S tokens and its E x C expert slots, C = ceil(S k / E) x capacity_factor, and moves the tokens
+  by einsum: "BSM,BSEC -> EBCM" into the slots, "EBCM,BSEC -> BSM" back, matmuls of 2 S M E C
+  FLOPs a sequence each, where the GPU stacks permute; the dispatch mask comes from top-k indices,
+  so its einsum has no second gradient, and the combine's carries the router weights'.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ class BlockContext:
     local_seq: int
     dispatcher: str = "alltoall"
     domain_ranks: int = 8        # the expert-parallel group's ranks in one NVLink domain
+    einsum_dispatch: bool = False  # token drop by one-hot einsums (SoftwareProfile.moe_capacity_einsum)
 
 
 def attention_shape(c: BlockContext, kind: LayerKind) -> AttentionShape:
@@ -213,6 +220,8 @@ def _routed(c: BlockContext) -> list[Item]:
     local = e // c.ep
     out: list[Item] = [gemm("router", shard, e, h, "router"),
                        mem("router-topk", shard * e * 4 * 2 + copies * 12, "moe-topk")]
+    if c.einsum_dispatch:
+        return out + _einsum_routed(c, shard)
     if c.dispatcher == "allgather":
         # Every rank of the expert group gathers all tokens, computes its experts' share.
         # Every rank of the expert group (ep x etp) gathers all its tokens and keeps the copies
@@ -253,6 +262,33 @@ def _routed(c: BlockContext) -> list[Item]:
             combine = math.ceil(combine * _deepep_share(c))
         out.append(Comm("ep-combine", "alltoall", "ep", combine))
     out.append(mem("unpermute", 2 * copies * h * BYTES, _permute_cls(c, "moe-unpermute")))
+    return out
+
+
+def _einsum_routed(c: BlockContext, shard: int) -> list[Item]:
+    """A token-dropping MoE moved by one-hot einsums (module docstring): both masks written and
+    read once, the dispatch into every expert's C slots of each local sequence, the all-to-all of
+    the slots to their experts' ranks, the rank's experts over their slots, and back."""
+    m, moe = c.m, c.m.moe
+    assert moe is not None and moe.capacity_factor is not None
+    h, e, k, s = m.hidden, moe.experts, moe.top_k, c.local_seq
+    seqs = max(1, shard // s)
+    slots = e * int(max(math.ceil(s * k / e) * moe.capacity_factor, moe.capacity_factor))
+    local = e // c.ep
+    f = m.expert_ffn // c.etp
+    up = (2 if m.mlp == "swiglu" else 1) * f
+    rows = seqs * slots // e                        # each expert's slots on the rank
+    received = rows * local                         # slots of the rank's experts, from its group
+    out: list[Item] = [mem("dispatch-masks", 4 * seqs * s * slots * BYTES, "moe-topk"),
+                       gemm("moe-dispatch", slots, h, s, "dispatch", batch=seqs)]
+    if c.ep > 1:
+        out.append(Comm("ep-dispatch", "alltoall", "ep", seqs * slots * h * BYTES))
+    out += [gemm("expert-up", rows * c.ep, up, h, batch=local),
+            mem("activation", (3 if m.mlp == "swiglu" else 2) * received * c.ep * f * BYTES, "act"),
+            gemm("expert-down", rows * c.ep, h, f, batch=local)]
+    if c.ep > 1:
+        out.append(Comm("ep-combine", "alltoall", "ep", seqs * slots * h * BYTES))
+    out.append(gemm("moe-combine", s, h, slots, "combine", batch=seqs))
     return out
 
 

@@ -1,0 +1,82 @@
+"""MaxText's token-dropping MoE moves tokens by one-hot einsums (sim/workload/blocks.py
+``_einsum_routed``): matmuls of 2 S M E C FLOPs a sequence, where the GPU stacks permute."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sim.config import scenario_from_dict
+from sim.run import run
+from sim.workload.ops import Op
+from sim.workload.transformer import build_workload
+
+S, M, E, K, CF = 4096, 4096, 8, 2, 1.25
+PDB = 4
+
+
+def scn(framework="maxtext", capacity=CF, remat=None, topology="tpu-v6e", chips=64, ep=1):
+    moe = {"experts": E, "top_k": K, **({"capacity_factor": capacity} if capacity else {})}
+    training = {"seq_len": S, "global_batch": PDB * chips, "micro_batch": PDB}
+    if remat:
+        training["remat_policy"] = remat
+    raw = {"cluster": {"topology": topology, "chips": chips},
+           "model": {"name": "mixtral-like", "layers": 2, "hidden": M, "ffn_hidden": 14336,
+                     "heads": 32, "kv_heads": 8, "vocab": 32000, "mlp": "swiglu", "moe": moe},
+           "training": training, "parallelism": {"tp": 1, "ep": ep, "zero": 3},
+           "software": {"framework": framework}}
+    return scenario_from_dict(raw, "t.yaml")
+
+
+def ops(items, name):
+    return [x for x in items if isinstance(x, Op) and x.name.startswith(name)]
+
+
+def test_dispatch_and_combine_are_matmuls_over_each_sequences_expert_slots() -> None:
+    layer = build_workload(scn()).kinds[0]
+    slots = E * int(math.ceil(S * K / E) * CF)          # MaxText generate_masks: E x C
+    assert slots == 10_240
+    (d,), (c,) = ops(layer.forward, "moe-dispatch"), ops(layer.forward, "moe-combine")
+    assert d.flops == c.flops == 2 * S * M * slots * PDB
+    assert not ops(layer.forward, "permute") and not ops(layer.forward, "unpermute")
+    # each expert computes on its C padded slots of every sequence
+    (up,) = ops(layer.forward, "expert-up")
+    assert up.shape[0] == PDB * slots // E and up.batch == E
+
+
+def test_the_dispatch_mask_takes_no_gradient_the_combine_weights_do() -> None:
+    layer = build_workload(scn()).kinds[0]
+    assert [x.name for x in ops(layer.backward, "moe-dispatch")] == ["moe-dispatch-dgrad"]
+    assert sorted(x.name for x in ops(layer.backward, "moe-combine")) == [
+        "moe-combine-dgrad", "moe-combine-wgrad"]
+
+
+def test_dropless_maxtext_and_the_gpu_stacks_permute() -> None:
+    for s in (scn(capacity=None), scn(framework="megatron-te", topology="dgx-h100", chips=8)):
+        layer = build_workload(s).kinds[0]
+        assert not ops(layer.forward, "moe-dispatch") and ops(layer.forward, "permute")
+
+
+def test_a_remat_policy_recomputes_the_einsums_unless_it_keeps_everything() -> None:
+    offload = {t: "offload" for t in ("decoder_layer_input", "query_proj", "key_proj",
+                                      "value_proj", "out_proj")}
+    every = {t: "device" for t in ("query_proj", "key_proj", "value_proj", "context", "out_proj",
+                                   "mlpwi_0", "mlpwi_1", "mlpwo")}
+    names = {k: {x.name for x in build_workload(scn(remat=p)).kinds[0].recompute}
+             for k, p in (("offload", offload), ("minimal", "minimal"), ("every", every))}
+    assert {"moe-dispatch", "moe-combine"} <= names["offload"]
+    assert {"moe-dispatch", "moe-combine"} <= names["minimal"]     # dots with batch dimensions
+    assert not {"moe-dispatch", "moe-combine"} & names["every"]
+
+
+def test_the_einsums_cost_step_time_and_expert_parallelism_moves_the_slots() -> None:
+    from dataclasses import replace
+
+    s = scn(ep=4)
+    einsum = run(s).step.step_time_s
+    permute = run(replace(s, software=replace(s.software, moe_capacity_einsum=False))).step.step_time_s
+    assert einsum > permute
+    layer = build_workload(s).kinds[0]
+    (a2a,) = [x for x in layer.forward if getattr(x, "name", "") == "ep-dispatch"]
+    assert a2a.size_bytes == pytest.approx(PDB * E * int(math.ceil(S * K / E) * CF) * M * 2)
