@@ -165,6 +165,8 @@ class _RowMapper(RowReader):
             if not (m := re.search(_MOE_NOTES, self.notes)):
                 raise _Unsupported(f"MoE model {name!r} without expert count / top-k in the notes")
             model["moe"] = {"experts": int(m.group(1)), "top_k": int(m.group(2))}
+            if cf := self.row.get("capacity_factor", ""):          # overrides.csv
+                model["moe"]["capacity_factor"] = float(cf)
         return model
 
     def _preset_model(self, preset: str, layers: int, hidden: int, heads: int) -> dict[str, Any]:
@@ -256,6 +258,8 @@ class _RowMapper(RowReader):
             self.assumptions.append("micro_batch not published: 1")
         training = {"seq_len": seq_len, "global_batch": batch, "micro_batch": micro,
                     "precision": self.precision(topo), **self.recompute()}
+        if self.row.get("weight_dtype", "") == "bfloat16":            # overrides.csv
+            training.update(optimizer_state="bf16", master_weights=False)
         par, slices = parallelism(self, chips, _plain(model))
         training["micro_batch"] = self.pass_batch(micro, par)
         cluster: dict[str, Any] = {"topology": topo, "chips": chips}

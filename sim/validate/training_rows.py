@@ -3,7 +3,8 @@
 ``runs.csv`` has one row per published run (model, hardware, layout, measured step time /
 tokens/s / TFLOP/s / MFU, notes, calibration/test ``split``); ``overrides.csv``
 (``id,field,value,reason``) replaces a cell of a row, forces its topology, or states the MoE
-software its recipe ran (``moe_dispatcher``, ``ep_overlap``), and says why.
+software its recipe ran (``moe_dispatcher``, ``ep_overlap``), its token drop and parameter dtype
+(``capacity_factor``, ``weight_dtype``), and says why.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ OVERRIDABLE_FIELDS = frozenset({
     "recompute", "precision",
     # software the source's recipe ran, where the framework profile's default is not it
     "moe_dispatcher", "ep_overlap",
+    # the recipe's token drop (model.moe.capacity_factor) and parameter dtype (MaxText
+    # weight_dtype: bfloat16 = bf16 weights and Adam moments, no fp32 master copy)
+    "capacity_factor", "weight_dtype",
 })
 # What makes two rows one measurement: the same model, hardware, chips and sequence length with
 # the same published figures (a source's table quoted again by another page of the same source).
@@ -124,6 +128,10 @@ def load_overrides(path: Path, ids: Mapping[str, int]) -> dict[str, list[tuple[s
             raise ConfigError(f"{where}: ep_overlap {value!r}; valid: true, false")
         if field == "moe_dispatcher" and value not in MOE_DISPATCHERS:
             raise ConfigError(f"{where}: moe_dispatcher {value!r}; valid: {', '.join(MOE_DISPATCHERS)}")
+        if field == "weight_dtype" and value not in ("float32", "bfloat16"):
+            raise ConfigError(f"{where}: weight_dtype {value!r}; valid: float32, bfloat16")
+        if field == "capacity_factor" and not _positive(value):
+            raise ConfigError(f"{where}: capacity_factor {value!r}; valid: a number > 0")
         if not value:
             raise ConfigError(f"{where}: value: must not be empty")
         if not reason:
@@ -149,3 +157,10 @@ def repeats(rows: list[Row]) -> dict[str, Row]:
         kept = next((r for r in group if r.cells["split"] == "calibration"), group[0])
         out.update((r.cells["id"], kept) for r in group if r is not kept)
     return out
+
+
+def _positive(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
