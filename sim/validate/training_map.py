@@ -40,7 +40,6 @@ from .training_rules import (
     _MLP_RULES,
     _MOE_NAME,
     _MOE_NOTES,
-    _OFFLOAD_POLICY,
     _PER_DEVICE_BATCH,
     _PRECISION_RULES,
     _PRESET_MODELS,
@@ -55,6 +54,7 @@ from .training_rules import (
     TOPOLOGY_CHIPS,
     _first,
     _Unsupported,
+    offloads,
 )
 
 __all__ = ["MappedRun", "map_runs"]
@@ -273,7 +273,7 @@ class _RowMapper(RowReader):
             # each host's PCIe link while the offload copies use it, which the model does not
             # share; one that runs it after the backward (``slice_reduce_bytes``) does not
             stack = FRAMEWORKS[fw or default_framework(CATALOGUE[TOPOLOGY_CHIPS[topo]])]
-            if _offloads(training.get("remat_policy", "")) and not stack.slice_reduce_bytes:
+            if offloads(training.get("remat_policy", "")) and not stack.slice_reduce_bytes:
                 raise _Unsupported(f"host offload ({training['remat_policy']}) on {slices} slices "
                                    f"under {stack.framework}: offload copies and DCN traffic share "
                                    "each host's PCIe link, which the model does not share")
@@ -342,14 +342,6 @@ class _RowMapper(RowReader):
 
 
 NVL72_TOPOLOGIES = ("gb200-nvl72", "gb300-nvl72")
-
-
-def _offloads(policy: str | Mapping[str, str]) -> bool:
-    """Whether a row's MaxText remat policy (a recipe name or a custom mapping) moves activations
-    to the host."""
-    if isinstance(policy, Mapping):
-        return "offload" in policy.values()
-    return bool(re.search(_OFFLOAD_POLICY, policy))
 
 
 def _plain(model: dict[str, Any]) -> dict[str, Any]:

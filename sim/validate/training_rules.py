@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .data import GPUS_PER_NODE
 
-__all__ = ["HARDWARE_RULES", "TOPOLOGY_CHIPS", "HardwareRule"]
+__all__ = ["HARDWARE_RULES", "TOPOLOGY_CHIPS", "HardwareRule", "offloads"]
 
 
 # Bundled topology -> its catalogue chip (the `chip:` line of topologies/<name>.yaml; a test checks
@@ -252,3 +252,11 @@ def _first(rules: Iterable[tuple[str, Any]], text: str) -> tuple[bool, Any]:
         if re.search(pattern, text, re.IGNORECASE):
             return True, value
     return False, None
+
+
+def offloads(policy: str | Mapping[str, str]) -> bool:
+    """Whether a row's MaxText remat policy (a recipe name or a custom mapping) moves activations
+    to the host."""
+    if isinstance(policy, Mapping):
+        return "offload" in policy.values()
+    return bool(re.search(_OFFLOAD_POLICY, policy))
