@@ -109,3 +109,15 @@ def test_a_stack_without_the_mode_is_one_clear_line() -> None:
                        r"framework megatron-te has no such mode; valid: false, or software\."
                        r"framework maxtext"):
         scenario_from_dict(raw, "t.yaml")
+
+
+def test_host_state_beyond_the_host_says_what_would_shard_it() -> None:
+    """Unsharded (zero 0), a 70B model's state outgrows a v6e host: the refusal names the state
+    and suggests sharding it, or keeping it on the chip."""
+    s = scenario_from_dict({**V6E_70B, "training": {**V6E_70B["training"], "optimizer_offload": True},
+                            "parallelism": {"tp": 1, "zero": 0}}, "t.yaml")
+    wl = build_workload(s)
+    with pytest.raises(InfeasibleError, match=r"needs an estimated [\d.]+ GiB of host memory per "
+                       r"chip \(the optimizer state [\d.]+ GiB of it\).*try: raise parallelism\.zero "
+                       r"\(now 0\); training\.optimizer_offload: false"):
+        check_fits(wl, memory_per_chip(wl))

@@ -294,7 +294,8 @@ def test_nonsense_prediction_is_a_bug(data: Path) -> None:
     ([("a100-step", "topology", "dgx-v100", "why")], "topology"),
     ([("a100-step", "seq_len", "1024", "a"), ("a100-step", "seq_len", "512", "b")], "duplicate"),
     ([("a100-step", "weight_dtype", "fp8", "why")], r"weight_dtype 'fp8'; valid: float32, bfloat16"),
-    ([("a100-step", "capacity_factor", "-1", "why")], r"capacity_factor '-1'; valid: a number > 0"),
+    ([("a100-step", "capacity_factor", "-1", "why")], r"capacity_factor '-1'; valid: a number in"),
+    ([("a100-step", "capacity_factor", "inf", "why")], r"capacity_factor 'inf'; valid: a number in"),
 ])
 def test_bad_overrides(tmp_path: Path, overrides: list[tuple[str, str, str, str]], match: str) -> None:
     root = _write(tmp_path / "v", overrides=overrides)

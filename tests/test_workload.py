@@ -72,6 +72,11 @@ def test_hybrid_sharding_shards_over_the_group_and_reduces_across_replicas() -> 
     hybrid = scn({"tp": 4, "zero": 3, "zero_group": 16}, training, cluster=cluster)
     # unsaid, the slices are data-parallel replicas (MaxText's DCN default): FSDP within a slice
     assert scn({"tp": 4, "zero": 3}, training, cluster=cluster).parallelism == hybrid.parallelism
+    # a pipeline stage within one slice (pp = slices) keeps its whole data-parallel group; two
+    # stages over four slices shard within the two slices each spans
+    assert scn({"tp": 4, "pp": 2, "zero": 3}, training, cluster=cluster).parallelism.zero_group == 0
+    four = {"topology": "tpu-v5p", "chips": 256, "slices": 4}
+    assert scn({"tp": 4, "pp": 2, "zero": 3}, training, cluster=four).parallelism.zero_group == 16
     mf, mh = (memory_per_chip(build_workload(x)) for x in (full, hybrid))
     assert mh.optimizer_B == pytest.approx(2 * mf.optimizer_B)               # 16 shards, not 32
     assert mh.weights_B == pytest.approx(2 * mf.weights_B)

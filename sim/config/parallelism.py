@@ -58,6 +58,13 @@ def data_parallel(chips: int, tp: int, pp: int, cp: int) -> int:
     return chips // (tp * pp * cp)
 
 
+def _slices_a_stage_spans(pods: int, pp: int) -> int:
+    """The TPU slices one pipeline stage's data-parallel ranks span (pipeline stages are the
+    outermost coordinate: sim/workload/layout.py): pods / pp where pp divides pods, else 1 (a
+    stage within one slice, or stages that straddle slices unevenly: no default group)."""
+    return pods // pp if pods % pp == 0 else 1
+
+
 def read_parallelism(s: Section, cluster: ClusterConfig) -> ParallelismConfig:
     """The section as given, with dp; checked against the cluster. ``resolve_plan`` completes it."""
     tp, pp, cp, ep = (s.integer(k, 1) for k in ("tp", "pp", "cp", "ep"))
@@ -82,11 +89,11 @@ def read_parallelism(s: Section, cluster: ClusterConfig) -> ParallelismConfig:
         if zero == 0 and group != dp:
             raise ConfigError(f"{s.at('zero_group')}: {group} shards nothing with zero: 0; "
                               "set parallelism.zero to 1, 2 or 3, or leave zero_group out")
-    elif zero >= 1 and cluster.pods > 1 and dp % cluster.pods == 0 and dp > cluster.pods:
+    elif zero >= 1 and (spanned := _slices_a_stage_spans(cluster.pods, pp)) > 1 and not dp % spanned:
         # TPU slices over the DCN are data-parallel replicas unless told otherwise: ZeRO/FSDP
         # shards within a slice, as MaxText's defaults mesh them (base.yml dcn_data_parallelism
         # -1, dcn_fsdp_parallelism 1); zero_group: dp shards across the slices too
-        group = dp // cluster.pods
+        group = dp // spanned
     stage_layers = _stage_layers(s, pp, vs)
     first, last = s.opt_int("first_stage_layers", minimum=0), s.opt_int("last_stage_layers", minimum=0)
     if stage_layers and (first is not None or last is not None):

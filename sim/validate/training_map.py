@@ -165,8 +165,6 @@ class _RowMapper(RowReader):
             if not (m := re.search(_MOE_NOTES, self.notes)):
                 raise _Unsupported(f"MoE model {name!r} without expert count / top-k in the notes")
             model["moe"] = {"experts": int(m.group(1)), "top_k": int(m.group(2))}
-            if cf := self.row.get("capacity_factor", ""):          # overrides.csv
-                model["moe"]["capacity_factor"] = float(cf)
         return model
 
     def _preset_model(self, preset: str, layers: int, hidden: int, heads: int) -> dict[str, Any]:
@@ -247,6 +245,10 @@ class _RowMapper(RowReader):
             raise _Unsupported("chip count not published")
         topo = self.topology(chips)
         model = self.model()
+        if cf := self.row.get("capacity_factor", ""):           # overrides.csv: the recipe's drop
+            if not _is_moe(model):
+                raise _Unsupported(f"capacity_factor {cf} given for dense model {model.get('name')!r}")
+            model["moe"] = {**model.get("moe", {}), "capacity_factor": float(cf)}
         seq_len, batch = self.integer("seq_len"), self.integer("global_batch_seqs")
         if seq_len is None:
             raise _Unsupported("seq_len not published")

@@ -131,7 +131,7 @@ def load_overrides(path: Path, ids: Mapping[str, int]) -> dict[str, list[tuple[s
         if field == "weight_dtype" and value not in ("float32", "bfloat16"):
             raise ConfigError(f"{where}: weight_dtype {value!r}; valid: float32, bfloat16")
         if field == "capacity_factor" and not _positive(value):
-            raise ConfigError(f"{where}: capacity_factor {value!r}; valid: a number > 0")
+            raise ConfigError(f"{where}: capacity_factor {value!r}; valid: a number in (0, 1000]")
         if not value:
             raise ConfigError(f"{where}: value: must not be empty")
         if not reason:
@@ -160,7 +160,8 @@ def repeats(rows: list[Row]) -> dict[str, Row]:
 
 
 def _positive(text: str) -> bool:
+    """A finite number in (0, 1000], the model section's bound for a capacity factor."""
     try:
-        return float(text) > 0
+        return 0 < float(text) <= 1000
     except ValueError:
         return False

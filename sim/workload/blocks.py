@@ -29,7 +29,10 @@ s local tokens, t tensor-parallel size, bf16 tensors). Sources per block:
   S tokens and its E x C expert slots, C = ceil(S k / E) x capacity_factor, and moves the tokens
   by einsum: "BSM,BSEC -> EBCM" into the slots, "EBCM,BSEC -> BSM" back, matmuls of 2 S M E C
   FLOPs a sequence each, where the GPU stacks permute; the dispatch mask comes from top-k indices,
-  so its einsum has no second gradient, and the combine's carries the router weights'.
+  so its einsum has no second gradient, and the combine's carries the router weights'. Modelled
+  where neither tensor, expert tensor nor context parallelism splits the tokens or their width
+  (tp = etp = cp = 1, as MaxText's token-dropping recipes run: FSDP and expert parallelism);
+  otherwise such a layer is permuted as on the GPU stacks.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import math
 from dataclasses import dataclass
 
 from ..compute.kernels import ATTENTION_BLOCK_ROWS, AttentionShape
+from ..errors import ConfigError
 from ..models import LayerKind, ModelSpec
 from .ops import BYTES, Comm, Item, attention, gemm, mem
 from .routing import destinations
@@ -273,7 +277,12 @@ def _einsum_routed(c: BlockContext, shard: int) -> list[Item]:
     assert moe is not None and moe.capacity_factor is not None
     h, e, k, s = m.hidden, moe.experts, moe.top_k, c.local_seq
     seqs = max(1, shard // s)
-    slots = e * int(max(math.ceil(s * k / e) * moe.capacity_factor, moe.capacity_factor))
+    per_expert = int(max(math.ceil(s * k / e) * moe.capacity_factor, moe.capacity_factor))
+    if per_expert < 1:
+        raise ConfigError(f"model.moe.capacity_factor: {moe.capacity_factor:g} leaves each expert 0 "
+                          f"slots of a {s}-token sequence (MaxText's int(max(ceil(S k / E) x cf, "
+                          f"cf))), dropping every token; valid: at least {1 / math.ceil(s * k / e):g}")
+    slots = e * per_expert
     local = e // c.ep
     f = m.expert_ffn // c.etp
     up = (2 if m.mlp == "swiglu" else 1) * f

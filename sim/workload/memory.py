@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from ..config import Scenario
 from ..config.remat import LOGIT_BYTES
+from ..config.schema import ParallelismConfig
 from ..errors import InfeasibleError
 from ..units import GiB
 from .activations import stage_activation_bytes
@@ -204,30 +205,28 @@ def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
     and what would help."""
     scn = wl.scenario
     chip = scn.cluster.chip
+    par, tr = scn.parallelism, scn.training
     host_cap = chip.host_memory_bytes
     if mem.offloaded_B and host_cap is not None and mem.offloaded_B > host_cap:
-        state = (f" (optimizer state {mem.optimizer_host_B / GiB:.1f})" if mem.optimizer_host_B
-                 else "")
+        state = (f" (the optimizer state {mem.optimizer_host_B / GiB:.1f} GiB of it)"
+                 if mem.optimizer_host_B else "")
+        fixes = ["keep fewer tensors offloaded in training.remat_policy", "lower training.micro_batch"]
+        if mem.optimizer_host_B:
+            fixes = [*_shard_hints(par), "training.optimizer_offload: false", *fixes]
         raise InfeasibleError(
-            f"{scn.source}: what is offloaded needs an estimated {mem.offloaded_B / GiB:.1f}{state} "
-            f"GiB of host memory per chip (model estimate) but a {chip.name} host has "
-            f"{host_cap / GiB:.1f} GiB per chip; try: keep fewer tensors offloaded in "
-            "training.remat_policy; lower training.micro_batch")
+            f"{scn.source}: what is offloaded needs an estimated {mem.offloaded_B / GiB:.1f} GiB "
+            f"of host memory per chip{state} (model estimate) but a {chip.name} host has "
+            f"{host_cap / GiB:.1f} GiB per chip; try: {'; '.join(fixes)}")
     cap = chip.usable_hbm_bytes
-    if mem.optimizer_host_B and mem.update_peak_B > cap:
+    if mem.total_B <= cap and mem.update_peak_B > cap and mem.optimizer_host_B:
         raise InfeasibleError(
             f"{scn.source}: the optimizer update brings its {mem.optimizer_host_B / GiB:.1f} GiB of "
             f"host state back beside weights and gradients, {mem.update_peak_B / GiB:.1f} GiB per "
-            f"chip (model estimate), but a {chip.name} has {cap / GiB:.1f} GiB; try: raise "
-            "parallelism.zero_group or tp/pp")
+            f"chip (model estimate), but a {chip.name} has {cap / GiB:.1f} GiB; try: "
+            f"{'; '.join([*_shard_hints(par), 'raise parallelism.tp or pp'])}")
     if mem.total_B <= cap:
         return
-    par, tr = scn.parallelism, scn.training
-    hints = []
-    if par.zero < 3:
-        hints.append(f"raise parallelism.zero (now {par.zero})")
-    if par.zero_group and par.zero >= 1:
-        hints.append(f"raise parallelism.zero_group (now {par.zero_group}, up to dp = {par.dp})")
+    hints = _shard_hints(par)
     if tr.recompute != "full" and not tr.remat_policy:
         hints.append("use training.recompute: full")
     if tr.micro_batch > 1:
@@ -247,3 +246,13 @@ def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
         f"{mem.activations_per_microbatch_B / GiB:.2f} x {mem.in_flight:g} micro-batches in "
         f"flight, logits {mem.logits_B / GiB:.1f}, reserved {mem.reserved_B / GiB:.1f}{offl}) "
         f"but a {chip.name} has {cap / GiB:.1f} GiB; try: {'; '.join(hints)}")
+
+
+def _shard_hints(par: ParallelismConfig) -> list[str]:
+    """Shard the training state wider: a higher ZeRO stage, a larger shard group."""
+    hints = []
+    if par.zero < 3:
+        hints.append(f"raise parallelism.zero (now {par.zero})")
+    if par.zero_group and par.zero >= 1:
+        hints.append(f"raise parallelism.zero_group (now {par.zero_group}, up to dp = {par.dp})")
+    return hints

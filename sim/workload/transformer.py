@@ -198,9 +198,8 @@ def _policy_recompute(fwd: list[Item], scn: Scenario) -> tuple[Item, ...]:
             feeding.append(it)
             continue
         if it.kind == "gemm" and it.cls in ("dispatch", "combine"):
-            # einsums with batch dimensions, which no named policy saves (blocks.py _routed)
-            if not all(loc != "remat" for _, loc in scn.training.remat_policy):
-                out += feeding + [it]
+            # unnamed einsums with batch dimensions, which no remat policy saves (blocks.py)
+            out += feeding + [it]
         elif it.kind == "gemm" and it.name in _GEMM_OUTPUTS:
             names = _GEMM_OUTPUTS[it.name]
             if m.mlp != "swiglu" and "up" in it.name:
@@ -226,9 +225,10 @@ def _backward(fwd: list[Item], mlp: str) -> list[Item]:
                 mm, nn, kk = item.shape
                 # the data gradient keeps the forward's rows per group; the weight gradient
                 # contracts over them (its output tiles do not follow the groups' rows)
-                bwd.append(gemm(item.name + "-dgrad", mm, kk, nn, item.cls, item.batch, item.uneven))
-                if item.cls != "dispatch":     # a dispatch mask is top-k indices: no gradient
-                    bwd.append(gemm(item.name + "-wgrad", kk, nn, mm, item.cls, item.batch))
+                # (a dispatch einsum's left operand is its mask, top-k indices: no data gradient)
+                if item.cls != "dispatch":
+                    bwd.append(gemm(item.name + "-dgrad", mm, kk, nn, item.cls, item.batch, item.uneven))
+                bwd.append(gemm(item.name + "-wgrad", kk, nn, mm, item.cls, item.batch))
             elif item.kind == "attention":
                 assert item.attn is not None
                 bwd.append(attention("attention-bwd", item.attn, "bwd"))
@@ -352,7 +352,8 @@ def build_workload(scn: Scenario) -> Workload:
     c = BlockContext(m, tok, b, t, sp, par.ep, par.etp, par.cp, s,
                      dispatcher=sw.moe_dispatcher, domain_ranks=max(1, domain // par.etp),
                      einsum_dispatch=(sw.moe_capacity_einsum and m.moe is not None
-                                      and m.moe.capacity_factor is not None))
+                                      and m.moe.capacity_factor is not None
+                                      and t == par.etp == par.cp == 1))
     distinct, layer_kinds = kind_index(m)
     mtp_kind = None
     if m.mtp_layers:                       # the MTP modules' kind, a new one if no layer has it
