@@ -121,3 +121,29 @@ def test_host_state_beyond_the_host_says_what_would_shard_it() -> None:
                        r"chip \(the optimizer state [\d.]+ GiB of it\).*try: raise parallelism\.zero "
                        r"\(now 0\); training\.optimizer_offload: false"):
         check_fits(wl, memory_per_chip(wl))
+
+
+def test_the_update_peak_is_checked_on_the_stage_that_holds_the_most_state(monkeypatch) -> None:
+    """With unequal stages (dense-first MoE layers, MTP) the stage holding the most state need not
+    be the one whose step estimate is largest; the update's peak is that stage's."""
+    from dataclasses import replace
+
+    from sim.workload import memory as mm
+
+    raw = {"cluster": {"topology": "tpu-v5p", "chips": 64}, "model": {"preset": "deepseek-v3",
+           "layers": 8}, "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1,
+                                      "remat_policy": "full", "optimizer_offload": True},
+           "parallelism": {"tp": 1, "pp": 2, "ep": 8, "zero": 3}, "software": {"framework": "maxtext"}}
+    wl = build_workload(scenario_from_dict(raw, "t.yaml"))
+    real = mm._stage_memory(wl, 1)
+    cap = wl.scenario.cluster.chip.usable_hbm_bytes
+    # stage 0: the larger step estimate, little state; stage 1: less of both but its update's over
+    busy = replace(real, activations_B=cap - real.total_B + real.activations_B - GiB,
+                   optimizer_host_B=GiB)
+    stateful = replace(real, optimizer_host_B=cap)
+    assert busy.total_B > stateful.total_B and stateful.update_peak_B > cap > busy.update_peak_B
+    monkeypatch.setattr(mm, "_stage_memory", lambda w, st: busy if st == 0 else stateful)
+    mem = mm.memory_per_chip(wl)
+    assert mem is busy
+    with pytest.raises(InfeasibleError, match="the optimizer update brings its"):
+        check_fits(wl, mem)

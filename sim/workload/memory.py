@@ -128,9 +128,13 @@ def memory_per_chip(wl: Workload) -> MemoryBreakdown:
     """The busiest stage's memory: the first (most micro-batches in flight, plus the embedding)
     or, where the layers differ by stage (dense-first MoE layers, MTP modules on the last), the
     stage whose estimate is largest."""
+    return max((_stage_memory(wl, st) for st in _busiest_stages(wl)), key=lambda x: x.total_B)
+
+
+def _busiest_stages(wl: Workload) -> list[int]:
+    """The stages whose memory can be the largest: the first, and the last where layers differ."""
     par = wl.scenario.parallelism
-    stages = {0, par.pp - 1} if len(wl.kinds) > 1 or wl.mtp_layers else {0}
-    return max((_stage_memory(wl, st) for st in sorted(stages)), key=lambda x: x.total_B)
+    return sorted({0, par.pp - 1} if len(wl.kinds) > 1 or wl.mtp_layers else {0})
 
 
 def _stage_memory(wl: Workload, stage: int) -> MemoryBreakdown:
@@ -218,10 +222,13 @@ def check_fits(wl: Workload, mem: MemoryBreakdown) -> None:
             f"of host memory per chip{state} (model estimate) but a {chip.name} host has "
             f"{host_cap / GiB:.1f} GiB per chip; try: {'; '.join(fixes)}")
     cap = chip.usable_hbm_bytes
-    if mem.total_B <= cap and mem.update_peak_B > cap and mem.optimizer_host_B:
+    # the update's peak on whichever stage holds the most state (not always the step's busiest)
+    upd = (max((_stage_memory(wl, st) for st in _busiest_stages(wl)), key=lambda x: x.update_peak_B)
+           if mem.optimizer_host_B else mem)
+    if mem.total_B <= cap and upd.update_peak_B > cap and upd.optimizer_host_B:
         raise InfeasibleError(
-            f"{scn.source}: the optimizer update brings its {mem.optimizer_host_B / GiB:.1f} GiB of "
-            f"host state back beside weights and gradients, {mem.update_peak_B / GiB:.1f} GiB per "
+            f"{scn.source}: the optimizer update brings its {upd.optimizer_host_B / GiB:.1f} GiB of "
+            f"host state back beside weights and gradients, {upd.update_peak_B / GiB:.1f} GiB per "
             f"chip (model estimate), but a {chip.name} has {cap / GiB:.1f} GiB; try: "
             f"{'; '.join([*_shard_hints(par), 'raise parallelism.tp or pp'])}")
     if mem.total_B <= cap:
