@@ -53,6 +53,10 @@ model, the memory model and the step plan:
 - ``moe_capacity_einsum``: a token-dropping MoE (``model.moe.capacity_factor``) dispatches its
   tokens to expert slots and combines them back by einsum with one-hot masks, matmuls rather than a
   permutation (MaxText's ``dense_matmul`` path);
+- ``grouped_tile_rows``: on a TPU the dropless experts' grouped GEMM (MaxText's Pallas megablox
+  kernel, base.yml ``wi_tile_fwd_batch_seq`` 512 and the other tiles alike) runs whole tiles of
+  that many rows, so each group that starts inside a tile costs one more tile
+  (``make_group_metadata``: up to m / tm + groups - 1 tiles);
 - ``slice_reduce_bytes``: how hybrid sharding's replica all-reduce (across TPU slices over the
   DCN) runs: 0, layer by layer on the data-parallel stream behind the backward pass, in bf16
   (as the GPU stacks' per-bucket reductions); otherwise exposed: once, on the step's whole
@@ -116,6 +120,8 @@ class SoftwareProfile:
                                        # streamed through the chip for the update
     moe_capacity_einsum: bool = False  # a token-dropping MoE (capacity_factor) dispatches and
                                        # combines by einsum with one-hot masks (sim/workload/blocks.py)
+    grouped_tile_rows: int = 0         # on TPU, its grouped expert GEMM computes whole tiles of this
+                                       # many rows, a partial one where a group starts mid-tile
 
     def __post_init__(self) -> None:
         for value, valid in ((self.attention, ATTENTION_KERNELS + ("auto",)),
@@ -280,7 +286,7 @@ FRAMEWORKS: dict[str, SoftwareProfile] = {p.framework: p for p in (
                     eager_autograd=False, sdpa_output_copy=False,
                     selective_recompute="minimal_flash", offload_overlap=True,
                     slice_reduce_bytes=4, tp_overlap_forward=False, optimizer_offload=True,
-                    moe_capacity_einsum=True),
+                    moe_capacity_einsum=True, grouped_tile_rows=512),
     # Paxml/Praxis (JAX/XLA): dot-product attention compiled by XLA (scores through HBM).
     SoftwareProfile(framework="paxml", attention="xla", elementwise="fused",
                     low_precision=("fp8",), quantized_saves=False,

@@ -111,3 +111,22 @@ def test_the_einsums_cost_step_time_and_expert_parallelism_moves_the_slots() -> 
     layer = build_workload(s).kinds[0]
     (a2a,) = [x for x in layer.forward if getattr(x, "name", "") == "ep-dispatch"]
     assert a2a.size_bytes == pytest.approx(PDB * E * int(math.ceil(S * K / E) * CF) * M * 2)
+
+
+def test_megablox_computes_a_partial_tile_where_each_dropless_group_starts() -> None:
+    """MaxText's dropless experts on a TPU run Pallas megablox, whose grid visits up to
+    m / tm + groups - 1 tiles of tm = 512 rows: one more tile for each of the local - 1 later
+    groups, which start inside a tile. The token-dropping path (equal padded groups) and the GPU
+    stacks' grouped GEMM do not."""
+    dropless = build_workload(scn(capacity=None)).kinds[0]
+    (up,) = ops(dropless.forward, "expert-up")
+    copies = PDB * S * K
+    assert up.shape[0] == math.ceil(copies / E) + math.ceil(512 * (E - 1) / E)
+    assert up.batch == E
+    gpu = build_workload(scn(capacity=None, framework="megatron-te", topology="dgx-h100",
+                             chips=8)).kinds[0]
+    (up_gpu,) = ops(gpu.forward, "expert-up")
+    assert up_gpu.shape[0] < up.shape[0]
+    # the weight gradient contracts over the padded rows too (megablox's tgmm tiles them alike)
+    (wgrad,) = [x for x in dropless.backward if x.name == "expert-up-wgrad"]
+    assert wgrad.shape[2] == up.shape[0]

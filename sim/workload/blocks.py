@@ -68,6 +68,7 @@ class BlockContext:
     dispatcher: str = "alltoall"
     domain_ranks: int = 8        # the expert-parallel group's ranks in one NVLink domain
     einsum_dispatch: bool = False  # token drop by one-hot einsums (SoftwareProfile.moe_capacity_einsum)
+    group_tile_rows: int = 0       # grouped expert GEMM tile rows (SoftwareProfile.grouped_tile_rows)
 
 
 def attention_shape(c: BlockContext, kind: LayerKind) -> AttentionShape:
@@ -251,6 +252,10 @@ def _routed(c: BlockContext) -> list[Item]:
     # Dropless learned routing gives each local expert its own draw of the rows (token drop pads
     # every expert to its capacity; AutoModel's round-robin gate deals them out evenly).
     uneven = moe.capacity_factor is None and moe.routing != "round_robin"
+    if uneven and c.group_tile_rows and local > 1:
+        # a whole tile wherever one of the local - 1 later groups starts inside one (its rows
+        # are a router's draws, so the boundary almost never falls on a tile's first row)
+        per_expert += math.ceil(c.group_tile_rows * (local - 1) / local)
     out += [gemm("expert-up", per_expert, up, h, batch=local, uneven=uneven),
             mem("activation", (3 if m.mlp == "swiglu" else 2) * received * f * BYTES, "act"),
             gemm("expert-down", per_expert, h, f, batch=local, uneven=uneven)]

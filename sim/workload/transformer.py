@@ -353,7 +353,8 @@ def build_workload(scn: Scenario) -> Workload:
                      dispatcher=sw.moe_dispatcher, domain_ranks=max(1, domain // par.etp),
                      einsum_dispatch=(sw.moe_capacity_einsum and m.moe is not None
                                       and m.moe.capacity_factor is not None
-                                      and t == par.etp == par.cp == 1))
+                                      and t == par.etp == par.cp == 1),
+                     group_tile_rows=sw.grouped_tile_rows if scn.cluster.chip.is_tpu else 0)
     distinct, layer_kinds = kind_index(m)
     mtp_kind = None
     if m.mtp_layers:                       # the MTP modules' kind, a new one if no layer has it
