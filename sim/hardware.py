@@ -113,11 +113,12 @@ _GRACE_C2C_BIDI_Bps = 900 * GB         # GRACE: its NVLink-C2C, both directions 
 # (validation/compute/h100-sxm-80gb/env.json) of 81,559 MiB (modal-labs/modal-client#2797), B200
 # 178.35 GiB (pytorch/ao#4002) of 183,359 MiB (NVIDIA/TensorRT-LLM#10278): 0.994 and 0.996.
 _CUDA_SHARE = 0.995
-# _XLA_HBM_LIMIT: what XLA:TPU compiles a program against, the "of N hbm" of its out-of-memory
-# error ("Used X of N hbm"; the runtime's own reservation is listed apart, outside N): v4 30.75 GiB
-# beside 1.25 reserved (erfanzar/EasyDeL#166), v5e 15.48 GiB beside 0.53 (LargeWorldModel/LWM#60,
-# erfanzar/EasyDeL#142), v6e 31.25 GiB (EnzymeAD/Enzyme-JAX#2422: the allocator's "Limit: 31.246
-# GiB" and "of 31.25G hbm"). v5p keeps GCP's 95 GiB usable; TPU7x its catalogue 192 GiB.
+# TPU usable HBM (hbm_usable_bytes): what XLA:TPU compiles a program against, the "of N hbm" of
+# its out-of-memory error ("Used X of N hbm"; the runtime's own reservation is listed apart,
+# outside N): v4 30.75 GiB beside 1.25 reserved (erfanzar/EasyDeL#166), v5e 15.48 GiB beside 0.53
+# (LargeWorldModel/LWM#60, erfanzar/EasyDeL#142), v6e 31.25 GiB (EnzymeAD/Enzyme-JAX#2422: the
+# allocator's "Limit: 31.246 GiB" and "of 31.25G hbm"). v5p keeps GCP's 95 GiB usable; TPU7x its
+# catalogue 192 GiB.
 
 _CHIPS = (
     Chip(
@@ -283,7 +284,7 @@ _CHIPS = (
         bf16_flops=275 * TFLOPS,            # GCP-v4; SB-TPU 2.75e14
         fp8_flops=None,                     # no FP8 on v4 (GCP-v4 lists bf16/int8 only)
         hbm_bytes=32 * GiB,                 # GCP-v4: 32 GiB HBM2
-        hbm_usable_bytes=30.75 * GiB,       # XLA:TPU's limit (_XLA_HBM_LIMIT): "of 30.75G hbm"
+        hbm_usable_bytes=30.75 * GiB,       # XLA:TPU's limit (note above _CHIPS): "of 30.75G hbm"
         hbm_Bps=1200 * GB,                  # GCP-v4; SB-TPU 1.2e12
         scaleup_links=6, scaleup_link_Bps=45 * GB,    # SB-TPU 4.5e10 one-way per link (GK says 50)
         tdp_W=192,                          # GCP-v4 measured max power (mean 170 W)
@@ -298,7 +299,7 @@ _CHIPS = (
         bf16_flops=197 * TFLOPS,            # GCP-v5e; SB-TPU 1.97e14
         fp8_flops=None,                     # no FP8 peak listed (GCP-v5e: bf16, int8)
         hbm_bytes=16 * GB,                  # GCP-v5e
-        hbm_usable_bytes=15.48 * GiB,       # XLA:TPU's limit (_XLA_HBM_LIMIT): "of 15.48G hbm"
+        hbm_usable_bytes=15.48 * GiB,       # XLA:TPU's limit (note above _CHIPS): "of 15.48G hbm"
         hbm_Bps=819 * GB,                   # GCP-v5e
         # GCP-v5e: 400 GB/s bidi per chip over 4 ICI ports -> 50 GB/s per link per direction.
         # SB-TPU rounds to 45; we take Google's figure, which also reproduces its 1.6 TB/s pod bisection.
@@ -333,7 +334,7 @@ _CHIPS = (
         bf16_flops=918 * TFLOPS,            # GCP-v6e; SB-TPU 9.2e14
         fp8_flops=918 * TFLOPS,             # GCP-7x comparison table
         hbm_bytes=32 * GB,                  # GCP-v6e
-        hbm_usable_bytes=31.25 * GiB,       # XLA:TPU's limit (_XLA_HBM_LIMIT): "of 31.25G hbm"
+        hbm_usable_bytes=31.25 * GiB,       # XLA:TPU's limit (note above _CHIPS): "of 31.25G hbm"
         hbm_Bps=1638 * GB,                  # GCP-v6e
         # GCP-v6e: 800 GB/s bidi per chip over 4 ports -> 100 GB/s per link per direction (SB: 90).
         scaleup_links=4, scaleup_link_Bps=800 * GB / 4 / 2,

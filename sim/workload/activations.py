@@ -61,7 +61,8 @@ from ..config.remat import REMAT_PRESETS
 from ..models import LayerKind, kind_index
 from .recompute import dropped_tensors
 
-__all__ = ["LayerActivations", "layer_activation_bytes", "stage_activation_bytes", "kept_tensors"]
+__all__ = ["LayerActivations", "layer_activation_bytes", "stage_activation_bytes", "kept_tensors",
+           "host_transfer_s"]
 
 # Linear-layer inputs a quantizing stack keeps as its quantized copy instead of BF16, and the one
 # that another op also reads in BF16 (the attention output: the attention backward's ``O``).
@@ -266,19 +267,23 @@ def _mean_of_same(x: float, n: int) -> float:
     return sum([x] * n) / n
 
 
-def offload_exposed_s(scn: Scenario, compute_s: float) -> float:
-    """Seconds one layer's activation offload adds to one pass (forward: device -> host, backward:
-    host -> device) of one micro-batch: its bytes over the host link, less the pass's *compute_s*
-    where the stack overlaps it. The host link, one direction, is the chip's own where it has one
-    (``Chip.host_link_Bps``: NVLink-C2C to the Grace CPU on GB200 / GB300, its share of the
+def host_transfer_s(scn: Scenario, nbytes: float) -> float:
+    """Seconds *nbytes* take one way over a chip's link to host memory: the chip's own where it has
+    one (``Chip.host_link_Bps``: NVLink-C2C to the Grace CPU on GB200 / GB300, its share of the
     Grace's link), else the topology's PCIe bandwidth per chip; the topology's PCIe latency
     either way."""
+    topo = scn.cluster.topology
+    return topo.pcie_latency_s + nbytes / (scn.cluster.chip.host_link_Bps or topo.pcie_Bps)
+
+
+def offload_exposed_s(scn: Scenario, compute_s: float) -> float:
+    """Seconds one layer's activation offload adds to one pass (forward: device -> host, backward:
+    host -> device) of one micro-batch: its bytes over the host link (``host_transfer_s``), less
+    the pass's *compute_s* where the stack overlaps it."""
     host_B = layer_activation_bytes(scn).host_B
     if host_B <= 0:
         return 0.0
-    topo = scn.cluster.topology
-    link_Bps = scn.cluster.chip.host_link_Bps or topo.pcie_Bps
-    transfer_s = topo.pcie_latency_s + host_B / link_Bps
+    transfer_s = host_transfer_s(scn, host_B)
     if scn.software.offload_overlap:
         return max(0.0, transfer_s - compute_s)
     return transfer_s

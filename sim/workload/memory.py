@@ -42,7 +42,7 @@ from ..config.remat import LOGIT_BYTES
 from ..config.schema import ParallelismConfig
 from ..errors import InfeasibleError
 from ..units import GiB
-from .activations import stage_activation_bytes
+from .activations import host_transfer_s, stage_activation_bytes
 from .schedules import stage_activation_peak_B
 from .transformer import Workload
 
@@ -104,12 +104,9 @@ def optimizer_bytes_per_param(optimizer_state: str, master_weights: bool) -> flo
 
 def optimizer_transfer_s(scn: Scenario, state_B: float) -> float:
     """Seconds the offloaded optimizer state (*state_B* bytes per chip) takes over the chip's host
-    link one way (``Chip.host_link_Bps``, else the topology's PCIe per chip, and its latency): the
-    update streams it in and writes it back at once (the link is full duplex), so the step's
-    optimizer phase takes no less."""
-    topo = scn.cluster.topology
-    link_Bps = scn.cluster.chip.host_link_Bps or topo.pcie_Bps
-    return topo.pcie_latency_s + state_B / link_Bps
+    link one way (``activations.host_transfer_s``): the update streams it in and writes it back at
+    once (the link is full duplex), so the step's optimizer phase takes no less."""
+    return host_transfer_s(scn, state_B)
 
 
 def optimizer_step_bytes_per_param(optimizer_state: str, master_weights: bool) -> float:
