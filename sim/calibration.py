@@ -297,8 +297,13 @@ FLEX_VS_CUDNN = 1.61
 # through the cast and the product, 18 bytes (bf16 and fp32 gradients, the output re-read).
 FLEX_SINK_BYTES_PER_ELEMENT: dict[str, float] = {"fwd": 12.0, "bwd": 18.0}
 # TPU: Pallas splash attention (MaxText's default `attention: flash`) has no public per-shape
-# measurement; it runs at this fraction of the GEMM curve's efficiency (assumed, as before this
-# model: a flash kernel's matmuls are smaller and it has softmax work between them).
+# measurement; at head_dim 128 on the 128-wide MXU of v4/v5e/v5p it runs at this fraction of the
+# GEMM curve's efficiency (assumed, as before this model: its softmax work sits between the
+# matmuls). That remainder is vector work: on the 256-wide MXU of v6e and TPU7x it takes 4x as long
+# against the matmuls (sim.compute.kernels.splash_time_s: jax/_src/tpu_info.py @cec06d1 gives every
+# TensorCore 8 x 128 lanes and the MXU 128 -> 256 columns from v6; Google puts Trillium's 4.7x
+# over v5e on larger MXUs and a higher clock, cloud.google.com/blog/products/compute/
+# introducing-trillium-6th-gen-tpus, May 2024: 4x of area leaves a clock ~1.17x higher).
 TPU_SPLASH_VS_GEMM = 0.75
 
 # Memory-bound ops: fraction of the HBM spec reached, per op class, fitted by

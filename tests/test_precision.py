@@ -186,7 +186,10 @@ def test_an_int8_dot_quantizes_both_operands_every_time_it_runs() -> None:
 
 def test_a_v6e_mxu_is_half_filled_by_a_128_wide_head() -> None:
     """v6e's 256 x 256 MXU (GCP): a matmul pads its contraction and output width to 256, so a
-    head dimension of 128 fills half of it; v5e's 128 x 128 MXU is full either way."""
+    head dimension of 128 fills half of it; v5e's 128 x 128 MXU is full either way. At one model
+    width, head_dim 256 halves the heads: the same matmul FLOPs over half the score elements, so
+    the splash kernel's vector work (which goes with the score elements) halves."""
+    from sim import calibration as cal
     from sim.compute.kernels import AttentionShape, mxu_fill
     assert mxu_fill(128, 4096, 256) == 0.5
     assert mxu_fill(300, 256, 256) == pytest.approx(300 / 512)
@@ -196,6 +199,30 @@ def test_a_v6e_mxu_is_half_filled_by_a_128_wide_head() -> None:
         cm = _tpu("bf16", chip)
         heads = 4096 // d
         return cm.attention_s(AttentionShape(4, heads, heads, 8192, 8192, d, True), "fwd")
+    vec = 1.0 / cal.TPU_SPLASH_VS_GEMM - 1.0          # the vector work against the matmuls (v5e)
+    # v6e: (2 + 4 vec) against (1 + 4 vec / 2): the MXU's fill and the score elements both halve
     assert per_flop("TPU-v6e", 128) / per_flop("TPU-v6e", 256) == pytest.approx(2.0, rel=0.01)
-    assert per_flop("TPU-v5e", 128) / per_flop("TPU-v5e", 256) == pytest.approx(1.0, rel=0.01)
+    assert per_flop("TPU-v5e", 128) / per_flop("TPU-v5e", 256) == pytest.approx(
+        (1.0 + vec) / (1.0 + vec / 2), rel=0.01)
+
+
+def test_splash_vector_work_runs_on_lanes_the_256_wide_mxu_did_not_multiply() -> None:
+    """Splash attention at head_dim 128 runs at TPU_SPLASH_VS_GEMM of the GEMM curve on the
+    128-wide MXU generations (v4, v5e, v5p: the model the TPU fits were made with); from v6e on,
+    its matmuls half-fill the 256-wide MXU and its vector work, on the same 8 x 128 lanes a
+    TensorCore always had, takes 4x as long against the MXU's rate."""
+    from sim import calibration as cal
+    from sim.compute.kernels import AttentionShape, attention_flops, gemm_curve_time_s
+    shape = AttentionShape(4, 32, 8, 8192, 8192, 128, True)
+    vec = 1.0 / cal.TPU_SPLASH_VS_GEMM - 1.0
+
+    def curve(f: float, peak: float) -> float:
+        return gemm_curve_time_s(f, 0.0, peak, cal.TPU_GEMM_E_MAX, cal.TPU_GEMM_T_RAMP_S, 1.0)
+    for chip, wide in (("TPU-v5p", False), ("TPU-v6e", True), ("TPU7x", True)):
+        cm = _tpu("bf16", chip)
+        for passname in ("fwd", "bwd"):
+            flops = attention_flops(shape, passname == "bwd")
+            want = (curve(2 * flops, cm.bf16_peak) + 4 * vec * curve(flops, cm.bf16_peak) if wide
+                    else curve(flops, cm.bf16_peak) / cal.TPU_SPLASH_VS_GEMM)
+            assert cm.attention_s(shape, passname) == pytest.approx(want, rel=1e-9)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 __all__ = ["GemmParams", "GroupedGemmParams", "AttentionParams", "AttentionShape", "MemoryParams", "gemm_time_s",
            "gemm_curve_time_s", "grouped_gemm_tiles", "grouped_gemm_time_s", "row_tiles_expected", "attention_flops",
            "attention_bytes", "attention_time_s", "memory_time_s", "fixed_memory_time_s", "moe_topk_bytes",
-           "moe_permute_bytes", "GEMM_TILES", "GEMM_DTYPE_BYTES"]
+           "moe_permute_bytes", "splash_time_s", "GEMM_TILES", "GEMM_DTYPE_BYTES"]
 
 # Output tiles (rows x columns) of the cuBLAS/CUTLASS kernels on Hopper and Ampere: 128x128 and the
 # 128x256 / 256x128 warp-specialised tiles (CUTLASS 3 default tile shapes for sm90 bf16/fp8).
@@ -224,6 +224,28 @@ def attention_flops(s: AttentionShape, backward: bool) -> float:
     if s.causal:
         f /= 2
     return 2.5 * f if backward else f
+
+
+def splash_time_s(s: AttentionShape, backward: bool, peak_flops: float, mxu_dim: int | None,
+                  vs_gemm: float, e_max: float, t_ramp_s: float) -> float:
+    """Pallas splash attention on a TPU: its matmuls on the GEMM curve, each filling the MXU as far
+    as the head dimension does (v6e's 256-wide array half at head_dim 128), then its vector work
+    (the online softmax's max, exp, sums and casts) between them. *vs_gemm* is the whole kernel's
+    rate against the curve at head_dim 128 on the 128-wide MXU of v4/v5e/v5p, where the vector
+    work is the remainder (1 / vs_gemm - 1 of the matmul time). That work goes with the score
+    elements, not the head dimension, and runs on the vector unit, whose 8 x 128 lanes a
+    TensorCore has in every generation while the MXU grew from 128 x 128 to 256 x 256 from v6e on,
+    the clock rising only to make up the rest of Trillium's 4.7x over v5e: it takes (mxu_dim /
+    128)^2 as long against the MXU there."""
+    flops = attention_flops(s, backward)
+    matmul = gemm_curve_time_s(flops / mxu_share(s.head_dim, mxu_dim), 0.0, peak_flops, e_max,
+                               t_ramp_s, 1.0)
+    ref = gemm_curve_time_s(flops * _SPLASH_REF_MXU / s.head_dim, 0.0, peak_flops, e_max, t_ramp_s, 1.0)
+    return matmul + ref * (1.0 / vs_gemm - 1.0) * ((mxu_dim or _SPLASH_REF_MXU) / _SPLASH_REF_MXU) ** 2
+
+
+# The MXU width (and head dimension) TPU_SPLASH_VS_GEMM stands for: v4, v5e and v5p.
+_SPLASH_REF_MXU = 128
 
 
 def attention_bytes(s: AttentionShape, backward: bool) -> float:

@@ -25,7 +25,6 @@ from .kernels import (
     AttentionShape,
     GemmParams,
     GroupedGemmParams,
-    attention_flops,
     attention_time_s,
     fixed_memory_time_s,
     gemm_curve_time_s,
@@ -33,7 +32,7 @@ from .kernels import (
     grouped_gemm_time_s,
     memory_time_s,
     mxu_fill,
-    mxu_share,
+    splash_time_s,
 )
 
 if TYPE_CHECKING:
@@ -280,12 +279,8 @@ class ComputeModel:
             return 0.0                     # a flash backward recomputes its scores itself
         bwd = passname == "bwd"
         if family == "splash":
-            # QK^T contracts over the head dimension and PV writes it: each fills the MXU as far
-            # as the head dimension does (v6e's 256-wide array half at head_dim 128)
-            flops = attention_flops(s, bwd) / mxu_share(s.head_dim, self.chip.mxu_dim)
-            curve = gemm_curve_time_s(flops, 0.0, self.bf16_peak, cal.TPU_GEMM_E_MAX,
-                                      cal.TPU_GEMM_T_RAMP_S, self.hbm_Bps)
-            return curve / cal.TPU_SPLASH_VS_GEMM
+            return splash_time_s(s, bwd, self.bf16_peak, self.chip.mxu_dim, cal.TPU_SPLASH_VS_GEMM,
+                                 cal.TPU_GEMM_E_MAX, cal.TPU_GEMM_T_RAMP_S)
         t = attention_time_s(s, bwd, self._flash_params(family, passname), self.bf16_peak,
                              self.sms, self.hbm_Bps)
         if family == "flex" and s.sinks:
