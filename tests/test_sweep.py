@@ -33,6 +33,25 @@ def test_set_overrides_are_validated_like_the_file() -> None:
             apply_overrides(raw, [bad])
 
 
+def test_one_tensor_of_a_custom_remat_policy_can_be_set() -> None:
+    """training.remat_policy.TENSOR sets one tensor of MaxText's custom policy (added to a mapping,
+    or starting one over `recompute` / `custom`); a named preset is refused, not replaced."""
+    raw, _, _ = read_scenario_raw(str(REPO / "scenarios" / "llama3-8b-tpu-v6e-256.yaml"))
+    out = apply_overrides(raw, ["training.remat_policy.query_proj=offload",
+                                "training.remat_policy.key_proj=device"])
+    assert out["training"]["remat_policy"] == {"query_proj": "offload", "key_proj": "device"}
+    assert "remat_policy" not in raw["training"]             # the base is not modified
+    custom = apply_overrides(raw, ["training.remat_policy=custom"])
+    assert apply_overrides(custom, ["training.remat_policy.mlpwo=offload"])["training"][
+        "remat_policy"] == {"mlpwo": "offload"}
+    full = apply_overrides(raw, ["training.remat_policy=full"])
+    with pytest.raises(ConfigError, match=r"named policy 'full'.*custom"):
+        apply_overrides(full, ["training.remat_policy.mlpwo=offload"])
+    with pytest.raises(ConfigError, match=r"nested too deeply"):
+        apply_overrides(raw, ["training.remat_policy.mlpwo.x=offload"])
+    assert main(["run", "llama3-8b-tpu-v6e-256", "--set", "training.remat_policy.foo=offload"]) == 2
+
+
 def test_ranges_and_value_lists() -> None:
     raw, _, _ = read_scenario_raw("default")
     assert parse_over("cluster.chips=64..8192x2", raw).values == (64, 128, 256, 512, 1024, 2048, 4096, 8192)

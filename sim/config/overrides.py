@@ -41,11 +41,14 @@ def set_key(raw: dict[str, Any], dotted: str, value: Any, where: str) -> None:
         valid = sorted(keys.get(top, ()))
         raise ConfigError(f"{where}: unknown key {dotted!r}; valid under {top}: "
                           f"{', '.join(valid) if valid else '(none: it takes one value)'}")
-    if len(parts) > 2 and not (top == "model" and parts[1] in NESTED and len(parts) == 3
-                               and parts[2] in NESTED[parts[1]]):
+    remat = len(parts) == 3 and parts[:2] == ["training", "remat_policy"]
+    if len(parts) > 2 and not remat and not (top == "model" and parts[1] in NESTED
+                                             and len(parts) == 3 and parts[2] in NESTED[parts[1]]):
         raise ConfigError(f"{where}: {dotted!r} is nested too deeply or unknown; valid: "
                           "SECTION.FIELD (model.moe.FIELD, model.attention.FIELD, "
-                          "model.mamba.FIELD for the model's parts)")
+                          "model.mamba.FIELD for the model's parts, training.remat_policy.TENSOR)")
+    if remat:
+        _per_tensor_remat(raw, where)
     node = raw.get(top)
     if top == "model" and isinstance(node, str):
         node = {"preset": node}                  # a preset name becomes a preset plus overrides
@@ -55,6 +58,20 @@ def set_key(raw: dict[str, Any], dotted: str, value: Any, where: str) -> None:
         node[p] = dict(node[p]) if isinstance(node.get(p), Mapping) else {}
         node = node[p]
     node[parts[-1]] = value
+
+
+def _per_tensor_remat(raw: dict[str, Any], where: str) -> None:
+    """``training.remat_policy.TENSOR``: one tensor of MaxText's custom policy (a mapping, which
+    the schema checks); a named policy other than ``custom`` is refused, not silently replaced."""
+    tr = raw.get("training")
+    policy = tr.get("remat_policy") if isinstance(tr, Mapping) else None
+    if isinstance(policy, str) and policy != "custom":
+        raise ConfigError(f"{where}: training.remat_policy is the named policy {policy!r}; a tensor "
+                          "of it can be set only in a custom policy (a mapping of tensor: remat, "
+                          "device or offload): --set training.remat_policy=custom before the "
+                          "tensors, or write the mapping in the scenario")
+    if policy == "custom":
+        raw["training"] = {**tr, "remat_policy": {}}
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],

@@ -58,6 +58,8 @@ REMAT_PRESETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "qkv_proj_offloaded": ((), _QKV),
     "minimal_offloaded": ((), _DOTS),
     "save_out_proj": (("out_proj",), ()),
+    # the custom policy with every tensor at base.yml's default (remat; the layer input on device)
+    "custom": ((), ()),
 }
 OPTIMIZER_STATES = ("fp32", "bf16")
 
