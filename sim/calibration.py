@@ -299,11 +299,16 @@ FLEX_SINK_BYTES_PER_ELEMENT: dict[str, float] = {"fwd": 12.0, "bwd": 18.0}
 # TPU: Pallas splash attention (MaxText's default `attention: flash`) has no public per-shape
 # measurement; at head_dim 128 on the 128-wide MXU of v4/v5e/v5p it runs at this fraction of the
 # GEMM curve's efficiency (assumed, as before this model: its softmax work sits between the
-# matmuls). That remainder is vector work: on the 256-wide MXU of v6e and TPU7x it takes 4x as long
-# against the matmuls (sim.compute.kernels.splash_time_s: jax/_src/tpu_info.py @cec06d1 gives every
-# TensorCore 8 x 128 lanes and the MXU 128 -> 256 columns from v6; Google puts Trillium's 4.7x
-# over v5e on larger MXUs and a higher clock, cloud.google.com/blog/products/compute/
-# introducing-trillium-6th-gen-tpus, May 2024: 4x of area leaves a clock ~1.17x higher).
+# matmuls). That remainder is vector work, and on the 256-wide MXU of v6e and TPU7x it takes 4x as
+# long against the matmuls (sim.compute.kernels.splash_time_s): a TensorCore's vector unit is
+# 8 x 128 lanes in every generation (jax/_src/tpu_info.py @cec06d1), and four MXUs a TensorCore,
+# as on v4/v5e/v5p, is assumed. The sources disagree on the count: tpu_info and GCP's v6e page now
+# say two 256-wide MXUs, an earlier copy of that page four. Four at v5p's 1.75 GHz give v6e's
+# 918 TFLOP/s and 4.67x v5e's four 128-wide at 1.5 GHz, the 4.7x Google puts on larger MXUs and a
+# higher clock (cloud.google.com/blog/products/compute/introducing-trillium-6th-gen-tpus, May 2024);
+# two would need 3.5 GHz on v6e and 4.4 GHz on TPU7x. With two, the factor is 2x, which is what
+# this model was before it (the remainder scaled with the half-filled matmuls): v6e's Llama 3.1
+# 8B / 70B test rows -10.3 / -6.5% there, -3.9 / -2.2% at 4x.
 TPU_SPLASH_VS_GEMM = 0.75
 
 # Memory-bound ops: fraction of the HBM spec reached, per op class, fitted by

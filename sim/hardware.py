@@ -344,7 +344,7 @@ _CHIPS = (
         price_source="Google Cloud on-demand, us-east1 (gpuhunt)",
         host_memory_bytes=1536 * GiB / 8,   # GCP-v6e: 1536 GiB DRAM per host of 8 chips
         int8_flops=1836 * TFLOPS,           # GCP-v6e: 1836 TOPs int8
-        mxu_dim=256,                        # GCP-v6e: two 256x256 MXUs per TensorCore
+        mxu_dim=256,                        # GCP-v6e: 256x256 MXUs (2 or 4 a TensorCore: sim.calibration)
     ),
     # TPU7x "Ironwood". GCP-7x's specification table (read in the copy at
     # https://docs.cloud.google.com/tpu/docs/tpu7x?authuser=2, which FACTS.md's store had truncated)

@@ -47,6 +47,15 @@ def test_one_tensor_of_a_custom_remat_policy_can_be_set() -> None:
     full = apply_overrides(raw, ["training.remat_policy=full"])
     with pytest.raises(ConfigError, match=r"named policy 'full'.*custom"):
         apply_overrides(full, ["training.remat_policy.mlpwo=offload"])
+    # a scenario whose `recompute` keeps more than full remat would lose it without a word
+    selective = apply_overrides(raw, ["training.recompute=selective"])
+    with pytest.raises(ConfigError, match=r"not set \(training.recompute 'selective' decides"):
+        apply_overrides(selective, ["training.remat_policy.mlpwo=offload"])
+    assert apply_overrides(selective, ["training.remat_policy=custom",
+                                       "training.remat_policy.mlpwo=offload"])["training"][
+        "remat_policy"] == {"mlpwo": "offload"}
+    with pytest.raises(ConfigError, match=r"given after training.remat_policy.mlpwo"):
+        apply_overrides(raw, ["training.remat_policy.mlpwo=offload", "training.remat_policy=full"])
     with pytest.raises(ConfigError, match=r"nested too deeply"):
         apply_overrides(raw, ["training.remat_policy.mlpwo.x=offload"])
     assert main(["run", "llama3-8b-tpu-v6e-256", "--set", "training.remat_policy.foo=offload"]) == 2

@@ -226,26 +226,26 @@ def attention_flops(s: AttentionShape, backward: bool) -> float:
     return 2.5 * f if backward else f
 
 
-def splash_time_s(s: AttentionShape, backward: bool, peak_flops: float, mxu_dim: int | None,
-                  vs_gemm: float, e_max: float, t_ramp_s: float) -> float:
-    """Pallas splash attention on a TPU: its matmuls on the GEMM curve, each filling the MXU as far
-    as the head dimension does (v6e's 256-wide array half at head_dim 128), then its vector work
-    (the online softmax's max, exp, sums and casts) between them. *vs_gemm* is the whole kernel's
-    rate against the curve at head_dim 128 on the 128-wide MXU of v4/v5e/v5p, where the vector
-    work is the remainder (1 / vs_gemm - 1 of the matmul time). That work goes with the score
-    elements, not the head dimension, and runs on the vector unit, whose 8 x 128 lanes a
-    TensorCore has in every generation while the MXU grew from 128 x 128 to 256 x 256 from v6e on,
-    the clock rising only to make up the rest of Trillium's 4.7x over v5e: it takes (mxu_dim /
-    128)^2 as long against the MXU there."""
-    flops = attention_flops(s, backward)
-    matmul = gemm_curve_time_s(flops / mxu_share(s.head_dim, mxu_dim), 0.0, peak_flops, e_max,
-                               t_ramp_s, 1.0)
-    ref = gemm_curve_time_s(flops * _SPLASH_REF_MXU / s.head_dim, 0.0, peak_flops, e_max, t_ramp_s, 1.0)
-    return matmul + ref * (1.0 / vs_gemm - 1.0) * ((mxu_dim or _SPLASH_REF_MXU) / _SPLASH_REF_MXU) ** 2
-
-
 # The MXU width (and head dimension) TPU_SPLASH_VS_GEMM stands for: v4, v5e and v5p.
 _SPLASH_REF_MXU = 128
+
+
+def splash_time_s(s: AttentionShape, backward: bool, peak_flops: float, mxu_dim: int | None,
+                  vs_gemm: float, e_max: float, t_ramp_s: float) -> float:
+    """Pallas splash attention on a TPU, its work on the GEMM curve once: its matmuls, each filling
+    the MXU as far as the head dimension does (v6e's 256-wide array half at head_dim 128), and its
+    vector work between them (the online softmax's max, exp, sums and casts). *vs_gemm* is the
+    whole kernel's rate against the curve at head_dim 128 on the 128-wide MXU of v4/v5e/v5p, where
+    the vector work is the remainder, 1 / vs_gemm - 1 of the matmuls. That work goes with the score
+    elements, not the head dimension, and runs on the vector unit, 8 x 128 lanes a TensorCore in
+    every generation, while the MXU grew from 128 x 128 to 256 x 256 from v6e on: against the MXU's
+    rate it takes (mxu_dim / 128)^2 as long there, assuming four MXUs a TensorCore throughout
+    (sim.calibration, above TPU_SPLASH_VS_GEMM, on the sources that disagree)."""
+    flops = attention_flops(s, backward)
+    wide = ((mxu_dim or _SPLASH_REF_MXU) / _SPLASH_REF_MXU) ** 2
+    vector = flops * _SPLASH_REF_MXU / s.head_dim * (1.0 / vs_gemm - 1.0) * wide
+    return gemm_curve_time_s(flops / mxu_share(s.head_dim, mxu_dim) + vector, 0.0, peak_flops,
+                             e_max, t_ramp_s, 1.0)
 
 
 def attention_bytes(s: AttentionShape, backward: bool) -> float:

@@ -62,14 +62,20 @@ def set_key(raw: dict[str, Any], dotted: str, value: Any, where: str) -> None:
 
 def _per_tensor_remat(raw: dict[str, Any], where: str) -> None:
     """``training.remat_policy.TENSOR``: one tensor of MaxText's custom policy (a mapping, which
-    the schema checks); a named policy other than ``custom`` is refused, not silently replaced."""
+    the schema checks). It starts from a mapping, ``custom`` or ``recompute: full`` (MaxText's
+    custom defaults are full remat); a named policy, or a ``recompute`` that decides another one,
+    is refused rather than silently replaced by every other tensor at its default."""
     tr = raw.get("training")
-    policy = tr.get("remat_policy") if isinstance(tr, Mapping) else None
-    if isinstance(policy, str) and policy != "custom":
-        raise ConfigError(f"{where}: training.remat_policy is the named policy {policy!r}; a tensor "
-                          "of it can be set only in a custom policy (a mapping of tensor: remat, "
-                          "device or offload): --set training.remat_policy=custom before the "
-                          "tensors, or write the mapping in the scenario")
+    tr = tr if isinstance(tr, Mapping) else {}
+    policy = tr.get("remat_policy")
+    hint = ("a tensor can be set only in a custom policy (a mapping of tensor: remat, device or "
+            "offload): --set training.remat_policy=custom before the tensors, or write the "
+            "mapping in the scenario")
+    if policy is None and tr.get("recompute", "selective") != "full":
+        raise ConfigError(f"{where}: training.remat_policy is not set (training.recompute "
+                          f"{tr.get('recompute', 'selective')!r} decides what is kept); {hint}")
+    if policy is not None and policy != "custom" and not isinstance(policy, Mapping):
+        raise ConfigError(f"{where}: training.remat_policy is the named policy {policy!r}; {hint}")
     if policy == "custom":
         raw["training"] = {**tr, "remat_policy": {}}
 
@@ -85,6 +91,10 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str],
             raise ConfigError(f"{flag}: expected KEY=VALUE (e.g. cluster.chips=2048), got {item!r}")
         if key.strip() in seen:     # the last would win, silently
             raise ConfigError(f"{flag} {key.strip()}: given more than once; give each key once")
+        child = next((k for k in seen if k.startswith(key.strip() + ".")), None)
+        if child:                   # the whole would drop the field set before it, silently
+            raise ConfigError(f"{flag} {key.strip()}: given after {child}, which it would "
+                              f"replace; give {key.strip()} first")
         seen.add(key.strip())
         set_key(out, key.strip(), parse_value(text, f"{flag} {key.strip()}"), f"{flag} {key.strip()}")
     return out

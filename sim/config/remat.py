@@ -101,9 +101,9 @@ def parse_remat_policy(raw: object, where: str) -> tuple[str, RematPolicy]:
             raise ConfigError(f"{where}.{name}: expected one of {', '.join(LOCATIONS)}, got "
                               f"{show(value)}")
         if name == "decoder_layer_input" and value == "remat":
-            raise ConfigError(f"{where}.decoder_layer_input: the layer input cannot be "
-                              "rematerialized (it is where recomputation starts); valid: device, "
-                              "offload")
+            raise ConfigError(f"{where}.decoder_layer_input: got 'remat', but the layer input "
+                              "cannot be rematerialized (it is where recomputation starts); "
+                              "valid: device, offload")
         if name in _ALIASES:
             for part in _ALIASES[name]:
                 if part not in explicit:
