@@ -342,7 +342,7 @@ _CHIPS = (
         usd_per_chip_hour=2.70,             # GPUHUNT us-east1 on-demand
         dcn_Bps=Gbps_to_Bps(100),           # SB-TPU-site 12.5e9 B/s per chip
         price_source="Google Cloud on-demand, us-east1 (gpuhunt)",
-        host_memory_bytes=1536 * GiB / 8,   # GCP-v6e: 1536 GiB DRAM per host of 8 chips
+        host_memory_bytes=720 * GB / 4,     # GCP-7x table: 720 GB per 4-chip v6e VM (ct6e-standard-4t)
         int8_flops=1836 * TFLOPS,           # GCP-v6e: 1836 TOPs int8
         mxu_dim=256,                        # GCP-v6e: 256x256 MXUs (2 or 4 a TensorCore: sim.calibration)
     ),
