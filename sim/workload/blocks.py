@@ -292,13 +292,13 @@ def _einsum_routed(c: BlockContext, shard: int) -> list[Item]:
     f = m.expert_ffn // c.etp
     up = (2 if m.mlp == "swiglu" else 1) * f
     rows = seqs * slots // e                        # each expert's slots on the rank
-    received = rows * local                         # slots of the rank's experts, from its group
+    received = rows * c.ep * local                  # its experts' slots, from every rank of the group
     out: list[Item] = [mem("dispatch-masks", 4 * seqs * s * slots * BYTES, "moe-topk"),
                        gemm("moe-dispatch", slots, h, s, "dispatch", batch=seqs)]
     if c.ep > 1:
         out.append(Comm("ep-dispatch", "alltoall", "ep", seqs * slots * h * BYTES))
     out += [gemm("expert-up", rows * c.ep, up, h, batch=local),
-            mem("activation", (3 if m.mlp == "swiglu" else 2) * received * c.ep * f * BYTES, "act"),
+            mem("activation", (3 if m.mlp == "swiglu" else 2) * received * f * BYTES, "act"),
             gemm("expert-down", rows * c.ep, h, f, batch=local)]
     if c.ep > 1:
         out.append(Comm("ep-combine", "alltoall", "ep", seqs * slots * h * BYTES))
