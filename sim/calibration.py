@@ -13,8 +13,11 @@ from .calibration_moe import (  # noqa: F401  (re-exported: cal.NAME for every c
     EP_COMM_SMS,
     EP_OVERLAP_SLOWDOWN,
     GROUPED_GEMM_HOPPER,
+    MOE_MEMORY_FIT_CHIP,
     MOE_MEMORY_HOPPER,
+    MOE_MEMORY_SM_BOUND,
     MOE_SYNC_IDLE_S,
+    moe_memory_params,
 )
 from .compute.kernels import AttentionParams, GemmParams
 

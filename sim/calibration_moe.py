@@ -7,6 +7,7 @@ Each constant names the data it was fitted on or measured from, as ``sim.calibra
 from __future__ import annotations
 
 from .compute.kernels import GroupedGemmParams, MemoryParams
+from .hardware import CATALOGUE, Chip
 
 # MoE routing kernels as eager PyTorch runs them (sim.compute.kernels.fixed_memory_time_s: a fixed
 # time per call plus bytes at a fraction of the HBM spec), fitted by
@@ -27,6 +28,25 @@ MOE_MEMORY_HOPPER: dict[str, MemoryParams] = {
     "moe_gather": MemoryParams(fraction=0.9004, fixed_s=1.5e-6),
     "moe_unpermute": MemoryParams(fraction=0.1109, fixed_s=76.9e-6),
 }
+# The classes of those whose rate the SMs set, not HBM: on the H200 (same 132 SMs and clocks, 1.43x
+# the HBM bandwidth; moe_routing.csv of h200-sxm-141gb, 2026-11-28, the same 30 cases) softmax + top-k
+# takes a median 0.996x and the atomic index_add_ unpermute 0.98x the H100's time, where the gather
+# alone takes 0.77x. Their fitted byte rate is the H100's per SM, so another GPU runs it times its
+# own SM count (clocks taken alike: assumed); the other classes keep their fraction of its HBM.
+MOE_MEMORY_SM_BOUND = frozenset({"moe_topk", "moe_unpermute"})
+MOE_MEMORY_FIT_CHIP = "H100-SXM"      # the GPU MOE_MEMORY_HOPPER was fitted on
+
+
+def moe_memory_params(measured: str, chip: Chip) -> MemoryParams | None:
+    """``MOE_MEMORY_HOPPER[measured]`` as it runs on *chip* (None: no such class): an SM-bound
+    class's rate scaled by the SM counts, expressed as a fraction of *chip*'s HBM."""
+    p = MOE_MEMORY_HOPPER.get(measured)
+    if p is None or measured not in MOE_MEMORY_SM_BOUND or chip.name == MOE_MEMORY_FIT_CHIP:
+        return p
+    ref = CATALOGUE[MOE_MEMORY_FIT_CHIP]
+    assert chip.sms and ref.sms, chip.name
+    return MemoryParams(p.fraction * ref.hbm_Bps / ref.sms * chip.sms / chip.hbm_Bps, p.fixed_s)
+
 # Grouped GEMM (sim.compute.kernels.grouped_gemm_time_s, torch._grouped_mm bf16 on sm90): the
 # kernel's fixed time per group (local expert), its time per output tile, and the rate one SM
 # streams its operands at, fitted together by sim.compute.moe_tables.fit_grouped on the H100's

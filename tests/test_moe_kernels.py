@@ -240,3 +240,24 @@ def test_transformer_engine_issues_one_gemm_per_expert(chip) -> None:
     assert ComputeModel(chip, "bf16", eager).kernels(up) == 1
     assert bf16_te.stream_time_s([up]) == pytest.approx(64 * te.host_kernel_s)
     assert bf16_te.op_time_s(up) < 64 * te.host_kernel_s
+
+
+def test_sm_bound_routing_classes_keep_the_h100_rate_per_sm_on_another_gpu() -> None:
+    """Softmax + top-k and the atomic unpermute took the H100's time on the H200 (1.43x its HBM,
+    the same SMs: moe_routing.csv of h200-sxm-141gb): the model runs them at the H100's rate per
+    SM there, and the gather, which did speed up, at its fraction of the H200's HBM."""
+    h100, h200, b200 = CATALOGUE["H100-SXM"], CATALOGUE["H200"], CATALOGUE["B200"]
+    nbytes = 4e8
+    for measured in cal.MOE_MEMORY_HOPPER:
+        p100 = cal.moe_memory_params(measured, h100)
+        assert p100 == cal.MOE_MEMORY_HOPPER[measured]
+        t100 = kernels.fixed_memory_time_s(nbytes, h100.hbm_Bps, p100)
+        t200 = kernels.fixed_memory_time_s(nbytes, h200.hbm_Bps, cal.moe_memory_params(measured, h200))
+        if measured in cal.MOE_MEMORY_SM_BOUND:
+            assert t200 == pytest.approx(t100, rel=1e-9)
+            tb = kernels.fixed_memory_time_s(nbytes, b200.hbm_Bps, cal.moe_memory_params(measured, b200))
+            rate = (nbytes / (t100 - p100.fixed_s)) * b200.sms / h100.sms
+            assert tb == pytest.approx(p100.fixed_s + nbytes / rate, rel=1e-9)
+        else:
+            assert t200 - p100.fixed_s == pytest.approx((t100 - p100.fixed_s) * h100.hbm_Bps / h200.hbm_Bps)
+    assert cal.moe_memory_params("copy", h200) is None

@@ -252,7 +252,7 @@ class ComputeModel:
             return memory_time_s(nbytes, self.hbm_Bps, cal.TPU_MEMORY_FRACTION)
         measured = memory_class(op_class, self.profile.elementwise)
         moe = self.fit.moe_memory.get(measured) if self.fit else None
-        moe = moe or cal.MOE_MEMORY_HOPPER.get(measured)
+        moe = moe or cal.moe_memory_params(measured, self.chip)
         if moe is not None:
             return fixed_memory_time_s(nbytes, self.hbm_Bps, moe)
         return memory_time_s(nbytes, self.hbm_Bps, self._memory_fraction(measured))

@@ -54,7 +54,7 @@ FIT_MIN_S = 20e-6
 
 @dataclass(frozen=True, slots=True)
 class KernelCase:
-    """One measured row. ``kind``: gemm | attention | memory | optimizer; ``key``: what the fit
+    """One measured row. ``kind``: gemm | attention | memory | optimizer | ssd; ``key``: what the fit
     groups by (the dtype, the attention family and pass, the memory op class)."""
 
     table: str
@@ -69,6 +69,7 @@ class KernelCase:
     attention: AttentionShape | None = None
     nbytes: float = 0.0
     source: str = ""               # the table's source column (tables that merge several sources)
+    ssd: tuple[int, ...] = ()      # an SSD row: chunks, heads, groups, head_dim, state, chunk length
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

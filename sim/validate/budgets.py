@@ -42,7 +42,8 @@ BUDGET_KEYS = types.MappingProxyType({
     "collectives": frozenset({"bw_median_abs_pct", "ramp_median_abs_pct", "lat_median_abs_pct"}),
     "training": TRAINING_BUDGET_KEYS,       # per family (FAMILIES) on the test split
     "failures": frozenset({"relative_err_max_pct"}),
-    "compute": frozenset({"gemm_median_abs_pct", "attention_median_abs_pct", "grouped_gemm_median_abs_pct"}),
+    "compute": frozenset({"gemm_median_abs_pct", "attention_median_abs_pct", "grouped_gemm_median_abs_pct",
+                          "ssd_median_abs_pct", "routing_median_abs_pct"}),
     "stragglers": frozenset({"replay_median_abs_pct", "whatif_rel_pct"}),
 })
 
@@ -211,14 +212,15 @@ def _architecture_violations(report: TrainingReport, table: Mapping[str, float])
 
 def check_compute_budgets(summaries: list[ComputeSummary], table: Mapping[str, float]) -> list[str]:
     """Violations of the ``[compute]`` budgets on the budgeted test GPUs
-    (``sim.validate.compute.BUDGETED_FOLDERS``): the GEMM (>= 50 us), attention and MoE grouped
-    GEMM medians."""
+    (``sim.validate.compute.BUDGETED_FOLDERS``): the GEMM (>= 50 us), attention, MoE grouped
+    GEMM, MoE routing and Mamba-2 SSD medians."""
     out: list[str] = []
     tests = [s for s in summaries if s.split == "test" and s.gpu in BUDGETED_FOLDERS]
     if not tests:
         return ["compute: no test-GPU tables; cannot check budgets"]
     for key, group in (("gemm_median_abs_pct", "gemm>=50us"), ("attention_median_abs_pct", "attention"),
-                       ("grouped_gemm_median_abs_pct", "grouped-gemm")):
+                       ("grouped_gemm_median_abs_pct", "grouped-gemm"), ("ssd_median_abs_pct", "ssd"),
+                       ("routing_median_abs_pct", "routing")):
         for gpu in sorted({s.gpu for s in tests}):
             if not any(s.gpu == gpu and s.group == group for s in tests):
                 out.append(f"compute: {gpu} has no {group} rows; cannot check {key}")

@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import calibration as cal
 from ..compute.model import flash_params_of
 from ..compute.moe_tables import GROUPED_TABLES
-from ..compute.rows import predict_case
+from ..compute.rows import predict_case, routing_kernel_cases, ssd_cases
 from ..compute.tables import FIT_MIN_S, GPU_FOLDERS, KernelCase, load_cases
 from ..errors import ConfigError
 from ..hardware import CATALOGUE, Chip
@@ -127,7 +127,7 @@ def validate_compute(data_dir: Path) -> tuple[list[ComputeRow], list[ComputeSumm
         if folder.name not in GPU_FOLDERS:
             raise ConfigError(f"{folder}: unknown GPU folder; known: {', '.join(sorted(GPU_FOLDERS))}")
         chip = CATALOGUE[GPU_FOLDERS[folder.name]]
-        cases = load_cases(folder)
+        cases = load_cases(folder) + routing_kernel_cases(folder) + ssd_cases(folder)
         if not cases:
             raise ConfigError(f"{folder}: no kernel table in it (attention.csv, gemm_*.csv, ...)")
         for c in cases:

@@ -15,9 +15,8 @@ s local tokens, t tensor-parallel size, bf16 tensors). Sources per block:
   v_head_dim, charged at their mean width (the same FLOPs).
 - Mamba-2 (Dao & Gu 2024, sections 6-7; Megatron-Core ``MambaMixer``): in_proj to (z, x, B, C,
   dt) split by heads over tensor parallelism, depthwise causal conv over (x, B, C), the SSD scan
-  as chunked matmuls of chunk Q per head (C B^T: Q x Q x N, its product with X: Q x P x Q, chunk
-  states B^T X: N x P x Q, state output C h: Q x P x N) with the inter-chunk state pass through
-  HBM in fp32, a gated RMSNorm and out_proj.
+  (``ssd_forward``, ``ssd_backward``) as the kernels of mamba_ssm's ``mamba_chunk_scan_combined``
+  run it, a gated RMSNorm and out_proj.
 - MoE (Megatron-Core ``MoEAlltoAllTokenDispatcher``, ``MoEAllGatherTokenDispatcher`` and the
   DeepEP ``MoEFlexTokenDispatcher``): the router and its top-k on the rank's sequence shard, the
   permutation, the dispatch over the expert-parallel group, with expert tensor parallelism an
@@ -38,12 +37,12 @@ s local tokens, t tensor-parallel size, bf16 tensors). Sources per block:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..compute.kernels import ATTENTION_BLOCK_ROWS, AttentionShape
 from ..errors import ConfigError
 from ..models import LayerKind, ModelSpec
-from .ops import BYTES, Comm, Item, attention, gemm, mem
+from .ops import BYTES, Comm, Item, Op, attention, gemm, mem
 from .routing import destinations
 
 __all__ = ["BlockContext", "mixer_block", "mlp_block", "attention_shape"]
@@ -161,20 +160,56 @@ def _mamba(c: BlockContext) -> list[Item]:
     h = m.hidden
     d, gn = mb.d_inner // t, mb.groups * mb.state // t
     heads = mb.heads // t
-    q, n, p = mb.chunk, mb.state, mb.head_dim
-    chunks = c.b * max(1, math.ceil(c.local_seq / q)) * heads
     xbc = (d + 2 * gn) * tok * BYTES
+    chunks = c.b * max(1, math.ceil(c.local_seq / mb.chunk))
     return [
         gemm("in-proj", tok, 2 * d + 2 * gn + heads, h),
         mem("conv1d", 2 * xbc, "act"),
-        gemm("ssd-cb", q, q, n, "ssm", chunks),
-        gemm("ssd-scan", q, p, q, "ssm", chunks),
-        gemm("ssd-states", n, p, q, "ssm", chunks),
-        mem("ssd-state-pass", 2 * chunks * n * p * 4, "act"),
-        gemm("ssd-out", q, p, n, "ssm", chunks),
+        *ssd_forward(chunks, heads, max(1, mb.groups // t), mb.head_dim, mb.state, mb.chunk),
         mem("gated-norm", 3 * tok * d * BYTES, "norm"),
         gemm("out-proj", tok, h, d),
     ]
+
+
+def ssd_forward(chunks: int, heads: int, groups: int, p: int, n: int, q: int) -> list[Op]:
+    """Mamba-2's SSD scan over *chunks* chunks of *q* tokens (batch x chunks a sequence), *heads*
+    heads of width *p*, *groups* B/C groups of state *n*, as mamba_ssm runs it (state-spaces/mamba
+    @e9594ce, ops/triton/ssd_combined.py ``_mamba_chunk_scan_combined_fwd``), one op per kernel:
+    dt's cumulative decay (fp32), each chunk's state B^T X per head (N x P x Q), the states passed
+    between chunks through HBM in fp32, C B^T once per group (Q x Q x N), and the chunk scan, whose
+    one kernel accumulates both (C B^T o L) X and C h into the same Q x P tile: one GEMM of
+    contraction Q + N per head. Checked on the H200's mamba_ssd.csv (``validate --suite compute``)."""
+    hc, gc = chunks * heads, chunks * groups
+    return [mem("ssd-cumsum", hc * q * 12, "act"),
+            gemm("ssd-state", p, n, q, "ssm", hc),
+            mem("ssd-state-pass", 2 * hc * p * n * 4, "act"),
+            gemm("ssd-cb", q, q, n, "ssm", gc),
+            gemm("ssd-scan", q, p, q + n, "ssm", hc)]
+
+
+def ssd_backward(op: Op) -> list[Op]:
+    """The backward kernels of one ``ssd_forward`` op (``_mamba_chunk_scan_combined_bwd``, same
+    source): the scan's output gradient gives the states' gradient C^T dY (N x P x Q), the fused
+    dX ((C B^T o L)^T dY + B dh: Q x P x Q + N), dC (dY h^T: Q x N x P), d(C B^T) (dY X^T: Q x Q x P)
+    and the decay's gradient (another Q x Q x P); C B^T is recomputed and its gradient taken to B
+    and C (two Q x N x Q per group); the chunk states are recomputed and give dB (X dh^T: Q x N x P);
+    the state pass and the cumulative decay are recomputed and run backwards (3 and 4 fp32 passes)."""
+    m, n_, k = op.shape
+    hc = op.batch
+    again = replace(op, name=op.name + "-recompute")
+    if op.name == "ssd-scan":
+        q, p, n = m, n_, k - m
+        return [gemm("ssd-dstates", n, p, q, "ssm", hc), gemm("ssd-dx", q, p, q + n, "ssm", hc),
+                gemm("ssd-dc", q, n, p, "ssm", hc), gemm("ssd-dcb", q, q, p, "ssm", hc),
+                gemm("ssd-ddacs", q, q, p, "ssm", hc)]
+    if op.name == "ssd-cb":
+        q, n = m, k
+        return [again, gemm("ssd-cb-db", q, n, q, "ssm", hc), gemm("ssd-cb-dc", q, n, q, "ssm", hc)]
+    if op.name == "ssd-state":
+        p, n, q = m, n_, k
+        return [again, gemm("ssd-db", q, n, p, "ssm", hc)]
+    factor = 1.5 if op.name == "ssd-state-pass" else 4 / 3
+    return [again, mem(op.name + "-bwd", factor * op.bytes, op.cls + "-bwd")]
 
 
 def _dense_mlp(c: BlockContext, width: int, prefix: str = "mlp") -> list[Item]:

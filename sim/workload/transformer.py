@@ -21,7 +21,7 @@ from typing import Any
 from ..config import Scenario
 from ..config.remat import LOGIT_BYTES
 from ..models import LayerKind, ModelSpec, kind_index
-from .blocks import BlockContext, attention_shape, mixer_block, mlp_block
+from .blocks import BlockContext, attention_shape, mixer_block, mlp_block, ssd_backward
 from .ops import BYTES, Comm, Item, Op, attention, gemm, mem
 from .recompute import module_recompute
 
@@ -221,7 +221,9 @@ def _backward(fwd: list[Item], mlp: str) -> list[Item]:
     bwd: list[Item] = []
     for item in reversed(fwd):
         if isinstance(item, Op):
-            if item.kind == "gemm":
+            if item.name.startswith("ssd-"):
+                bwd += ssd_backward(item)         # Mamba-2's scan: its own backward kernels
+            elif item.kind == "gemm":
                 mm, nn, kk = item.shape
                 # the data gradient keeps the forward's rows per group; the weight gradient
                 # contracts over them (its output tiles do not follow the groups' rows)
