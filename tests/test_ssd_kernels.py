@@ -35,7 +35,7 @@ def test_backward_recomputes_all_but_the_scan() -> None:
         "ssd-cb-recompute", "ssd-cumsum-recompute", "ssd-state-pass-recompute", "ssd-state-recompute"]
     assert "ssd-scan-recompute" not in names
     fwd_flops = sum(op.flops for op in fwd)
-    # the backward's matmuls: the recomputed states and C B^T, and seven gradient products
+    # the backward's matmuls: the recomputed states and C B^T, and eight gradient products
     assert 2.5 * fwd_flops < sum(b.flops for b in bwd) < 4.0 * fwd_flops
 
 
@@ -46,10 +46,11 @@ def test_h200_table_within_budget() -> None:
     errors = [abs(predict_case(c, chip) / c.time_s - 1) * 100 for c in cases]
     budget = load_budgets(VALIDATION / "budgets.toml", ["compute"])["compute"]["ssd_median_abs_pct"]
     assert median(errors) <= budget
-    # forward+backward over forward: the backward's recompute and seven products (3.9-4.9x measured)
+    # forward+backward over forward: the backward's recompute and eight products (4.1-4.9x
+    # measured; modelled 2-13% low: the backward's small torch ops are not modelled)
     fwd = {c.label.rsplit(" ", 1)[0]: c for c in cases if c.key == "fwd"}
     for c in cases:
         if c.key == "fwd+bwd":
             f = fwd[c.label.rsplit(" ", 1)[0]]
             ratio = predict_case(c, chip) / predict_case(f, chip)
-            assert ratio == pytest.approx(c.time_s / f.time_s, rel=0.35)
+            assert ratio == pytest.approx(c.time_s / f.time_s, rel=0.2)

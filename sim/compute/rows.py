@@ -59,9 +59,10 @@ def predict_case(c: KernelCase, chip: Chip, fit: KernelFit | None = None) -> flo
     if c.kind == "ssd":
         return _ssd_time_s(c, chip)
     if c.kind == "routing":                # one eager call: the bf16 GEMM fit's call latency added
-        p = cal.moe_memory_params(c.key, chip)
+        p = (fit.moe_memory.get(c.key) if fit else None) or cal.moe_memory_params(c.key, chip)
         assert p is not None, c.key
-        return gemm_params_of(chip)["bf16"].call_s + fixed_memory_time_s(c.nbytes, chip.hbm_Bps, p)
+        gemm = (fit.gemm if fit else {}).get("bf16") or gemm_params_of(chip)["bf16"]
+        return gemm.call_s + fixed_memory_time_s(c.nbytes, chip.hbm_Bps, p)
     if c.kind == "memory":
         fractions = {**cal.MEMORY_FRACTION, **(fit.memory_fraction if fit else {})}
         if c.key == "rmsnorm_fwd+bwd":

@@ -176,13 +176,15 @@ def ssd_forward(chunks: int, heads: int, groups: int, p: int, n: int, q: int) ->
     heads of width *p*, *groups* B/C groups of state *n*, as mamba_ssm runs it (state-spaces/mamba
     @e9594ce, ops/triton/ssd_combined.py ``_mamba_chunk_scan_combined_fwd``), one op per kernel:
     dt's cumulative decay (fp32), each chunk's state B^T X per head (N x P x Q), the states passed
-    between chunks through HBM in fp32, C B^T once per group (Q x Q x N), and the chunk scan, whose
-    one kernel accumulates both (C B^T o L) X and C h into the same Q x P tile: one GEMM of
-    contraction Q + N per head. Checked on the H200's mamba_ssd.csv (``validate --suite compute``)."""
+    between chunks through HBM (fp32 in, bf16 out), C B^T once per group (Q x Q x N), and the chunk
+    scan, whose one kernel accumulates both (C B^T o L) X and C h into the same Q x P tile: one GEMM
+    of contraction Q + N per head. Not modelled: the causal kernels skip the Q x Q tiles above the
+    diagonal (how many depends on the autotuned tile). Checked on the H200's mamba_ssd.csv
+    (``validate --suite compute``)."""
     hc, gc = chunks * heads, chunks * groups
     return [mem("ssd-cumsum", hc * q * 12, "act"),
             gemm("ssd-state", p, n, q, "ssm", hc),
-            mem("ssd-state-pass", 2 * hc * p * n * 4, "act"),
+            mem("ssd-state-pass", hc * p * n * 6, "act"),       # fp32 states in, bf16 out
             gemm("ssd-cb", q, q, n, "ssm", gc),
             gemm("ssd-scan", q, p, q + n, "ssm", hc)]
 
@@ -192,8 +194,9 @@ def ssd_backward(op: Op) -> list[Op]:
     source): the scan's output gradient gives the states' gradient C^T dY (N x P x Q), the fused
     dX ((C B^T o L)^T dY + B dh: Q x P x Q + N), dC (dY h^T: Q x N x P), d(C B^T) (dY X^T: Q x Q x P)
     and the decay's gradient (another Q x Q x P); C B^T is recomputed and its gradient taken to B
-    and C (two Q x N x Q per group); the chunk states are recomputed and give dB (X dh^T: Q x N x P);
-    the state pass and the cumulative decay are recomputed and run backwards (3 and 4 fp32 passes)."""
+    and C (two Q x N x Q per group); the chunk states are recomputed and give dB (X dh^T: Q x N x P):
+    eight gradient products. The state pass is recomputed in fp32 and run backwards (fp32 in, bf16
+    out), the cumulative decay recomputed and run backwards (4 fp32 passes)."""
     m, n_, k = op.shape
     hc = op.batch
     again = replace(op, name=op.name + "-recompute")
@@ -208,8 +211,10 @@ def ssd_backward(op: Op) -> list[Op]:
     if op.name == "ssd-state":
         p, n, q = m, n_, k
         return [again, gemm("ssd-db", q, n, p, "ssm", hc)]
-    factor = 1.5 if op.name == "ssd-state-pass" else 4 / 3
-    return [again, mem(op.name + "-bwd", factor * op.bytes, op.cls + "-bwd")]
+    if op.name == "ssd-state-pass":     # recomputed in fp32 (8 B an element), then fp32 in, bf16 out
+        elements = op.bytes / 6
+        return [replace(again, bytes=8 * elements), mem(op.name + "-bwd", 12 * elements, op.cls + "-bwd")]
+    return [again, mem(op.name + "-bwd", 4 / 3 * op.bytes, op.cls + "-bwd")]
 
 
 def _dense_mlp(c: BlockContext, width: int, prefix: str = "mlp") -> list[Item]:
