@@ -26,9 +26,9 @@ from .engine import Segment, StagePlan
 from .network.traffic import Traffic
 from .stage_ends import ends_s
 from .tp_overlap import tp_exposed_s
-from .workload.activations import offload_exposed_s
+from .workload.activations import host_transfer_s, offload_exposed_s
 from .workload.layout import Layout
-from .workload.memory import optimizer_bytes_per_param, optimizer_step_bytes_per_param, optimizer_transfer_s
+from .workload.memory import optimizer_bytes_per_param, optimizer_step_bytes_per_param
 from .workload.transformer import Item, LayerWork, Op, Workload
 
 if TYPE_CHECKING:
@@ -306,8 +306,10 @@ def _data_parallel(wl: Workload, cm: ComputeModel, net: CollectiveModel, lay: La
     optimizer = cm.optimizer_s(optimizer_step_bytes_per_param(tr.optimizer_state, tr.master_weights)
                                * opt_params)
     if tr.optimizer_offload:
+        # the state in host memory streams in and is written back at once (the host link is full
+        # duplex): the update takes no less than its one-way trip
         state_B = optimizer_bytes_per_param(tr.optimizer_state, tr.master_weights) * opt_params
-        optimizer = max(optimizer, optimizer_transfer_s(scn, state_B))
+        optimizer = max(optimizer, host_transfer_s(scn, state_B))
     pg = (net.time("allgather", max(1, 2 * params), dpg).time_s
           if par.zero in (1, 2) and shard > 1 else 0.0)
     if pg and cm.profile.param_gather_overlap:

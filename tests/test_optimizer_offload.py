@@ -13,11 +13,11 @@ from sim.config import scenario_from_dict
 from sim.errors import InfeasibleError
 from sim.run import run
 from sim.units import GiB
+from sim.workload.activations import host_transfer_s
 from sim.workload.memory import (
     check_fits,
     memory_per_chip,
     optimizer_bytes_per_param,
-    optimizer_transfer_s,
 )
 from sim.workload.transformer import build_workload
 
@@ -65,7 +65,7 @@ def test_the_update_takes_at_least_the_states_trip_over_the_host_link() -> None:
     state_B = memory_per_chip(wl).optimizer_host_B
     per_param = optimizer_bytes_per_param("fp32", True)
     assert state_B / per_param > 1e8                     # a real shard: ~0.27 B parameters
-    trip = optimizer_transfer_s(s_off, state_B)
+    trip = host_transfer_s(s_off, state_B)
     assert trip == pytest.approx(state_B / s_off.cluster.topology.pcie_Bps, rel=1e-3)
     assert off.breakdown_s["optimizer"] == pytest.approx(max(trip, on.breakdown_s["optimizer"]))
     assert off.breakdown_s["optimizer"] > on.breakdown_s["optimizer"]   # PCIe, not HBM, bounds it

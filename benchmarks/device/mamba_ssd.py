@@ -183,9 +183,14 @@ def main() -> int:
     if not setup(args.out, False, "mamba_ssd_"):
         return 2
     sys.path.insert(0, os.path.abspath(args.mamba_src))
-    import triton
-    from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn
-    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, ssd_chunk_scan_combined_ref
+    try:
+        import triton
+        from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, ssd_chunk_scan_combined_ref
+    except ImportError as exc:
+        print(f"--mamba-src {args.mamba_src}: cannot import mamba_ssm's Triton kernels ({exc}); valid: a "
+              "folder holding mamba_ssm/ops/triton and einops (module docstring)", file=sys.stderr)
+        return 2
     props = torch.cuda.get_device_properties(0)
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
            "gpu": props.name, "sms": props.multi_processor_count, "mem_GiB": props.total_memory / 2**30,

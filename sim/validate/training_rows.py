@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.fields import _MAX_NUMBER
 from ..errors import ConfigError
 from ..software import MOE_DISPATCHERS
 from .data import RUNS_FILE, SPLITS, integer, read_csv
@@ -131,7 +132,8 @@ def load_overrides(path: Path, ids: Mapping[str, int]) -> dict[str, list[tuple[s
         if field == "weight_dtype" and value not in ("float32", "bfloat16"):
             raise ConfigError(f"{where}: weight_dtype {value!r}; valid: float32, bfloat16")
         if field == "capacity_factor" and not _positive(value):
-            raise ConfigError(f"{where}: capacity_factor {value!r}; valid: a number in (0, 1000]")
+            raise ConfigError(f"{where}: capacity_factor {value!r}; valid: a number in "
+                              f"(0, {_MAX_NUMBER['capacity_factor']:g}]")
         if not value:
             raise ConfigError(f"{where}: value: must not be empty")
         if not reason:
@@ -160,8 +162,8 @@ def repeats(rows: list[Row]) -> dict[str, Row]:
 
 
 def _positive(text: str) -> bool:
-    """A finite number in (0, 1000], the model section's bound for a capacity factor."""
+    """A finite number in (0, bound], the model section's bound for a capacity factor."""
     try:
-        return 0 < float(text) <= 1000
+        return 0 < float(text) <= _MAX_NUMBER["capacity_factor"]
     except ValueError:
         return False

@@ -42,12 +42,12 @@ from ..config.remat import LOGIT_BYTES
 from ..config.schema import ParallelismConfig
 from ..errors import InfeasibleError
 from ..units import GiB
-from .activations import host_transfer_s, stage_activation_bytes
+from .activations import stage_activation_bytes
 from .schedules import stage_activation_peak_B
 from .transformer import Workload
 
-__all__ = ["optimizer_step_bytes_per_param", "optimizer_transfer_s", "MemoryBreakdown",
-           "memory_per_chip", "optimizer_bytes_per_param"]
+__all__ = ["optimizer_step_bytes_per_param", "MemoryBreakdown", "memory_per_chip",
+           "optimizer_bytes_per_param"]
 
 # CUDA/XLA context (~0.5 GiB), library workspaces and communication buffers: assumed, not measured.
 RUNTIME_RESERVED_B = 2 * GiB
@@ -100,13 +100,6 @@ def optimizer_bytes_per_param(optimizer_state: str, master_weights: bool) -> flo
     """Adam's state per parameter: two moments (4 or 2 bytes each) and the fp32 master weights."""
     moment = {"fp32": 4.0, "bf16": 2.0}[optimizer_state]
     return 2 * moment + (4.0 if master_weights else 0.0)
-
-
-def optimizer_transfer_s(scn: Scenario, state_B: float) -> float:
-    """Seconds the offloaded optimizer state (*state_B* bytes per chip) takes over the chip's host
-    link one way (``activations.host_transfer_s``): the update streams it in and writes it back at
-    once (the link is full duplex), so the step's optimizer phase takes no less."""
-    return host_transfer_s(scn, state_B)
 
 
 def optimizer_step_bytes_per_param(optimizer_state: str, master_weights: bool) -> float:
